@@ -1,0 +1,3 @@
+"""An OpenAI-compatible LLM gateway."""
+
+__version__ = "0.1.0"

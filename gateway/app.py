@@ -1,0 +1,36 @@
+"""Build the aiohttp application: routes, the middleware, and resources with lifetimes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from gateway.config import Settings
+from gateway.http import handlers
+from gateway.http.keys import METRICS, RUNTIME_REF
+from gateway.http.middleware import gateway_middleware
+from gateway.metrics import Metrics
+from gateway.runtime import Runtime, RuntimeRef
+
+
+def build_app(settings: Settings) -> web.Application:
+    # Bodies are read and limited by the handlers against the live config, not by aiohttp.
+    app = web.Application(middlewares=[gateway_middleware], client_max_size=2**40)
+    app[RUNTIME_REF] = RuntimeRef(Runtime.build(settings))
+    app[METRICS] = Metrics()
+    app.cleanup_ctx.append(_runtime_lifetime)
+    app.router.add_post("/v1/chat/completions", handlers.chat_completions)
+    app.router.add_post("/v1/embeddings", handlers.embeddings)
+    app.router.add_get("/v1/models", handlers.list_models)
+    app.router.add_get("/v1/models/{model:.+}", handlers.retrieve_model)
+    app.router.add_get("/healthz", handlers.healthz)
+    app.router.add_get("/readyz", handlers.readyz)
+    app.router.add_get("/metrics", handlers.metrics)
+    app.router.add_get("/admin/config", handlers.admin_config)
+    return app
+
+
+async def _runtime_lifetime(app: web.Application) -> AsyncIterator[None]:
+    yield
+    await app[RUNTIME_REF].current.close()

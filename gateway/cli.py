@@ -1,0 +1,89 @@
+"""`gateway serve | check` (also `python -m gateway`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from gateway import __version__
+from gateway.config import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gateway", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"gateway {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
+    serve.add_argument("--host", help="listen address (default: server.host from config)")
+    serve.add_argument("--port", type=int, help="listen port (default: server.port; 0 = any)")
+
+    check = commands.add_parser("check", help="validate the config and exit")
+    check.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
+
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as err:
+        print(f"{err.source}: invalid configuration", file=sys.stderr)
+        for problem in err.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 1
+    if args.command == "check":
+        return _check(settings)
+    return _serve(settings, args.host, args.port)
+
+
+def _check(settings: Settings) -> int:
+    served = settings.served_models()
+    print(f"{settings.source}: OK ({len(served)} servable models, {len(settings.providers)} providers)")
+    for name, provider in settings.providers.items():
+        if provider.disabled_reason:
+            print(f"  note: provider '{name}' is disabled: {provider.disabled_reason}")
+    return 0
+
+
+def _serve(settings: Settings, host: str | None, port: int | None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+        runner = asyncio.run
+    with contextlib.suppress(KeyboardInterrupt):
+        runner(_run(settings, host or settings.server.host, settings.server.port if port is None else port))
+    return 0
+
+
+async def _run(settings: Settings, host: str, port: int) -> None:
+    from gateway.app import build_app
+
+    app = build_app(settings)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024)
+    await site.start()
+    for address in runner.addresses:
+        print(f"gateway {__version__} listening on http://{address[0]}:{address[1]}", flush=True)
+    for name, provider in settings.providers.items():
+        if provider.disabled_reason:
+            print(f"  provider '{name}' disabled: {provider.disabled_reason}", flush=True)
+    models = ", ".join(sorted(r.name for r in settings.served_models()))
+    print(f"  serving models: {models}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,1 @@
+"""The HTTP edge: thin handlers over the pipeline, one error middleware, SSE rendering."""

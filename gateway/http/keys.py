@@ -1,0 +1,14 @@
+"""Typed keys for application and request state."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.context import RequestContext
+from gateway.metrics import Metrics
+from gateway.runtime import Runtime, RuntimeRef
+
+RUNTIME_REF = web.AppKey("runtime_ref", RuntimeRef)
+METRICS = web.AppKey("metrics", Metrics)
+CTX = web.RequestKey("ctx", RequestContext)
+RUNTIME = web.RequestKey("runtime", Runtime)  # the runtime this request started with

@@ -1,0 +1,112 @@
+"""The one middleware: request id, authentication, error bodies, metrics and the access log.
+
+Every way out of a request passes here, so this is the only place that decides what an error
+looks like: a GatewayError becomes its OpenAI body; aiohttp's own HTTP errors (unknown route,
+wrong method, body too large) are translated; anything unexpected becomes a generic 500 body
+with the request id, and the traceback goes to the log only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from gateway import accesslog, auth
+from gateway.context import RequestContext
+from gateway.errors import (
+    GatewayError,
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+)
+from gateway.http import render
+from gateway.http.keys import CTX, METRICS, RUNTIME, RUNTIME_REF
+
+log = logging.getLogger("gateway")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+_ENDPOINTS = {
+    "/v1/chat/completions": "chat",
+    "/v1/embeddings": "embeddings",
+    "/v1/models": "models",
+    "/healthz": "health",
+    "/readyz": "health",
+    "/metrics": "metrics",
+}
+_CLIENT_CLOSED = 499  # nginx's convention; only ever logged, never sent
+
+
+@web.middleware
+async def gateway_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    runtime = request[RUNTIME] = request.app[RUNTIME_REF].current
+    ctx = request[CTX] = RequestContext(
+        request_id=_request_id(request.headers.get("x-request-id")),
+        endpoint=_endpoint(request.path),
+    )
+    metrics = request.app[METRICS]
+    metrics.in_flight.inc()
+    try:
+        if ctx.endpoint in ("chat", "embeddings", "models"):
+            ctx.tenant = auth.tenant_for(runtime.settings, request.headers.get("Authorization"))
+        elif ctx.endpoint == "admin":
+            auth.check_admin(runtime.settings, request.headers.get("Authorization"))
+        response = await handler(request)
+        ctx.status = response.status
+        return response
+    except GatewayError as err:
+        return render.error(ctx, err)
+    except web.HTTPException as exc:
+        return render.error(ctx, _translate(exc, request))
+    except (asyncio.CancelledError, ConnectionResetError):
+        ctx.status, ctx.error_code = _CLIENT_CLOSED, "client_disconnected"
+        raise
+    except Exception:
+        log.exception("unhandled error in request %s", ctx.request_id)
+        return render.error(
+            ctx,
+            InternalError(
+                f"The gateway hit an internal error. Quote request id {ctx.request_id} "
+                "when reporting it."
+            ),
+        )
+    finally:
+        metrics.in_flight.dec()
+        metrics.observe(ctx)
+        accesslog.write(ctx, request.method, request.path)
+
+
+def _translate(exc: web.HTTPException, request: web.Request) -> GatewayError:
+    if isinstance(exc, web.HTTPNotFound):
+        return NotFound(f"Unknown endpoint: {request.method} {request.path}")
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        return MethodNotAllowed(
+            f"{request.method} is not allowed on {request.path}; "
+            f"allowed: {', '.join(sorted(exc.allowed_methods))}"
+        )
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return PayloadTooLarge("The request body is larger than the configured limit.")
+    return GatewayError(exc.reason, status=exc.status, type="invalid_request_error")
+
+
+def _request_id(given: str | None) -> str:
+    if given and _REQUEST_ID.match(given):
+        return given
+    return f"req_{uuid.uuid4().hex}"
+
+
+def _endpoint(path: str) -> str:
+    endpoint = _ENDPOINTS.get(path)
+    if endpoint:
+        return endpoint
+    if path.startswith("/v1/models/"):
+        return "models"
+    if path.startswith("/admin/"):
+        return "admin"
+    return "other"

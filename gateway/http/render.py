@@ -1,0 +1,59 @@
+"""Turning results into HTTP responses: JSON bodies, OpenAI error bodies and SSE streams."""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from gateway import sse
+from gateway.context import RequestContext
+from gateway.errors import GatewayError
+from gateway.streaming import ChunkStream
+
+
+def json(ctx: RequestContext, data: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(data),
+        status=status,
+        content_type="application/json",
+        headers=_headers(ctx),
+    )
+
+
+def error(ctx: RequestContext, err: GatewayError) -> web.Response:
+    ctx.status = err.status
+    ctx.error_code = err.code or err.type
+    response = json(ctx, err.body(), err.status)
+    response.headers.update(err.headers)
+    return response
+
+
+async def stream(request: web.Request, ctx: RequestContext, chunks: ChunkStream) -> web.StreamResponse:
+    """Relay chunks as SSE. After prepare() the status is sent, so failures become an SSE error
+    event followed by [DONE]."""
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+            **_headers(ctx),
+        }
+    )
+    await response.prepare(request)
+    async with aclosing(chunks.relay()) as relay:
+        try:
+            async for chunk in relay:
+                await response.write(sse.encode(chunk))
+        except GatewayError as err:
+            ctx.error_code = err.code or err.type
+            await response.write(sse.encode(err.body()))
+    await response.write(sse.DONE)
+    await response.write_eof()
+    return response
+
+
+def _headers(ctx: RequestContext) -> dict[str, str]:
+    return {"x-request-id": ctx.request_id, **ctx.response_headers}

@@ -1,0 +1,74 @@
+"""A started upstream stream: the first chunk is already in hand when the client sees headers.
+
+Waiting for the first chunk before answering lets a failure before the first byte become a
+plain HTTP error (or, later, a fallback), while every chunk after it is relayed as it arrives.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from gateway.context import RequestContext
+
+Json = dict[str, Any]
+
+
+class ChunkStream:
+    def __init__(
+        self,
+        ctx: RequestContext,
+        source: AsyncGenerator[Json, None],
+        first: Json | None,
+        client_wants_usage: bool,
+    ) -> None:
+        self._ctx = ctx
+        self._source = source
+        self._first = first
+        self._client_wants_usage = client_wants_usage
+
+    @classmethod
+    async def open(
+        cls, ctx: RequestContext, source: AsyncIterator[Json], client_wants_usage: bool
+    ) -> ChunkStream:
+        """Send the request and wait for the first chunk; errors before it raise here."""
+        assert isinstance(source, AsyncGenerator)
+        started = time.perf_counter()
+        try:
+            first = await anext(source, None)
+        except BaseException:
+            await source.aclose()
+            raise
+        ctx.first_token_seconds = time.perf_counter() - started
+        return cls(ctx, source, first, client_wants_usage)
+
+    async def relay(self) -> AsyncGenerator[Json, None]:
+        """Every chunk to send to the client. Close it (aclosing) to release the upstream."""
+        started = time.perf_counter()
+        try:
+            if self._first is not None:
+                chunk, self._first = self._first, None
+                if self._relay(chunk):
+                    yield chunk
+            async for chunk in self._source:
+                if self._relay(chunk):
+                    yield chunk
+        finally:
+            self._ctx.upstream_seconds = (self._ctx.first_token_seconds or 0.0) + (
+                time.perf_counter() - started
+            )
+            await self._source.aclose()
+
+    async def aclose(self) -> None:
+        await self._source.aclose()
+
+    def _relay(self, chunk: Json) -> bool:
+        """Account usage; hide it (and usage-only chunks) when only the gateway asked for it."""
+        usage = chunk.get("usage")
+        if usage:
+            self._ctx.record_usage(usage)
+        if self._client_wants_usage:
+            return True
+        chunk.pop("usage", None)
+        return not (usage and not chunk.get("choices"))

@@ -1,0 +1,44 @@
+"""The interface every provider adapter implements.
+
+Bodies are OpenAI-format dicts in and out: an adapter for another wire format translates at
+this boundary, so nothing outside `upstream/` knows a provider's URL or payload shape.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from typing import Any
+
+from gateway.config import ProviderSettings
+
+Json = dict[str, Any]
+
+
+class Provider(ABC):
+    def __init__(self, settings: ProviderSettings) -> None:
+        self.settings = settings
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @abstractmethod
+    async def chat(self, body: Json) -> Json:
+        """One chat completion. Raises a GatewayError (mapped status) on any failure."""
+
+    @abstractmethod
+    def stream(self, body: Json) -> AsyncIterator[Json]:
+        """Chat completion chunks as they arrive, ending at the upstream's `[DONE]`.
+
+        The request is sent on the first `__anext__`: failures before the first chunk raise
+        there, so the caller can still answer with a plain HTTP error (or fall back). A stream
+        that breaks or ends without `[DONE]` raises an UpstreamError mid-iteration.
+        """
+
+    @abstractmethod
+    async def embeddings(self, body: Json) -> Json:
+        """One embeddings call."""
+
+    async def close(self) -> None:
+        """Release connections. In-flight requests on a shared session finish first."""

@@ -1,0 +1,93 @@
+"""Any OpenAI-compatible upstream: OpenAI, DeepSeek, DashScope compatible mode, vLLM, Ollama...
+
+They differ only in configuration (base URL, key, extra headers), so this one adapter serves
+them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+import orjson
+
+from gateway import sse
+from gateway.config import ProviderSettings
+from gateway.errors import UpstreamError
+from gateway.upstream import errors
+from gateway.upstream.base import Json, Provider
+from gateway.upstream.http_client import make_session
+
+_MAX_ERROR_BODY = 64 * 1024
+
+
+class OpenAICompatible(Provider):
+    def __init__(self, settings: ProviderSettings, secrets: list[str]) -> None:
+        super().__init__(settings)
+        assert settings.base_url, "validated by config"
+        self._base_url = settings.base_url
+        self._secrets = secrets
+        self._session: aiohttp.ClientSession | None = None
+        headers = {"Content-Type": "application/json", **settings.headers}
+        if settings.api_key:
+            headers["Authorization"] = f"Bearer {settings.api_key.get_secret_value()}"
+        self._headers = headers
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        # Created lazily so it binds to the running event loop.
+        if self._session is None:
+            self._session = make_session(self.settings)
+        return self._session
+
+    async def chat(self, body: Json) -> Json:
+        return await self._post_json("/chat/completions", body)
+
+    async def embeddings(self, body: Json) -> Json:
+        return await self._post_json("/embeddings", body)
+
+    async def stream(self, body: Json) -> AsyncIterator[Json]:
+        with errors.network_errors(self.name):
+            async with self.session.post(
+                self._base_url + "/chat/completions",
+                data=orjson.dumps(body),
+                headers=self._headers,
+            ) as resp:
+                if resp.status >= 400:
+                    raise await self._error(resp)
+                if not resp.headers.get("Content-Type", "").startswith("text/event-stream"):
+                    raise UpstreamError(
+                        f"provider '{self.name}' did not answer with an event stream",
+                        code="upstream_invalid_response",
+                    )
+                async for data in sse.iter_data(resp.content.iter_any()):
+                    if data == "[DONE]":
+                        return
+                    yield self._chunk(data)
+        raise UpstreamError(
+            f"provider '{self.name}' ended the stream before [DONE]", code="upstream_stream_cut"
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def _post_json(self, path: str, body: Json) -> Json:
+        with errors.network_errors(self.name):
+            async with self.session.post(
+                self._base_url + path, data=orjson.dumps(body), headers=self._headers
+            ) as resp:
+                if resp.status >= 400:
+                    raise await self._error(resp)
+                raw = await resp.read()
+        return errors.parse_json(self.name, raw)
+
+    async def _error(self, resp: aiohttp.ClientResponse) -> Exception:
+        raw = await resp.content.read(_MAX_ERROR_BODY)
+        return errors.from_response(self.name, resp.status, raw, resp.headers, self._secrets)
+
+    def _chunk(self, data: str) -> Json:
+        chunk = errors.parse_json(self.name, data.encode())
+        if "error" in chunk and "choices" not in chunk:
+            raise errors.from_stream_event(self.name, data.encode(), self._secrets)
+        return chunk

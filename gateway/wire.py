@@ -1,0 +1,174 @@
+"""OpenAI wire types at the gateway's edge.
+
+Requests are validated with strict pydantic models that *allow* unknown fields: we check what
+we rely on, and forward the client's original JSON (not a re-dump of these models), so fields
+we do not understand reach the upstream untouched.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gateway.errors import InvalidRequest
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class FunctionCall(_Open):
+    name: str
+    arguments: str
+
+
+class ToolCall(_Open):
+    id: str
+    type: str = "function"
+    function: FunctionCall | None = None
+
+
+class Message(_Open):
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+class FunctionDef(_Open):
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Open):
+    type: str = "function"
+    function: FunctionDef | None = None
+
+
+class StreamOptions(_Open):
+    include_usage: bool | None = None
+
+
+class ChatCompletionRequest(_Open):
+    model: str = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1)
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    n: int | None = Field(None, ge=1, le=128)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    tools: list[Tool] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+
+    @property
+    def wants_usage_in_stream(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class EmbeddingRequest(_Open):
+    model: str = Field(min_length=1)
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] | None = None
+    dimensions: int | None = Field(None, ge=1)
+
+
+def validate(model: type[BaseModel], data: Any) -> Any:
+    """Validate a parsed JSON body, turning the first error into a 400 naming the field."""
+    if not isinstance(data, dict):
+        raise InvalidRequest("the request body must be a JSON object", code="invalid_body")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        param = _param(err["loc"])
+        if err["type"] == "missing":
+            message = f"missing required parameter: '{param}'"
+            code = "missing_required_parameter"
+        else:
+            message = f"invalid value for '{param}': {err['msg']}"
+            code = "invalid_value"
+        raise InvalidRequest(message, param=param, code=code) from None
+
+
+def _param(loc: tuple[Any, ...]) -> str:
+    # pydantic adds the union member name ("str", "list[...]") to loc: drop those.
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif "[" in part or part in {"str", "int", "float", "bool", "function-after"}:
+            continue
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+# --- building responses (the demo provider, and later cache replay and degraded answers) ---
+
+
+def completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+
+def chat_completion(
+    model: str,
+    message: dict[str, Any],
+    finish_reason: str,
+    usage: dict[str, int] | None,
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "id": completion_id(),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
+        ],
+        "usage": usage,
+        **extra,
+    }
+
+
+def chunk(
+    id_: str,
+    model: str,
+    created: int,
+    delta: dict[str, Any] | None,
+    finish_reason: str | None = None,
+    usage: dict[str, int] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One `chat.completion.chunk`; `delta=None` makes the usage-only chunk (no choices)."""
+    choices = (
+        []
+        if delta is None
+        else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+    )
+    out = {
+        "id": id_,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": choices,
+        **extra,
+    }
+    if usage is not None:
+        out["usage"] = usage
+    return out
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
