@@ -1,0 +1,1 @@
+"""Test doubles that ship with the gateway: a fake OpenAI-compatible upstream with fault knobs."""

@@ -1,0 +1,353 @@
+"""A fake OpenAI-compatible upstream with fault knobs, for tests and benchmarks.
+
+Run it alone with `python -m gateway.testing.fake_upstream --port 9000`, or in-process with
+`FakeUpstream`. Behaviour is steered per request, by the first source that sets a knob:
+
+1. a `"fake": {...}` object in the request body (the gateway forwards unknown fields, so
+   clients set it with the SDK's `extra_body`);
+2. the server's per-model settings (`POST /_fake/config {"models": {"name": {...}}}`);
+3. the server's defaults (`POST /_fake/config {"defaults": {...}}`).
+
+Knobs (see `Knobs`): latency, slow first byte, delay between chunks, error status and body
+kind, Retry-After, malformed JSON, a stream cut mid-way or ending without [DONE], scripted
+content and tool calls (one reply per assistant turn already in the history), reasoning
+content, and response extras. `GET /_fake/requests` returns the bodies and headers received,
+`GET /_fake/stats` counts requests and client disconnects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import struct
+import time
+import uuid
+from collections import deque
+from typing import Any, Literal
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+
+Json = dict[str, Any]
+
+
+class ScriptedReply(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    content: str | None = None
+    tool_calls: list[Json] | None = None  # [{"name": ..., "arguments": str | object}]
+    finish_reason: str | None = None
+
+
+class Knobs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    latency_ms: float = 0  # before the response headers
+    first_byte_ms: float = 0  # streams: after headers, before the first chunk
+    chunk_delay_ms: float = 0  # streams: between chunks
+    status: int | None = None  # answer with this HTTP error status
+    error_body: Literal["json", "html", "empty", "text"] = "json"
+    error_message: str = "fake upstream error"
+    retry_after: str | None = None
+    malformed: bool = False  # a 200 whose JSON (or one stream chunk) is broken
+    cut_after: int | None = None  # streams: drop the connection after this many chunks
+    no_done: bool = False  # streams: end cleanly but without [DONE]
+    stream_error_after: int | None = None  # streams: send an {"error"} event after N chunks
+    content: str | None = None  # default: "Echo: <last user text>"
+    replies: list[ScriptedReply] = Field(default_factory=list)  # by assistant turn
+    words_per_chunk: int = 1
+    reasoning_content: str | None = None
+    extra: Json = Field(default_factory=dict)  # extra top-level response fields
+
+
+class FakeUpstream:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, history: int = 1000) -> None:
+        self.host, self.port = host, port
+        self.defaults = Knobs()
+        self.per_model: dict[str, Knobs] = {}
+        self.received: deque[Json] = deque(maxlen=history)
+        self.stats = {"requests": 0, "disconnects": 0, "in_flight": 0}
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=2**30)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/_fake/config", self._configure)
+        app.router.add_get("/_fake/requests", self._requests)
+        app.router.add_delete("/_fake/requests", self._clear)
+        app.router.add_get("/_fake/stats", self._stats)
+        return app
+
+    async def start(self) -> FakeUpstream:
+        self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner:
+            await self._runner.cleanup()
+
+    async def __aenter__(self) -> FakeUpstream:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def reset(self) -> None:
+        self.defaults, self.per_model = Knobs(), {}
+        self.received.clear()
+        self.stats.update(requests=0, disconnects=0)
+
+    # --- handlers ---------------------------------------------------------------------------
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body, knobs = await self._receive(request)
+        return await self._guarded(request, body, knobs, self._chat_reply)
+
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
+        body, knobs = await self._receive(request)
+        return await self._guarded(request, body, knobs, self._embedding_reply)
+
+    async def _guarded(self, request: web.Request, body: Json, knobs: Knobs, reply: Any) -> Any:
+        self.stats["in_flight"] += 1
+        try:
+            if knobs.latency_ms:
+                await asyncio.sleep(knobs.latency_ms / 1000)
+            if knobs.status:
+                return _error_response(knobs)
+            return await reply(request, body, knobs)
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.stats["disconnects"] += 1
+            raise
+        finally:
+            self.stats["in_flight"] -= 1
+
+    async def _chat_reply(self, request: web.Request, body: Json, knobs: Knobs) -> Any:
+        message, finish = _message(body, knobs)
+        model = str(body.get("model"))
+        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        if body.get("stream"):
+            return await self._stream(request, body, knobs, model, message, finish, usage)
+        if knobs.malformed:
+            return web.Response(body=b'{"id": "chatcmpl-x", "choices": [', content_type="application/json")
+        reply = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:20]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {"index": 0, "message": message, "logprobs": _logprobs(body), "finish_reason": finish}
+            ],
+            "usage": usage,
+            "system_fingerprint": "fp_fake",
+            "service_tier": "default",
+            **knobs.extra,
+        }
+        return web.json_response(reply, dumps=lambda d: orjson.dumps(d).decode())
+
+    async def _stream(
+        self, request: web.Request, body: Json, knobs: Knobs, model: str,
+        message: Json, finish: str, usage: Json,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        if knobs.first_byte_ms:
+            await asyncio.sleep(knobs.first_byte_ms / 1000)
+        chunks = _chunks(body, knobs, model, message, finish, usage)
+        for i, data in enumerate(chunks):
+            if knobs.cut_after is not None and i >= knobs.cut_after:
+                assert request.transport is not None
+                request.transport.close()  # an abrupt cut, mid-stream
+                return response
+            if knobs.stream_error_after is not None and i == knobs.stream_error_after:
+                data = orjson.dumps({"error": {"message": knobs.error_message, "type": "server_error"}})
+            elif knobs.malformed and i == 1:
+                data = b'{"id": "broken'
+            if i and knobs.chunk_delay_ms:
+                await asyncio.sleep(knobs.chunk_delay_ms / 1000)
+            await response.write(b"data: " + data + b"\n\n")
+            if knobs.stream_error_after is not None and i == knobs.stream_error_after:
+                break
+        if not knobs.no_done:
+            await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def _embedding_reply(self, request: web.Request, body: Json, knobs: Knobs) -> Any:
+        inputs = body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
+        dims = int(body.get("dimensions") or 16)
+        data = []
+        for i, text in enumerate(texts):
+            digest = hashlib.sha256(str(text).encode()).digest()
+            vector = [(digest[j % 32] - 128) / 128 for j in range(dims)]
+            encoded: Any = vector
+            if body.get("encoding_format") == "base64":
+                encoded = base64.b64encode(struct.pack(f"<{dims}f", *vector)).decode()
+            data.append({"object": "embedding", "index": i, "embedding": encoded})
+        return web.json_response(
+            {"object": "list", "data": data, "model": body.get("model"),
+             "usage": {"prompt_tokens": len(texts), "total_tokens": len(texts)}}
+        )
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}
+        ]})
+
+    async def _configure(self, request: web.Request) -> web.Response:
+        data = await request.json()
+        if "defaults" in data:
+            self.defaults = Knobs.model_validate(data["defaults"])
+        for name, knobs in (data.get("models") or {}).items():
+            self.per_model[name] = Knobs.model_validate(knobs)
+        return web.json_response({"ok": True})
+
+    async def _requests(self, request: web.Request) -> web.Response:
+        return web.json_response(list(self.received))
+
+    async def _clear(self, request: web.Request) -> web.Response:
+        self.received.clear()
+        return web.json_response({"ok": True})
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.stats)
+
+    async def _receive(self, request: web.Request) -> tuple[Json, Knobs]:
+        self.stats["requests"] += 1
+        body = orjson.loads(await request.read())
+        self.received.append({"path": request.path, "headers": dict(request.headers), "body": body})
+        knobs = self.per_model.get(str(body.get("model")), self.defaults)
+        if isinstance(body.get("fake"), dict):
+            knobs = knobs.model_copy(update=Knobs.model_validate(body["fake"]).model_dump(exclude_unset=True))
+        return body, knobs
+
+
+# --- reply construction ---------------------------------------------------------------------
+
+
+def _message(body: Json, knobs: Knobs) -> tuple[Json, str]:
+    messages = body.get("messages") or []
+    turn = sum(1 for m in messages if m.get("role") == "assistant")
+    scripted = knobs.replies[min(turn, len(knobs.replies) - 1)] if knobs.replies else None
+    message: Json = {"role": "assistant", "content": None, "refusal": None}
+    if knobs.reasoning_content is not None:
+        message["reasoning_content"] = knobs.reasoning_content
+    if scripted and scripted.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call.get("id") or f"call_{i}_{uuid.uuid4().hex[:8]}",
+                "type": "function",
+                "function": {
+                    "name": call["name"],
+                    "arguments": call["arguments"] if isinstance(call.get("arguments"), str)
+                    else orjson.dumps(call.get("arguments", {})).decode(),
+                },
+            }
+            for i, call in enumerate(scripted.tool_calls)
+        ]
+        message["content"] = scripted.content
+        return message, scripted.finish_reason or "tool_calls"
+    if scripted and scripted.content is not None:
+        message["content"] = scripted.content
+        return message, scripted.finish_reason or "stop"
+    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+    content = last_user.get("content")
+    text = content if isinstance(content, str) else orjson.dumps(content).decode()
+    message["content"] = knobs.content if knobs.content is not None else f"Echo: {text}"
+    return message, "stop"
+
+
+def _chunks(
+    body: Json, knobs: Knobs, model: str, message: Json, finish: str, usage: Json
+) -> list[bytes]:
+    id_, created = f"chatcmpl-{uuid.uuid4().hex[:20]}", int(time.time())
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+    def chunk(delta: Json | None, finish_reason: str | None = None, **kw: Any) -> bytes:
+        out: Json = {
+            "id": id_, "object": "chat.completion.chunk", "created": created, "model": model,
+            "system_fingerprint": "fp_fake", "service_tier": "default",
+            "choices": [] if delta is None else
+            [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            **knobs.extra, **kw,
+        }
+        if include_usage and "usage" not in out:
+            out["usage"] = None
+        return orjson.dumps(out)
+
+    out = [chunk({"role": "assistant", "content": "", "refusal": None})]
+    if message.get("reasoning_content"):
+        out.append(chunk({"reasoning_content": message["reasoning_content"]}))
+    words = (message.get("content") or "").split(" ") if message.get("content") else []
+    step = max(1, knobs.words_per_chunk)
+    for i in range(0, len(words), step):
+        piece = " ".join(words[i : i + step])
+        out.append(chunk({"content": piece if i == 0 else " " + piece}))
+    for index, call in enumerate(message.get("tool_calls") or []):
+        fn = call["function"]
+        out.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                          "function": {"name": fn["name"], "arguments": ""}}]}))
+        args = fn["arguments"]
+        for start in range(0, len(args), 10):
+            out.append(chunk({"tool_calls": [{"index": index,
+                                              "function": {"arguments": args[start:start + 10]}}]}))
+    out.append(chunk({}, finish))
+    if include_usage:
+        out.append(chunk(None, usage=usage))
+    return out
+
+
+def _logprobs(body: Json) -> Json | None:
+    return {"content": [], "refusal": None} if body.get("logprobs") else None
+
+
+def _error_response(knobs: Knobs) -> web.Response:
+    status = knobs.status or 500
+    headers = {"Retry-After": knobs.retry_after} if knobs.retry_after else {}
+    if knobs.error_body == "html":
+        return web.Response(status=status, text="<html><body><h1>Bad Gateway</h1></body></html>",
+                            content_type="text/html", headers=headers)
+    if knobs.error_body == "empty":
+        return web.Response(status=status, headers=headers)
+    if knobs.error_body == "text":
+        return web.Response(status=status, text=knobs.error_message, headers=headers)
+    error_type = "invalid_request_error" if status < 500 else "server_error"
+    return web.json_response(
+        {"error": {"message": knobs.error_message, "type": error_type, "param": None,
+                   "code": f"fake_{status}"}},
+        status=status, headers=headers,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="A fake OpenAI-compatible upstream.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9000)
+    args = parser.parse_args()
+
+    async def run() -> None:
+        fake = await FakeUpstream(args.host, args.port).start()
+        print(f"fake upstream listening on http://{fake.host}:{fake.port}", flush=True)
+        await asyncio.Event().wait()
+
+    try:
+        import uvloop
+
+        uvloop.run(run())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

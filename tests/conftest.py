@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.testing.fake_upstream import FakeUpstream
+from tests.servers import GatewayServer, ServerThread, settings_for, start_fake
+
+
+def _patch_aioresponses() -> None:
+    """aioresponses 0.7.9 builds ClientResponse without the `stream_writer` argument that
+    aiohttp >= 3.14 requires; hand it a response class that supplies an idle one."""
+    import inspect
+    from types import SimpleNamespace
+
+    import aiohttp
+    from aioresponses import core
+
+    if "stream_writer" not in inspect.signature(aiohttp.ClientResponse.__init__).parameters:
+        return
+
+    class _Response(aiohttp.ClientResponse):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            kwargs.setdefault("stream_writer", SimpleNamespace(output_size=0))
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    core.ClientResponse = _Response  # type: ignore[misc]
+
+
+_patch_aioresponses()
+
+
+@pytest.fixture(scope="session")
+def server_thread() -> Iterator[ServerThread]:
+    thread = ServerThread()
+    yield thread
+    thread.close()
+
+
+@pytest.fixture(scope="session")
+def fake(server_thread: ServerThread) -> Iterator[FakeUpstream]:
+    upstream = server_thread.call(start_fake())
+    yield upstream
+    server_thread.call(upstream.stop())
+
+
+@pytest.fixture
+def fake_upstream(fake: FakeUpstream) -> FakeUpstream:
+    """The shared fake upstream, reset to healthy defaults for each test."""
+    fake.reset()
+    return fake
+
+
+@pytest.fixture(scope="session")
+def gateway(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
+    """The gateway on a real socket, in anonymous mode, in front of the fake upstream."""
+    server = server_thread.call(GatewayServer(settings_for(fake.url)).start())
+    yield server
+    server_thread.call(server.stop())
+
+
+@pytest.fixture
+def gw(gateway: GatewayServer, fake_upstream: FakeUpstream) -> GatewayServer:
+    """The shared gateway with a freshly reset fake upstream behind it."""
+    return gateway

@@ -1,0 +1,19 @@
+import openai
+
+from tests.servers import GatewayServer
+
+
+def test_plain_and_streamed_through_fake(gw: GatewayServer) -> None:
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+    reply = client.chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "hello"}]
+    )
+    assert reply.choices[0].message.content == "Echo: hello"
+    text = "".join(
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "a b c"}], stream=True
+        )
+        if c.choices
+    )
+    assert text == "Echo: a b c"
