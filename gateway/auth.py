@@ -31,8 +31,7 @@ def tenant_for(settings: Settings, authorization: str | None) -> str:
 def check_admin(settings: Settings, authorization: str | None) -> None:
     if settings.admin_key_hash is None:
         raise AuthenticationFailed(
-            "The admin API is disabled: set the environment variable named by "
-            "auth.admin_key_env.",
+            "The admin API is disabled: set the environment variable named by auth.admin_key_env.",
             code="admin_disabled",
         )
     token = bearer_token(authorization)

@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _check(settings: Settings) -> int:
     served = settings.served_models()
-    print(f"{settings.source}: OK ({len(served)} servable models, {len(settings.providers)} providers)")
+    providers = len(settings.providers)
+    print(f"{settings.source}: OK ({len(served)} servable models, {providers} providers)")
     for name, provider in settings.providers.items():
         if provider.disabled_reason:
             print(f"  note: provider '{name}' is disabled: {provider.disabled_reason}")
@@ -53,15 +54,18 @@ def _check(settings: Settings) -> int:
 
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    listen_port = settings.server.port if port is None else port
+    with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=_loop) as runner:
+        runner.run(_run(settings, host or settings.server.host, listen_port))
+    return 0
+
+
+def _loop() -> asyncio.AbstractEventLoop:
     try:
         import uvloop
-
-        runner = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
-        runner = asyncio.run
-    with contextlib.suppress(KeyboardInterrupt):
-        runner(_run(settings, host or settings.server.host, settings.server.port if port is None else port))
-    return 0
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 async def _run(settings: Settings, host: str, port: int) -> None:

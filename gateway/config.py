@@ -30,7 +30,7 @@ class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Larger bodies get 413.")
-    log_prompts: bool = Field(False, description="Put prompt text in the access log (off: privacy).")
+    log_prompts: bool = Field(False, description="Put prompt text in the access log.")
 
 
 class ApiKeyConfig(_Strict):
@@ -198,9 +198,7 @@ def build_settings(
                 upstream_model=model.upstream_model or model.name,
                 kind=model.kind,
             )
-    tenant_by_key_hash = {
-        hash_key(env[k.env]): k.tenant for k in file.auth.keys if env.get(k.env)
-    }
+    tenant_by_key_hash = {hash_key(env[k.env]): k.tenant for k in file.auth.keys if env.get(k.env)}
     admin_env = file.auth.admin_key_env
     admin_key = env.get(admin_env) if admin_env else None
     return Settings(

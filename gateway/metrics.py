@@ -22,7 +22,21 @@ from gateway.context import RequestContext
 
 # Millisecond resolution at the low end (cache hits, overhead), minutes at the top (long streams).
 LATENCY_BUCKETS = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
     120.0,
 )
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
@@ -35,36 +49,53 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
-            "gateway_requests", "Requests answered, by endpoint, served model and status class.",
-            ["endpoint", "model", "status_class"], registry=r,
+            "gateway_requests",
+            "Requests answered, by endpoint, served model and status class.",
+            ["endpoint", "model", "status_class"],
+            registry=r,
         )
         self.request_seconds = Histogram(
             "gateway_request_duration_seconds",
             "End-to-end time from request to last byte.",
-            ["endpoint", "model", "stream"], buckets=LATENCY_BUCKETS, registry=r,
+            ["endpoint", "model", "stream"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.upstream_seconds = Histogram(
-            "gateway_upstream_duration_seconds", "Time spent waiting on the upstream.",
-            ["provider", "model"], buckets=LATENCY_BUCKETS, registry=r,
+            "gateway_upstream_duration_seconds",
+            "Time spent waiting on the upstream.",
+            ["provider", "model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.overhead_seconds = Histogram(
-            "gateway_overhead_seconds", "End-to-end time minus upstream time (non-streamed).",
-            ["endpoint"], buckets=OVERHEAD_BUCKETS, registry=r,
+            "gateway_overhead_seconds",
+            "End-to-end time minus upstream time (non-streamed).",
+            ["endpoint"],
+            buckets=OVERHEAD_BUCKETS,
+            registry=r,
         )
         self.first_token_seconds = Histogram(
-            "gateway_time_to_first_token_seconds", "Time until the first streamed chunk.",
-            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+            "gateway_time_to_first_token_seconds",
+            "Time until the first streamed chunk.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.tokens = Counter(
-            "gateway_tokens", "Tokens reported by upstreams, by direction (input/output).",
-            ["model", "direction"], registry=r,
+            "gateway_tokens",
+            "Tokens reported by upstreams, by direction (input/output).",
+            ["model", "direction"],
+            registry=r,
         )
         self.in_flight = Gauge(
             "gateway_in_flight_requests", "Requests being handled now.", registry=r
         )
         self.build_info = Gauge(
-            "gateway_build_info", "Always 1; labels name the running build.",
-            ["version", "python"], registry=r,
+            "gateway_build_info",
+            "Always 1; labels name the running build.",
+            ["version", "python"],
+            registry=r,
         )
         self.build_info.labels(__version__, platform.python_version()).set(1)
 

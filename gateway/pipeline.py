@@ -79,4 +79,3 @@ class Pipeline:
                 param="model",
             )
         return route
-

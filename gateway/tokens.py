@@ -22,9 +22,7 @@ def message_text(message: dict[str, Any]) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(
-            part.get("text", "") for part in content if isinstance(part, dict)
-        )
+        return "\n".join(part.get("text", "") for part in content if isinstance(part, dict))
     return ""
 
 

@@ -65,8 +65,12 @@ async def readyz(request: web.Request) -> web.StreamResponse:
         )
     return render.json(
         request[CTX],
-        {"status": "ready", "config": runtime.settings.source, "models": len(models),
-         "providers": runtime.upstreams.names()},
+        {
+            "status": "ready",
+            "config": runtime.settings.source,
+            "models": len(models),
+            "providers": runtime.upstreams.names(),
+        },
     )
 
 
@@ -85,8 +89,12 @@ async def admin_config(request: web.Request) -> web.StreamResponse:
     }
     return render.json(
         request[CTX],
-        {"source": settings.source, "loaded_at": settings.loaded_at,
-         "config": settings.file.model_dump(mode="json"), "providers": providers},
+        {
+            "source": settings.source,
+            "loaded_at": settings.loaded_at,
+            "config": settings.file.model_dump(mode="json"),
+            "providers": providers,
+        },
     )
 
 

@@ -31,7 +31,9 @@ def error(ctx: RequestContext, err: GatewayError) -> web.Response:
     return response
 
 
-async def stream(request: web.Request, ctx: RequestContext, chunks: ChunkStream) -> web.StreamResponse:
+async def stream(
+    request: web.Request, ctx: RequestContext, chunks: ChunkStream
+) -> web.StreamResponse:
     """Relay chunks as SSE. After prepare() the status is sent, so failures become an SSE error
     event followed by [DONE]."""
     response = web.StreamResponse(

@@ -40,5 +40,5 @@ class Provider(ABC):
     async def embeddings(self, body: Json) -> Json:
         """One embeddings call."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - optional hook; most adapters hold nothing
         """Release connections. In-flight requests on a shared session finish first."""

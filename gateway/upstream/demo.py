@@ -137,7 +137,7 @@ def _tool_call(function: Json, text: str) -> Json:
 
 def _example(schema: Json, text: str) -> Any:
     """A value that satisfies a JSON Schema's common keywords, for demo tool arguments."""
-    if "enum" in schema and schema["enum"]:
+    if schema.get("enum"):
         return schema["enum"][0]
     if "const" in schema:
         return schema["const"]
@@ -170,4 +170,3 @@ def _embed(text: str, dims: int) -> list[float]:
         vector[h % dims] += 1.0 if (h >> 32) & 1 else -1.0
     norm = math.sqrt(sum(v * v for v in vector)) or 1.0
     return [v / norm for v in vector]
-
