@@ -40,7 +40,6 @@ _ENDPOINTS = {
     "/readyz": "health",
     "/metrics": "metrics",
 }
-_CLIENT_CLOSED = 499  # nginx's convention; only ever logged, never sent
 
 
 @web.middleware
@@ -58,14 +57,15 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         elif ctx.endpoint == "admin":
             auth.check_admin(runtime.settings, request.headers.get("Authorization"))
         response = await handler(request)
-        ctx.status = response.status
+        if ctx.error_code is None:
+            ctx.status = response.status
         return response
     except GatewayError as err:
         return render.error(ctx, err)
     except web.HTTPException as exc:
         return render.error(ctx, _translate(exc, request))
     except (asyncio.CancelledError, ConnectionResetError):
-        ctx.status, ctx.error_code = _CLIENT_CLOSED, "client_disconnected"
+        ctx.status, ctx.error_code = render.CLIENT_CLOSED, "client_disconnected"
         raise
     except Exception:
         log.exception("unhandled error in request %s", ctx.request_id)

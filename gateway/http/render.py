@@ -13,6 +13,8 @@ from gateway.context import RequestContext
 from gateway.errors import GatewayError
 from gateway.streaming import ChunkStream
 
+CLIENT_CLOSED = 499  # nginx's convention; only ever logged, never sent
+
 
 def json(ctx: RequestContext, data: Any, status: int = 200) -> web.Response:
     return web.Response(
@@ -45,17 +47,20 @@ async def stream(
         }
     )
     await response.prepare(request)
-    async with aclosing(chunks.relay()) as relay:
-        try:
-            async for chunk in relay:
-                await response.write(sse.encode(chunk))
-        except GatewayError as err:
-            ctx.error_code = err.code or err.type
-            await response.write(sse.encode(err.body()))
-    await response.write(sse.DONE)
-    await response.write_eof()
+    try:
+        async with aclosing(chunks.relay()) as relay:
+            try:
+                async for chunk in relay:
+                    await response.write(sse.encode(chunk))
+            except GatewayError as err:
+                ctx.error_code = err.code or err.type
+                await response.write(sse.encode(err.body()))
+        await response.write(sse.DONE)
+        await response.write_eof()
+    except ConnectionResetError:
+        # The client left; closing the relay above already released the upstream request.
+        ctx.status, ctx.error_code = CLIENT_CLOSED, "client_disconnected"
     return response
-
 
 def _headers(ctx: RequestContext) -> dict[str, str]:
     return {"x-request-id": ctx.request_id, **ctx.response_headers}
