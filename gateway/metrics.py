@@ -14,6 +14,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    disable_created_metrics,
     generate_latest,
 )
 
@@ -42,6 +43,9 @@ LATENCY_BUCKETS = (
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
 ENDPOINTS = frozenset({"chat", "embeddings", "models", "health", "metrics", "admin", "other"})
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# `*_created` series double the series count and no dashboard reads them.
+disable_created_metrics()
 
 
 class Metrics:
