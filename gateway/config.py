@@ -258,13 +258,21 @@ def _describe(err: Any, root: yaml.Node | None) -> str:
     path = _dotted(loc) or "(top level)"
     line = _line_of(root, loc)
     where = f"{path} (line {line})" if line else path
-    return f"{where}: {err['msg']}"
+    hint = ""
+    if "[key]" in loc and err["type"] == "string_type":
+        hint = " (YAML reads unquoted yes/no/on/off as booleans: quote the name)"
+    return f"{where}: {err['msg']}{hint}"
 
 
 def _dotted(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if part == "[key]":
+            continue
+        if isinstance(part, int) and not isinstance(part, bool):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
     return out
 
 
@@ -273,7 +281,7 @@ def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     line = node.start_mark.line + 1 if node is not None else None
     for part in loc:
         if isinstance(node, yaml.MappingNode):
-            node = next((v for k, v in node.value if k.value == part), None)
+            node = next((v for k, v in node.value if k.value == str(part)), None)
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
             node = node.value[part] if part < len(node.value) else None
         else:

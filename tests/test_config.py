@@ -64,6 +64,7 @@ def test_api_keys_resolve_from_the_environment_by_hash() -> None:
         (MINIMAL.replace("aliases: [alias-a]", "aliases: [d]"), "'d' is used twice"),
         ("server: {port: high}\n" + MINIMAL, "server.port (line 1)"),
         ("- just\n- a list\n", "the top level must be a mapping"),
+        ("providers: {off: {type: demo}}\nmodels: [{name: a, provider: demo}]", "quote the name"),
         ("providers: {a: [unclosed\n", "not valid YAML"),
     ],
 )
