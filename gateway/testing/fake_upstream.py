@@ -9,7 +9,7 @@ Run it alone with `python -m gateway.testing.fake_upstream --port 9000`, or in-p
 3. the server's defaults (`POST /_fake/config {"defaults": {...}}`).
 
 Knobs (see `Knobs`): latency, slow first byte, delay between chunks, error status and body
-kind, Retry-After, malformed JSON, a stream cut mid-way or ending without [DONE], scripted
+kind, Retry-After, malformed JSON or UTF-8, a stream cut mid-way or ending without [DONE], scripted
 content and tool calls (one reply per assistant turn already in the history), reasoning
 content, and response extras. `GET /_fake/requests` returns the bodies and headers received,
 `GET /_fake/stats` counts requests and client disconnects.
@@ -51,6 +51,7 @@ class Knobs(BaseModel):
     error_message: str = "fake upstream error"
     retry_after: str | None = None
     malformed: bool = False  # a 200 whose JSON (or one stream chunk) is broken
+    invalid_utf8: bool = False  # a 200 whose body (or one stream chunk) is not UTF-8
     cut_after: int | None = None  # streams: drop the connection after this many chunks
     no_done: bool = False  # streams: end cleanly but without [DONE]
     stream_error_after: int | None = None  # streams: send an {"error"} event after N chunks
@@ -138,6 +139,8 @@ class FakeUpstream:
         usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
         if body.get("stream"):
             return await self._stream(request, body, knobs, model, message, finish, usage)
+        if knobs.invalid_utf8:
+            return web.Response(body=b'{"id": "\xff\xfe"}', content_type="application/json")
         if knobs.malformed:
             return web.Response(body=b'{"id": "chatcmpl-x", "choices": [', content_type="application/json")
         reply = {
@@ -173,6 +176,8 @@ class FakeUpstream:
                 data = orjson.dumps({"error": {"message": knobs.error_message, "type": "server_error"}})
             elif knobs.malformed and i == 1:
                 data = b'{"id": "broken'
+            elif knobs.invalid_utf8 and i == 1:
+                data = b'{"id": "\xff\xfe"}'
             if i and knobs.chunk_delay_ms:
                 await asyncio.sleep(knobs.chunk_delay_ms / 1000)
             await response.write(b"data: " + data + b"\n\n")
@@ -229,7 +234,11 @@ class FakeUpstream:
         self.received.append({"path": request.path, "headers": dict(request.headers), "body": body})
         knobs = self.per_model.get(str(body.get("model")), self.defaults)
         if isinstance(body.get("fake"), dict):
-            knobs = knobs.model_copy(update=Knobs.model_validate(body["fake"]).model_dump(exclude_unset=True))
+            # Copy the validated values (not a dump): scripted replies must stay models.
+            override = Knobs.model_validate(body["fake"])
+            knobs = knobs.model_copy(
+                update={name: getattr(override, name) for name in override.model_fields_set}
+            )
         return body, knobs
 
 

@@ -1,0 +1,78 @@
+"""Fixtures of the end-to-end suites: SDK clients of both kinds, and extra gateways whose
+settings differ from the shared one (API keys, a short read timeout, an unreachable
+provider)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from gateway.testing.fake_upstream import FakeUpstream
+from tests.e2e.helpers import closed_port, reconfigure_provider, running_gateway
+from tests.e2e.sdk import Sdk, make_sdk
+from tests.servers import GatewayServer, ServerThread, settings_for
+
+GATEWAY_KEY = "sk-gw-team-a-0123456789"
+GATEWAY_KEY_ENV = "E2E_GATEWAY_KEY_TEAM_A"
+KEYED_YAML = f"""
+auth:
+  keys:
+    - {{env: {GATEWAY_KEY_ENV}, tenant: team-a}}
+"""
+SHORT_READ_TIMEOUT = 0.5
+
+SdkFactory = Callable[..., Sdk]
+
+
+@pytest.fixture(params=["sync", "async"])
+def sdk_factory(request: pytest.FixtureRequest) -> Iterator[SdkFactory]:
+    """Makes SDK clients of this test's kind (`openai.OpenAI` or `openai.AsyncOpenAI`)."""
+    made: list[Sdk] = []
+
+    def factory(base_url: str, api_key: str = "client-key", timeout: float = 10.0) -> Sdk:
+        made.append(make_sdk(request.param, base_url, api_key, timeout))
+        return made[-1]
+
+    yield factory
+    for sdk in made:
+        sdk.close()
+
+
+@pytest.fixture
+def sdk(sdk_factory: SdkFactory, gw: GatewayServer) -> Sdk:
+    """An SDK client of the shared anonymous gateway."""
+    return sdk_factory(gw.url)
+
+
+@pytest.fixture(scope="session")
+def keyed_gateway(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
+    """A gateway that requires an API key (one key, tenant team-a)."""
+    settings = settings_for(fake.url, KEYED_YAML, {GATEWAY_KEY_ENV: GATEWAY_KEY})
+    assert not settings.anonymous
+    with running_gateway(server_thread, settings) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def short_timeout_gateway(
+    server_thread: ServerThread, fake: FakeUpstream
+) -> Iterator[GatewayServer]:
+    """A gateway whose fake provider gives up after SHORT_READ_TIMEOUT seconds of silence."""
+    settings = reconfigure_provider(
+        settings_for(fake.url),
+        "fake",
+        timeouts={"connect": 2, "read": SHORT_READ_TIMEOUT, "total": 10},
+    )
+    with running_gateway(server_thread, settings) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def unreachable_gateway(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
+    """A gateway whose fake provider points at a closed port."""
+    settings = reconfigure_provider(
+        settings_for(fake.url), "fake", base_url=f"http://127.0.0.1:{closed_port()}/v1"
+    )
+    with running_gateway(server_thread, settings) as server:
+        yield server
