@@ -6,9 +6,10 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from gateway.cache.factory import build_cache
 from gateway.config import Settings
 from gateway.http import handlers
-from gateway.http.keys import METRICS, RUNTIME_REF
+from gateway.http.keys import CACHE, METRICS, RUNTIME_REF
 from gateway.http.middleware import gateway_middleware
 from gateway.metrics import Metrics
 from gateway.runtime import Runtime, RuntimeRef
@@ -17,8 +18,12 @@ from gateway.runtime import Runtime, RuntimeRef
 def build_app(settings: Settings) -> web.Application:
     # Bodies are read and limited by the handlers against the live config, not by aiohttp.
     app = web.Application(middlewares=[gateway_middleware], client_max_size=2**40)
-    app[RUNTIME_REF] = RuntimeRef(Runtime.build(settings))
-    app[METRICS] = Metrics()
+    cache = app[CACHE] = build_cache(settings.file.cache, settings.routes.values())
+    app[RUNTIME_REF] = RuntimeRef(Runtime.build(settings, cache))
+    metrics = app[METRICS] = Metrics()
+    if cache is not None:
+        metrics.cache_entries.set_function(lambda: len(cache.store))
+    app.cleanup_ctx.append(_cache_lifetime)
     app.cleanup_ctx.append(_runtime_lifetime)
     app.router.add_post("/v1/chat/completions", handlers.chat_completions)
     app.router.add_post("/v1/embeddings", handlers.embeddings)
@@ -28,7 +33,18 @@ def build_app(settings: Settings) -> web.Application:
     app.router.add_get("/readyz", handlers.readyz)
     app.router.add_get("/metrics", handlers.metrics)
     app.router.add_get("/admin/config", handlers.admin_config)
+    app.router.add_get("/admin/cache/stats", handlers.admin_cache_stats)
+    app.router.add_post("/admin/cache/purge", handlers.admin_cache_purge)
     return app
+
+
+async def _cache_lifetime(app: web.Application) -> AsyncIterator[None]:
+    cache = app[CACHE]
+    if cache is not None:
+        await cache.start()
+    yield
+    if cache is not None:
+        await cache.close()
 
 
 async def _runtime_lifetime(app: web.Application) -> AsyncIterator[None]:

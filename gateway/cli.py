@@ -1,13 +1,15 @@
-"""`gateway serve | check` (also `python -m gateway`)."""
+"""`gateway serve | check | cache stats` (also `python -m gateway`)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from aiohttp import web
@@ -29,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     check = commands.add_parser("check", help="validate the config and exit")
     check.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
 
+    cache = commands.add_parser("cache", help="look at the cache store")
+    cache.add_argument("action", choices=["stats"])
+    cache.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
+
     args = parser.parse_args(argv)
     try:
         settings = load_settings(args.config)
@@ -39,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.command == "check":
         return _check(settings)
+    if args.command == "cache":
+        return _cache_stats(settings)
     return _serve(settings, args.host, args.port)
 
 
@@ -49,6 +57,18 @@ def _check(settings: Settings) -> int:
     for name, provider in settings.providers.items():
         if provider.disabled_reason:
             print(f"  note: provider '{name}' is disabled: {provider.disabled_reason}")
+    return 0
+
+
+def _cache_stats(settings: Settings) -> int:
+    from gateway.cache.embedded_store import file_stats
+
+    store = settings.file.cache.store
+    if store.type != "sqlite":
+        print("the cache store is in memory: ask the running gateway (GET /admin/cache/stats)")
+        return 1
+    stats = file_stats(store.path, store.max_entries)
+    print(json.dumps(asdict(stats), indent=2))
     return 0
 
 

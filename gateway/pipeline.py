@@ -1,6 +1,8 @@
 """The request flow, stage by stage, and nothing else.
 
-    resolve the model -> call the upstream (plain, or a stream whose first chunk has arrived)
+    resolve the model -> cache lookup (exact, then semantic) -> on a hit: answer from it
+                      -> call the upstream (plain, or a stream whose first chunk has arrived)
+                      -> store the complete answer in the cache (in the background)
 
 Later stages (policy, rate limit, loop guard, routing, cache, knowledge base, tool-call guard,
 cache store) slot in here in the order of docs/ARCHITECTURE.md. Nothing in this module knows
@@ -10,8 +12,11 @@ HTTP: it takes wire types and a RequestContext and returns JSON or a chunk strea
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
+from gateway import chunks, wire
+from gateway.cache.service import CacheHit, SemanticCache
 from gateway.config import ModelRoute, Settings
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest, ModelNotFound
@@ -23,14 +28,26 @@ Json = dict[str, Any]
 
 
 class Pipeline:
-    def __init__(self, settings: Settings, upstreams: Upstreams) -> None:
+    def __init__(
+        self, settings: Settings, upstreams: Upstreams, cache: SemanticCache | None = None
+    ) -> None:
         self.settings = settings
         self.upstreams = upstreams
+        self.cache = cache
 
     async def chat(
         self, ctx: RequestContext, request: ChatCompletionRequest, body: Json
     ) -> Json | ChunkStream:
         route = ctx.route = self.resolve(request.model, "chat")
+        plan = self.cache.plan(ctx, route, body, ctx.cache_directive) if self.cache else None
+        if plan is not None and self.cache is not None:
+            hit = await self.cache.lookup(ctx, plan)
+            if hit is not None:
+                return await self._from_cache(ctx, request, hit)
+            on_complete = partial(self.cache.store_later, ctx, plan)
+        else:
+            on_complete = None
+
         provider = self.upstreams.get(route.provider)
         upstream_body = {**body, "model": route.upstream_model}
         started = time.perf_counter()
@@ -40,11 +57,24 @@ class Pipeline:
                 # Ask for usage anyway, for accounting; ChunkStream hides it from the client.
                 options = body.get("stream_options") or {}
                 upstream_body["stream_options"] = {**options, "include_usage": True}
-            return await ChunkStream.open(ctx, provider.stream(upstream_body), wants_usage)
+            source = provider.stream(upstream_body)
+            return await ChunkStream.open(ctx, source, wants_usage, on_complete)
         reply = await provider.chat(upstream_body)
         ctx.upstream_seconds = time.perf_counter() - started
         ctx.record_usage(reply.get("usage"))
+        if on_complete is not None:
+            on_complete(reply)
         return reply
+
+    async def _from_cache(
+        self, ctx: RequestContext, request: ChatCompletionRequest, hit: CacheHit
+    ) -> Json | ChunkStream:
+        completion = {**hit.entry.response, "id": wire.completion_id(), "created": int(time.time())}
+        ctx.saved_usage = completion.get("usage")
+        if request.stream:
+            replayed = chunks.replay(completion, request.wants_usage_in_stream)
+            return await ChunkStream.open(ctx, replayed, client_wants_usage=True)
+        return completion
 
     async def embeddings(self, ctx: RequestContext, request: EmbeddingRequest, body: Json) -> Json:
         route = ctx.route = self.resolve(request.model, "embedding")

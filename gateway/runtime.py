@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.cache.service import SemanticCache
 from gateway.config import Settings
 from gateway.pipeline import Pipeline
 from gateway.upstream import Upstreams
@@ -17,9 +18,10 @@ class Runtime:
     pipeline: Pipeline
 
     @classmethod
-    def build(cls, settings: Settings) -> Runtime:
+    def build(cls, settings: Settings, cache: SemanticCache | None = None) -> Runtime:
+        """`cache` outlives runtimes (its model and store are per process), so it is passed in."""
         upstreams = Upstreams(settings)
-        return cls(settings, upstreams, Pipeline(settings, upstreams))
+        return cls(settings, upstreams, Pipeline(settings, upstreams, cache))
 
     async def close(self) -> None:
         await self.upstreams.close()

@@ -18,7 +18,8 @@ async def iter_data(chunks: AsyncIterable[bytes]) -> AsyncIterator[str]:
     """Yield the `data` of each event in a byte stream (SSE framing, any chunk boundaries).
 
     Comments and `event:`/`id:`/`retry:` fields are skipped: OpenAI-style streams carry
-    everything in `data`. Lines may end in LF or CRLF.
+    everything in `data`. Lines may end in LF or CRLF. Bytes that are not UTF-8 raise
+    UnicodeDecodeError (the caller decides what a broken upstream means).
     """
     buffer = b""
     data_lines: list[str] = []

@@ -7,9 +7,10 @@ plain HTTP error (or, later, a fallback), while every chunk after it is relayed 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
+from gateway.chunks import Accumulator
 from gateway.context import RequestContext
 
 Json = dict[str, Any]
@@ -22,17 +23,27 @@ class ChunkStream:
         source: AsyncGenerator[Json, None],
         first: Json | None,
         client_wants_usage: bool,
+        on_complete: Callable[[Json], None] | None,
     ) -> None:
         self._ctx = ctx
         self._source = source
         self._first = first
         self._client_wants_usage = client_wants_usage
+        self._on_complete = on_complete
+        self._accumulator = Accumulator() if on_complete else None
 
     @classmethod
     async def open(
-        cls, ctx: RequestContext, source: AsyncIterator[Json], client_wants_usage: bool
+        cls,
+        ctx: RequestContext,
+        source: AsyncIterator[Json],
+        client_wants_usage: bool,
+        on_complete: Callable[[Json], None] | None = None,
     ) -> ChunkStream:
-        """Send the request and wait for the first chunk; errors before it raise here."""
+        """Send the request and wait for the first chunk; errors before it raise here.
+
+        `on_complete` receives the accumulated completion once the stream has ended normally
+        (never for a stream that broke or that the client left)."""
         assert isinstance(source, AsyncGenerator)
         started = time.perf_counter()
         try:
@@ -41,7 +52,7 @@ class ChunkStream:
             await source.aclose()
             raise
         ctx.first_token_seconds = time.perf_counter() - started
-        return cls(ctx, source, first, client_wants_usage)
+        return cls(ctx, source, first, client_wants_usage, on_complete)
 
     async def relay(self) -> AsyncGenerator[Json, None]:
         """Every chunk to send to the client. Close it (aclosing) to release the upstream."""
@@ -54,6 +65,8 @@ class ChunkStream:
             async for chunk in self._source:
                 if self._relay(chunk):
                     yield chunk
+            if self._on_complete and self._accumulator:
+                self._on_complete(self._accumulator.completion())
         finally:
             self._ctx.upstream_seconds = (self._ctx.first_token_seconds or 0.0) + (
                 time.perf_counter() - started
@@ -65,6 +78,8 @@ class ChunkStream:
 
     def _relay(self, chunk: Json) -> bool:
         """Account usage; hide it (and usage-only chunks) when only the gateway asked for it."""
+        if self._accumulator:
+            self._accumulator.add(chunk)
         usage = chunk.get("usage")
         if usage:
             self._ctx.record_usage(usage)

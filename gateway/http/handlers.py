@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, PayloadTooLarge
+from gateway.cache.service import Directive, SemanticCache
+from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
 from gateway.http import render
-from gateway.http.keys import CTX, METRICS, RUNTIME
+from gateway.http.keys import CACHE, CTX, METRICS, RUNTIME
 from gateway.metrics import CONTENT_TYPE
 from gateway.streaming import ChunkStream
 from gateway.tokens import message_text
 from gateway.wire import ChatCompletionRequest, EmbeddingRequest, validate
+
+# orjson re-encodes at most ~254 levels; real requests nest far less.
+MAX_JSON_DEPTH = 128
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -21,6 +27,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     chat: ChatCompletionRequest = validate(ChatCompletionRequest, body)
     ctx.requested_model, ctx.stream = chat.model, bool(chat.stream)
+    ctx.cache_directive = cache_directive(request.headers)
     if runtime.settings.server.log_prompts:
         ctx.prompt = message_text(body["messages"][-1])
     reply = await runtime.pipeline.chat(ctx, chat, body)
@@ -52,6 +59,29 @@ async def retrieve_model(request: web.Request) -> web.StreamResponse:
     return render.json(request[CTX], _model_card(settings.loaded_at, route.name, route.provider))
 
 
+_EXPLICIT_DIRECTIVES: dict[str, Directive] = {"bypass": "bypass", "refresh": "refresh"}
+
+
+def cache_directive(headers: Mapping[str, str]) -> Directive:
+    """`x-gateway-cache: bypass|refresh`, else the standard Cache-Control request directives:
+    no-store = neither read nor write the cache, no-cache = do not read it (but refresh it)."""
+    explicit = headers.get("x-gateway-cache")
+    if explicit is not None:
+        directive = _EXPLICIT_DIRECTIVES.get(explicit.strip().lower())
+        if directive is not None:
+            return directive
+        raise InvalidRequest(
+            f"Header x-gateway-cache must be 'bypass' or 'refresh', not {explicit!r}.",
+            code="invalid_header",
+        )
+    control = headers.get("Cache-Control", "").lower()
+    if "no-store" in control:
+        return "bypass"
+    if "no-cache" in control:
+        return "refresh"
+    return "default"
+
+
 async def healthz(request: web.Request) -> web.StreamResponse:
     return render.json(request[CTX], {"status": "ok"})
 
@@ -70,8 +100,21 @@ async def readyz(request: web.Request) -> web.StreamResponse:
             "config": runtime.settings.source,
             "models": len(models),
             "providers": runtime.upstreams.names(),
+            "cache": _cache_state(request.app[CACHE]),
         },
     )
+
+
+def _cache_state(cache: SemanticCache | None) -> dict[str, Any]:
+    if cache is None:
+        return {"enabled": False}
+    embedder = cache.embedder
+    return {
+        "enabled": True,
+        "semantic": embedder is not None and cache.embedder_ready,
+        "embedder": embedder.name if embedder else None,
+        "embedder_error": cache.embedder_error,
+    }
 
 
 async def metrics(request: web.Request) -> web.StreamResponse:
@@ -98,6 +141,37 @@ async def admin_config(request: web.Request) -> web.StreamResponse:
     )
 
 
+async def admin_cache_stats(request: web.Request) -> web.StreamResponse:
+    cache = _require_cache(request)
+    stats = await cache.store.stats()
+    return render.json(request[CTX], {**asdict(stats), **_cache_state(cache)})
+
+
+async def admin_cache_purge(request: web.Request) -> web.StreamResponse:
+    """Body: {} purges everything; {"tenant": ...} and/or {"model": ...} narrow it."""
+    cache = _require_cache(request)
+    body = await read_json(request) if request.can_read_body else {}
+    if (
+        not isinstance(body, dict)
+        or set(body) - {"tenant", "model"}
+        or not all(isinstance(v, str) for v in body.values())
+    ):
+        raise InvalidRequest(
+            'The purge body is {} or {"tenant": "...", "model": "..."} (either or both).',
+            code="invalid_body",
+        )
+    await cache.flush()
+    purged = await cache.store.purge(tenant=body.get("tenant"), model=body.get("model"))
+    return render.json(request[CTX], {"purged": purged})
+
+
+def _require_cache(request: web.Request) -> SemanticCache:
+    cache = request.app[CACHE]
+    if cache is None:
+        raise NotFound("The cache is not enabled for any model in this configuration.")
+    return cache
+
+
 async def read_json(request: web.Request) -> Any:
     limit = request[RUNTIME].settings.server.max_body_bytes
     too_large = PayloadTooLarge(f"The request body is larger than the limit of {limit} bytes.")
@@ -111,11 +185,27 @@ async def read_json(request: web.Request) -> Any:
     if not raw:
         raise InvalidRequest("The request body is empty; send a JSON object.", code="invalid_json")
     try:
-        return orjson.loads(raw)
+        data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(
             f"The request body is not valid JSON: {exc}", code="invalid_json"
         ) from None
+    if _nests_deeper_than(data, MAX_JSON_DEPTH):
+        raise InvalidRequest(
+            f"The request JSON nests deeper than {MAX_JSON_DEPTH} levels.", code="invalid_json"
+        )
+    return data
+
+
+def _nests_deeper_than(data: Any, limit: int) -> bool:
+    stack = [(data, 1)] if isinstance(data, dict | list) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
 
 
 def _model_card(created: int, name: str, provider: str) -> dict[str, Any]:

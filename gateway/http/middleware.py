@@ -20,7 +20,6 @@ from gateway import accesslog, auth
 from gateway.context import RequestContext
 from gateway.errors import (
     GatewayError,
-    InternalError,
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
@@ -69,13 +68,7 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         raise
     except Exception:
         log.exception("unhandled error in request %s", ctx.request_id)
-        return render.error(
-            ctx,
-            InternalError(
-                f"The gateway hit an internal error. Quote request id {ctx.request_id} "
-                "when reporting it."
-            ),
-        )
+        return render.error(ctx, render.internal_error(ctx))
     finally:
         metrics.in_flight.dec()
         metrics.observe(ctx)
@@ -86,9 +79,10 @@ def _translate(exc: web.HTTPException, request: web.Request) -> GatewayError:
     if isinstance(exc, web.HTTPNotFound):
         return NotFound(f"Unknown endpoint: {request.method} {request.path}")
     if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
         return MethodNotAllowed(
-            f"{request.method} is not allowed on {request.path}; "
-            f"allowed: {', '.join(sorted(exc.allowed_methods))}"
+            f"{request.method} is not allowed on {request.path}; allowed: {allowed}",
+            headers={"Allow": allowed},
         )
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
         return PayloadTooLarge("The request body is larger than the configured limit.")

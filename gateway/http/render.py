@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from contextlib import aclosing
 from typing import Any
 
@@ -10,9 +11,10 @@ from aiohttp import web
 
 from gateway import sse
 from gateway.context import RequestContext
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, InternalError
 from gateway.streaming import ChunkStream
 
+log = logging.getLogger("gateway")
 CLIENT_CLOSED = 499  # nginx's convention; only ever logged, never sent
 
 
@@ -55,6 +57,12 @@ async def stream(
             except GatewayError as err:
                 ctx.error_code = err.code or err.type
                 await response.write(sse.encode(err.body()))
+            except Exception:
+                # Headers are sent: a bug must still end as a well-formed stream.
+                log.exception("unhandled error mid-stream in request %s", ctx.request_id)
+                internal = internal_error(ctx)
+                ctx.error_code = internal.code
+                await response.write(sse.encode(internal.body()))
         await response.write(sse.DONE)
         await response.write_eof()
     except ConnectionResetError:
@@ -62,5 +70,17 @@ async def stream(
         ctx.status, ctx.error_code = CLIENT_CLOSED, "client_disconnected"
     return response
 
+
+def internal_error(ctx: RequestContext) -> InternalError:
+    return InternalError(
+        f"The gateway hit an internal error. Quote request id {ctx.request_id} when reporting it."
+    )
+
+
 def _headers(ctx: RequestContext) -> dict[str, str]:
-    return {"x-request-id": ctx.request_id, **ctx.response_headers}
+    headers = {"x-request-id": ctx.request_id, **ctx.response_headers}
+    if ctx.cache_result is not None:
+        headers["x-gateway-cache"] = ctx.cache_result
+        if ctx.cache_similarity is not None:
+            headers["x-gateway-cache-similarity"] = f"{ctx.cache_similarity:.4f}"
+    return headers

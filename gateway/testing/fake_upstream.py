@@ -56,6 +56,7 @@ class Knobs(BaseModel):
     no_done: bool = False  # streams: end cleanly but without [DONE]
     stream_error_after: int | None = None  # streams: send an {"error"} event after N chunks
     content: str | None = None  # default: "Echo: <last user text>"
+    echo_user: bool = False  # the default answer names the request's `user` field too
     replies: list[ScriptedReply] = Field(default_factory=list)  # by assistant turn
     words_per_chunk: int = 1
     reasoning_content: str | None = None
@@ -273,7 +274,8 @@ def _message(body: Json, knobs: Knobs) -> tuple[Json, str]:
     last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
     content = last_user.get("content")
     text = content if isinstance(content, str) else orjson.dumps(content).decode()
-    message["content"] = knobs.content if knobs.content is not None else f"Echo: {text}"
+    echo = f"Echo[{body.get('user')}]: {text}" if knobs.echo_user else f"Echo: {text}"
+    message["content"] = knobs.content if knobs.content is not None else echo
     return message, "stop"
 
 

@@ -69,6 +69,11 @@ def network_errors(provider: str) -> Iterator[None]:
         yield
     except TimeoutError:  # aiohttp's timeouts subclass it
         raise UpstreamTimeout(f"provider '{provider}' did not answer in time") from None
+    except UnicodeDecodeError:
+        raise UpstreamError(
+            f"provider '{provider}' sent a stream that is not UTF-8",
+            code="upstream_invalid_response",
+        ) from None
     except aiohttp.ClientPayloadError:
         raise UpstreamError(f"provider '{provider}' broke off its response") from None
     except aiohttp.ClientConnectorError:

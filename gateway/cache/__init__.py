@@ -1,0 +1,1 @@
+"""The semantic cache: exact tier, semantic tier inside an exact scope, persistent store."""

@@ -1,0 +1,345 @@
+"""The embedded cache store: SQLite (WAL) on disk, indexes in memory, no server.
+
+SQLite holds everything durably: a `put` returns after its transaction committed, and WAL with
+synchronous=NORMAL keeps committed transactions through a `kill -9` of the process. The memory
+side holds only what lookups need fast: exact key -> id, per-scope vector indexes, expiry and
+LRU order. Stored answers are read back from SQLite on a hit. All SQLite work runs on one
+dedicated thread, so the event loop never waits on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import sqlite3
+import time
+from collections import Counter, OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from gateway.cache.index import ScopedIndex
+from gateway.cache.store import CacheEntry, StoreStats
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    id INTEGER PRIMARY KEY,
+    exact_key TEXT NOT NULL UNIQUE,
+    scope TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    model TEXT NOT NULL,
+    text TEXT NOT NULL,
+    response BLOB NOT NULL,
+    embedder TEXT,
+    vector BLOB,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    last_used REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS entries_expires ON entries (expires_at);
+"""
+_ROW = "id, exact_key, scope, tenant, model, text, response, embedder, created_at, expires_at"
+
+
+@dataclass(slots=True)
+class _Meta:
+    scope: str
+    exact_key: str
+    tenant: str
+    model: str
+    embedder: str | None
+    expires_at: float
+
+
+class EmbeddedStore:
+    def __init__(self, path: str | None, max_entries: int, approximate_above: int) -> None:
+        self.path = path  # None: in memory only
+        self.max_entries = max_entries
+        self.approximate_above = approximate_above
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-store")
+        self._db: sqlite3.Connection | None = None
+        self._meta: dict[int, _Meta] = {}
+        self._by_exact: dict[str, int] = {}
+        self._lru: OrderedDict[int, None] = OrderedDict()
+        self._touched: dict[int, float] = {}
+        self._expiries: list[tuple[float, int]] = []  # a heap; stale pairs are skipped
+        self._indexes: dict[str, ScopedIndex] = {}  # one per embedder
+        self._opened = False
+
+    def __len__(self) -> int:
+        return len(self._meta)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._opened:
+            return
+        rows = await self._run(self._open_db, time.time())
+        for row_id, exact_key, scope, tenant, model, embedder, vector, expires_at in rows:
+            self._remember(row_id, _Meta(scope, exact_key, tenant, model, embedder, expires_at))
+            if vector is not None and embedder is not None:
+                self._index_for(embedder, len(vector) // 4).add(
+                    scope, row_id, np.frombuffer(vector, dtype=np.float32)
+                )
+        self._opened = True
+
+    async def close(self) -> None:
+        if self._db is not None:
+            touched, self._touched = self._touched, {}
+            await self._run(self._close_db, touched)
+        self._executor.shutdown(wait=True)
+
+    # --- the interface -----------------------------------------------------------------------
+
+    async def get(self, exact_key: str, now: float) -> CacheEntry | None:
+        row_id = self._by_exact.get(exact_key)
+        if row_id is None or not self._live(row_id, now):
+            return None
+        entries = await self._run(self._read, [row_id])
+        return self._used(entries[0], now) if entries else None
+
+    async def search(
+        self, scope: str, vector: np.ndarray, embedder: str, k: int, now: float
+    ) -> list[tuple[CacheEntry, float]]:
+        index = self._indexes.get(embedder)
+        if index is None or index.dim != len(vector):
+            return []
+        found = [(i, s) for i, s in index.search(scope, vector, k) if self._live(i, now)]
+        if not found:
+            return []
+        entries = {e.id: e for e in await self._run(self._read, [i for i, _ in found])}
+        return [(self._used(entries[i], now), s) for i, s in found if i in entries]
+
+    async def put(self, entry: CacheEntry) -> int:
+        vector = None if entry.vector is None else entry.vector.astype(np.float32).tobytes()
+        row_id = int(await self._run(self._write, entry, vector))
+        old = self._by_exact.get(entry.exact_key)
+        if old is not None:
+            self._forget(old)
+        meta = _Meta(
+            entry.scope,
+            entry.exact_key,
+            entry.tenant,
+            entry.model,
+            entry.embedder,
+            entry.expires_at,
+        )
+        self._remember(row_id, meta)
+        if entry.vector is not None and entry.embedder is not None:
+            self._index_for(entry.embedder, len(entry.vector)).add(
+                entry.scope, row_id, entry.vector
+            )
+        if len(self._meta) > self.max_entries:
+            await self.evict(time.time())
+        return row_id
+
+    async def evict(self, now: float) -> int:
+        doomed = []
+        while self._expiries and self._expiries[0][0] <= now:
+            expires_at, row_id = heapq.heappop(self._expiries)
+            meta = self._meta.get(row_id)
+            if meta is not None and meta.expires_at == expires_at:
+                doomed.append(row_id)
+        overflow = len(self._meta) - len(doomed) - self.max_entries
+        if overflow > 0:
+            expired = set(doomed)
+            doomed += list(itertools.islice((i for i in self._lru if i not in expired), overflow))
+        for row_id in doomed:
+            self._forget(row_id)
+        touched, self._touched = self._touched, {}
+        await self._run(self._delete_and_touch, doomed, touched)
+        return len(doomed)
+
+    async def purge(self, tenant: str | None = None, model: str | None = None) -> int:
+        doomed = [
+            i
+            for i, m in self._meta.items()
+            if (tenant is None or m.tenant == tenant) and (model is None or m.model == model)
+        ]
+        for row_id in doomed:
+            self._forget(row_id)
+        await self._run(self._delete_and_touch, doomed, {})
+        return len(doomed)
+
+    async def stats(self) -> StoreStats:
+        size = _disk_size(self.path) if self.path is not None else None
+        scopes = {m.scope for m in self._meta.values()}
+        return StoreStats(
+            entries=len(self._meta),
+            scopes=len(scopes),
+            by_tenant=dict(Counter(m.tenant for m in self._meta.values())),
+            by_model=dict(Counter(m.model for m in self._meta.values())),
+            bytes_on_disk=size,
+            max_entries=self.max_entries,
+        )
+
+    async def wait_for_index_builds(self) -> None:
+        for index in list(self._indexes.values()):
+            await index.wait_for_builds()
+
+    # --- memory side -------------------------------------------------------------------------
+
+    def _index_for(self, embedder: str, dim: int) -> ScopedIndex:
+        index = self._indexes.get(embedder)
+        if index is None or index.dim != dim:
+            index = self._indexes[embedder] = ScopedIndex(dim, self.approximate_above)
+        return index
+
+    def _remember(self, row_id: int, meta: _Meta) -> None:
+        self._meta[row_id] = meta
+        heapq.heappush(self._expiries, (meta.expires_at, row_id))
+        self._by_exact[meta.exact_key] = row_id
+        self._lru[row_id] = None
+
+    def _forget(self, row_id: int) -> None:
+        meta = self._meta.pop(row_id, None)
+        if meta is None:
+            return
+        if self._by_exact.get(meta.exact_key) == row_id:
+            del self._by_exact[meta.exact_key]
+        self._lru.pop(row_id, None)
+        self._touched.pop(row_id, None)
+        if meta.embedder and meta.embedder in self._indexes:
+            self._indexes[meta.embedder].remove(row_id)
+
+    def _live(self, row_id: int, now: float) -> bool:
+        meta = self._meta.get(row_id)
+        return meta is not None and meta.expires_at > now
+
+    def _used(self, entry: CacheEntry, now: float) -> CacheEntry:
+        assert entry.id is not None
+        self._lru.move_to_end(entry.id)
+        self._touched[entry.id] = now
+        return entry
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # --- SQLite side (runs on the store's own thread) ----------------------------------------
+
+    def _open_db(self, now: float) -> list[tuple[Any, ...]]:
+        if self.path is not None:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path or ":memory:", isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL mode
+        db.execute("PRAGMA busy_timeout=5000")
+        db.executescript(SCHEMA)
+        db.execute("DELETE FROM entries WHERE expires_at <= ?", (now,))
+        self._db = db
+        return db.execute(
+            "SELECT id, exact_key, scope, tenant, model, embedder, vector, expires_at "
+            "FROM entries ORDER BY last_used"
+        ).fetchall()
+
+    def _write(self, entry: CacheEntry, vector: bytes | None) -> int:
+        assert self._db is not None
+        now = time.time()
+        row = self._db.execute(
+            "INSERT INTO entries (exact_key, scope, tenant, model, text, response, embedder, "
+            "vector, created_at, expires_at, last_used) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT (exact_key) DO UPDATE SET scope=excluded.scope, "
+            "tenant=excluded.tenant, model=excluded.model, text=excluded.text, "
+            "response=excluded.response, embedder=excluded.embedder, vector=excluded.vector, "
+            "created_at=excluded.created_at, expires_at=excluded.expires_at, "
+            "last_used=excluded.last_used RETURNING id",
+            (
+                entry.exact_key,
+                entry.scope,
+                entry.tenant,
+                entry.model,
+                entry.text,
+                orjson.dumps(entry.response),
+                entry.embedder,
+                vector,
+                now,
+                entry.expires_at,
+                now,
+            ),
+        ).fetchone()
+        return int(row[0])
+
+    def _read(self, ids: list[int]) -> list[CacheEntry]:
+        assert self._db is not None
+        marks = ",".join("?" * len(ids))
+        rows = self._db.execute(f"SELECT {_ROW} FROM entries WHERE id IN ({marks})", ids)
+        return [
+            CacheEntry(
+                id=r[0],
+                exact_key=r[1],
+                scope=r[2],
+                tenant=r[3],
+                model=r[4],
+                text=r[5],
+                response=orjson.loads(r[6]),
+                embedder=r[7],
+                created_at=r[8],
+                expires_at=r[9],
+            )
+            for r in rows
+        ]
+
+    def _delete_and_touch(self, doomed: list[int], touched: dict[int, float]) -> None:
+        assert self._db is not None
+        with _transaction(self._db):
+            for start in range(0, len(doomed), 500):
+                batch = doomed[start : start + 500]
+                self._db.execute(
+                    f"DELETE FROM entries WHERE id IN ({','.join('?' * len(batch))})", batch
+                )
+            self._db.executemany(
+                "UPDATE entries SET last_used = ? WHERE id = ?",
+                [(when, row_id) for row_id, when in touched.items()],
+            )
+
+    def _close_db(self, touched: dict[int, float]) -> None:
+        self._delete_and_touch([], touched)
+        assert self._db is not None
+        self._db.close()
+        self._db = None
+
+
+def file_stats(path: str, max_entries: int) -> StoreStats:
+    """Statistics read straight from a store file, without loading it (the CLI's view, safe
+    while a gateway has it open: WAL lets readers in)."""
+    if not Path(path).exists():
+        return StoreStats(entries=0, scopes=0, bytes_on_disk=0, max_entries=max_entries)
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        now = time.time()
+        live = "FROM entries WHERE expires_at > ?"
+        count = f"SELECT COUNT(*), COUNT(DISTINCT scope) {live}"
+        entries, scopes = db.execute(count, (now,)).fetchone()
+        by_tenant = dict(db.execute(f"SELECT tenant, COUNT(*) {live} GROUP BY tenant", (now,)))
+        by_model = dict(db.execute(f"SELECT model, COUNT(*) {live} GROUP BY model", (now,)))
+    finally:
+        db.close()
+    return StoreStats(
+        entries=entries,
+        scopes=scopes,
+        by_tenant=by_tenant,
+        by_model=by_model,
+        bytes_on_disk=_disk_size(path),
+        max_entries=max_entries,
+    )
+
+
+def _disk_size(path: str) -> int:
+    files = [Path(path + suffix) for suffix in ("", "-wal", "-shm")]
+    return sum(f.stat().st_size for f in files if f.exists())
+
+
+class _transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN")
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")

@@ -1,0 +1,43 @@
+"""Build the cache from config. Embedders are shared per process: a model loads once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from gateway.cache.embedded_store import EmbeddedStore
+from gateway.cache.service import SemanticCache
+from gateway.config import CacheConfig, EmbedderConfig, ModelRoute
+
+if TYPE_CHECKING:
+    from gateway.cache.embedder import Embedder
+
+_shared: dict[EmbedderConfig, Embedder] = {}
+
+
+def build_cache(config: CacheConfig, routes: Iterable[ModelRoute]) -> SemanticCache | None:
+    """The cache, or None when no model uses it (then no store is opened, no model loaded)."""
+    policies = [route.cache for route in routes if route.cache.enabled]
+    if not policies:
+        return None
+    store = EmbeddedStore(
+        None if config.store.type == "memory" else config.store.path,
+        max_entries=config.store.max_entries,
+        approximate_above=config.store.approximate_above,
+    )
+    semantic = any(policy.semantic for policy in policies)
+    return SemanticCache(store, shared_embedder(config.embedder) if semantic else None)
+
+
+def shared_embedder(config: EmbedderConfig) -> Embedder:
+    from gateway.cache.embedder import build_embedder
+
+    embedder = _shared.get(config)
+    if embedder is None:
+        embedder = _shared[config] = build_embedder(
+            config.type,
+            model=config.model,
+            max_batch=config.max_batch,
+            batch_window_ms=config.batch_window_ms,
+        )
+    return embedder

@@ -1,0 +1,61 @@
+"""What a cached answer may be reused for.
+
+The scope is exact, never similarity: tenant, requested model, and a hash of everything else
+that changes the answer (system prompt, every earlier turn, tools, tool_choice,
+response_format, sampling parameters, and any field we do not know, since it may matter).
+Only the last user turn is compared by similarity, and only inside one scope.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.tokens import message_text
+
+# Fields that cannot change the answer's content. Everything else is part of the scope.
+_NOT_SCOPE = frozenset(
+    {"model", "messages", "stream", "stream_options", "user", "metadata", "store", "service_tier"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheKey:
+    tenant: str
+    model: str
+    scope: str  # hex digest: tenant, model, history, parameters
+    exact: str  # hex digest: scope + normalized last user text
+    text: str  # the last user turn, as the client sent it
+
+
+def cache_key(tenant: str, model: str, body: dict[str, Any], normalized: str) -> CacheKey:
+    """Build the key of a request whose last message is a user turn (see `last_user_text`)."""
+    messages = body["messages"]
+    params = {k: v for k, v in body.items() if k not in _NOT_SCOPE}
+    scope_doc = {"tenant": tenant, "model": model, "history": messages[:-1], "params": params}
+    scope = _digest(orjson.dumps(scope_doc, option=orjson.OPT_SORT_KEYS))
+    exact = _digest(scope.encode() + b"\x00" + normalized.encode())
+    return CacheKey(tenant, model, scope, exact, message_text(messages[-1]))
+
+
+def last_user_text(body: dict[str, Any]) -> str | None:
+    """The text of the last turn when it is a user's text turn; None when it is not (a tool
+    result, an image, an assistant prefill), which makes the request uncacheable."""
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else None
+    if not isinstance(last, dict) or last.get("role") != "user":
+        return None
+    content = last.get("content")
+    if isinstance(content, list) and any(
+        not isinstance(part, dict) or part.get("type") != "text" for part in content
+    ):
+        return None
+    text = message_text(last)
+    return text if text.strip() else None
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=20).hexdigest()

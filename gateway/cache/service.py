@@ -1,0 +1,203 @@
+"""The cache stage: decide whether a request may use the cache, look it up, store answers.
+
+Lookup order: the exact tier (a hash of the scope and the normalized last user turn, no
+embedding) first, then the semantic tier inside the same scope: the best few neighbours at or
+above the threshold, each checked by the near-miss guards before it counts as a hit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from gateway.cache import guards
+from gateway.cache.scope import CacheKey, cache_key, last_user_text
+from gateway.cache.store import CacheEntry, CacheStore
+from gateway.config import CachePolicy, ModelRoute
+from gateway.context import RequestContext
+
+if TYPE_CHECKING:
+    from gateway.cache.embedder import Embedder
+
+log = logging.getLogger("gateway.cache")
+
+Json = dict[str, Any]
+Directive = Literal["default", "refresh", "bypass"]
+_CANDIDATES = 4
+SWEEP_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class CachePlan:
+    key: CacheKey
+    policy: CachePolicy
+    read: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CacheHit:
+    entry: CacheEntry
+    kind: Literal["hit-exact", "hit-semantic"]
+    similarity: float
+
+
+class SemanticCache:
+    def __init__(self, store: CacheStore, embedder: Embedder | None) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.embedder_ready = False
+        self.embedder_error: str | None = None
+        self._writes: set[asyncio.Task[None]] = set()
+        self._loading: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Open the store now; load the embedder in the background. Until it is loaded the
+        exact tier works and semantic lookups are skipped, so the gateway serves at once."""
+        await self.store.open()
+        loop = asyncio.get_running_loop()
+        self._sweeper = loop.create_task(self._sweep())
+        if self.embedder is not None:
+            self._loading = loop.create_task(self._load_embedder())
+
+    async def wait_ready(self) -> None:
+        if self._loading is not None:
+            await asyncio.shield(self._loading)
+
+    async def close(self) -> None:
+        for task in (self._loading, self._sweeper):
+            if task is not None:
+                task.cancel()
+        await self.flush()
+        await self.store.close()
+        # Embedders are shared by the process (factory.shared_embedder): not closed here.
+
+    async def _sweep(self) -> None:
+        """Drop expired entries now and then, so they do not wait for a lookup to find them."""
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            try:
+                await self.store.evict(time.time())
+            except Exception:
+                log.exception("cache sweep failed")
+
+    async def _load_embedder(self) -> None:
+        assert self.embedder is not None
+        try:
+            await self.embedder.start()
+            self.embedder_ready = True
+            log.info("embedder %s loaded: the semantic tier is on", self.embedder.name)
+        except Exception as exc:
+            self.embedder_error = f"{type(exc).__name__}: {exc}"
+            log.exception("embedder failed to load: the semantic tier is off, exact works")
+
+    def plan(
+        self, ctx: RequestContext, route: ModelRoute, body: Json, directive: Directive
+    ) -> CachePlan | None:
+        """A plan when this request may use the cache; None (and the reason on ctx) if not."""
+        policy = route.cache
+        if not policy.enabled:
+            return None
+        text = last_user_text(body)
+        temperature = body.get("temperature")
+        if (
+            directive == "bypass"
+            or text is None
+            or (body.get("n") or 1) > 1
+            or (temperature is not None and temperature > policy.max_temperature)
+        ):
+            ctx.cache_result = "bypass"
+            return None
+        key = cache_key(ctx.tenant or "", route.name, body, guards.normalize(text))
+        return CachePlan(key, policy, read=directive != "refresh")
+
+    async def lookup(self, ctx: RequestContext, plan: CachePlan) -> CacheHit | None:
+        ctx.cache_result = "miss"
+        if not plan.read:
+            ctx.cache_result = "refresh"
+            return None
+        started, now = time.perf_counter(), time.time()
+        try:
+            entry = await self.store.get(plan.key.exact, now)
+            if entry is not None:
+                return self._hit(ctx, CacheHit(entry, "hit-exact", 1.0))
+            if not (plan.policy.semantic and self.embedder and self.embedder_ready):
+                return None
+            return await self._semantic(ctx, plan, now)
+        finally:
+            ctx.cache_lookup_seconds = time.perf_counter() - started
+
+    def store_later(self, ctx: RequestContext, plan: CachePlan, completion: Json) -> None:
+        """Store a fresh answer in the background: the client does not wait for the write,
+        and a client that disconnects does not cancel it."""
+        if not cacheable(completion, plan.policy):
+            return
+        task = asyncio.get_running_loop().create_task(self._store(ctx, plan, completion))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def flush(self) -> None:
+        """Wait for pending writes (tests, shutdown)."""
+        while self._writes:
+            await asyncio.gather(*list(self._writes), return_exceptions=True)
+
+    async def _semantic(self, ctx: RequestContext, plan: CachePlan, now: float) -> CacheHit | None:
+        assert self.embedder is not None
+        embed_started = time.perf_counter()
+        ctx.embedding = await self.embedder.embed(plan.key.text)
+        ctx.embed_seconds = time.perf_counter() - embed_started
+        candidates = await self.store.search(
+            plan.key.scope, ctx.embedding, self.embedder.name, _CANDIDATES, now
+        )
+        if candidates:
+            ctx.cache_similarity = candidates[0][1]
+        for entry, similarity in candidates:
+            if similarity < plan.policy.similarity_threshold:
+                break
+            reason = guards.near_miss(plan.key.text, entry.text)
+            if reason is None:
+                return self._hit(ctx, CacheHit(entry, "hit-semantic", similarity))
+            ctx.cache_near_miss = reason
+        return None
+
+    def _hit(self, ctx: RequestContext, hit: CacheHit) -> CacheHit:
+        ctx.cache_result = hit.kind
+        ctx.cache_similarity = hit.similarity
+        return hit
+
+    async def _store(self, ctx: RequestContext, plan: CachePlan, completion: Json) -> None:
+        vector = ctx.embedding
+        try:
+            if vector is None and plan.policy.semantic and self.embedder and self.embedder_ready:
+                vector = await self.embedder.embed(plan.key.text)
+            await self.store.put(
+                CacheEntry(
+                    scope=plan.key.scope,
+                    exact_key=plan.key.exact,
+                    tenant=plan.key.tenant,
+                    model=plan.key.model,
+                    text=plan.key.text,
+                    response=completion,
+                    expires_at=time.time() + plan.policy.ttl_seconds,
+                    vector=vector,
+                    embedder=self.embedder.name if vector is not None and self.embedder else None,
+                )
+            )
+        except Exception:
+            log.exception("cache write failed for request %s", ctx.request_id)
+
+
+def cacheable(completion: Json, policy: CachePolicy) -> bool:
+    """Only complete, successful, single answers: never errors, truncations or n > 1."""
+    choices = completion.get("choices") or []
+    if len(choices) != 1 or not isinstance(choices[0], dict):
+        return False
+    finish = choices[0].get("finish_reason")
+    message = choices[0].get("message") or {}
+    if message.get("tool_calls"):
+        return policy.cache_tool_calls and finish == "tool_calls"
+    content = message.get("content")
+    return finish == "stop" and isinstance(content, str) and bool(content.strip())

@@ -1,0 +1,69 @@
+"""The cache store interface: what crosses it, so a shared backend can replace the embedded one.
+
+An entry carries its scope and exact key (strings), the vector of its last user turn (float32,
+L2-normalized, tagged with the embedder that made it), the stored completion (JSON), tenant and
+model (for purges and stats) and its expiry. Stores never interpret scopes: similarity is
+searched only among entries of the same scope.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class CacheEntry:
+    scope: str
+    exact_key: str
+    tenant: str
+    model: str
+    text: str  # the last user turn it answers (for the near-miss guards)
+    response: dict[str, Any]  # the stored chat.completion
+    expires_at: float
+    vector: np.ndarray | None = None
+    embedder: str | None = None
+    id: int | None = None
+    created_at: float = 0.0
+
+
+@dataclass(slots=True)
+class StoreStats:
+    entries: int
+    scopes: int
+    by_tenant: dict[str, int] = field(default_factory=dict)
+    by_model: dict[str, int] = field(default_factory=dict)
+    bytes_on_disk: int | None = None
+    max_entries: int = 0
+
+
+class CacheStore(Protocol):
+    def __len__(self) -> int:
+        """Entries held now (cheap: read by the metrics scrape)."""
+
+    async def open(self) -> None:
+        """Load or create the store. Idempotent."""
+
+    async def get(self, exact_key: str, now: float) -> CacheEntry | None:
+        """The live entry stored under an exact key."""
+
+    async def search(
+        self, scope: str, vector: np.ndarray, embedder: str, k: int, now: float
+    ) -> list[tuple[CacheEntry, float]]:
+        """Up to k live entries of `scope` made by `embedder`, best cosine first."""
+
+    async def put(self, entry: CacheEntry) -> int:
+        """Store durably (an entry under the same exact key is replaced); returns its id.
+        When this returns the entry survives a crash of the process."""
+
+    async def evict(self, now: float) -> int:
+        """Drop expired entries and the least recently used beyond the size cap."""
+
+    async def purge(self, tenant: str | None = None, model: str | None = None) -> int:
+        """Delete every entry matching the filters (none given: everything)."""
+
+    async def stats(self) -> StoreStats: ...
+
+    async def close(self) -> None: ...

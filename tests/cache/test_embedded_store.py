@@ -1,0 +1,148 @@
+"""The embedded store: tiers, expiry, LRU, purge, persistence across restarts and kill -9."""
+
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gateway.cache.embedded_store import EmbeddedStore, file_stats
+from gateway.cache.store import CacheEntry
+
+DIM = 16
+
+
+def _vector(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def _entry(n: int, scope: str = "s", tenant: str = "t", ttl: float = 3600) -> CacheEntry:
+    return CacheEntry(
+        scope=scope, exact_key=f"{scope}:{n}", tenant=tenant, model="m", text=f"question {n}",
+        response={"answer": n}, expires_at=time.time() + ttl, vector=_vector(n), embedder="e",
+    )
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[EmbeddedStore]:
+    s = EmbeddedStore(str(tmp_path / "cache.sqlite3"), max_entries=50, approximate_above=1000)
+    await s.open()
+    yield s
+    await s.close()
+
+
+async def test_exact_and_semantic_lookups(store: EmbeddedStore) -> None:
+    await store.put(_entry(1))
+    now = time.time()
+    got = await store.get("s:1", now)
+    assert got is not None and got.response == {"answer": 1} and got.text == "question 1"
+    (found, similarity), = await store.search("s", _vector(1), "e", 1, now)
+    assert found.exact_key == "s:1" and similarity == pytest.approx(1.0, abs=1e-5)
+    assert await store.search("other-scope", _vector(1), "e", 1, now) == []
+    assert await store.search("s", _vector(1), "another-embedder", 1, now) == []
+
+
+async def test_same_exact_key_replaces(store: EmbeddedStore) -> None:
+    await store.put(_entry(1))
+    replacement = _entry(1)
+    replacement.response = {"answer": "new"}
+    await store.put(replacement)
+    got = await store.get("s:1", time.time())
+    assert len(store) == 1 and got is not None and got.response == {"answer": "new"}
+
+
+async def test_expired_entries_are_invisible_then_evicted(store: EmbeddedStore) -> None:
+    await store.put(_entry(1, ttl=0.05))
+    later = time.time() + 1
+    assert await store.get("s:1", later) is None
+    assert await store.search("s", _vector(1), "e", 1, later) == []
+    assert await store.evict(later) == 1 and len(store) == 0
+
+
+async def test_least_recently_used_goes_first_past_the_cap(store: EmbeddedStore) -> None:
+    for n in range(50):
+        await store.put(_entry(n))
+    assert await store.get("s:0", time.time()) is not None  # 0 is now the most recent
+    await store.put(_entry(50))
+    assert len(store) == 50
+    assert await store.get("s:0", time.time()) is not None
+    assert await store.get("s:1", time.time()) is None  # the least recently used went
+
+
+async def test_purge_by_tenant_model_or_all(store: EmbeddedStore) -> None:
+    for n in range(6):
+        await store.put(_entry(n, tenant="a" if n < 4 else "b"))
+    assert await store.purge(tenant="a") == 4
+    assert (await store.stats()).by_tenant == {"b": 2}
+    assert await store.purge(model="nope") == 0
+    assert await store.purge() == 2 and len(store) == 0
+
+
+async def test_entries_survive_a_restart(tmp_path: Path) -> None:
+    path = str(tmp_path / "c.sqlite3")
+    first = EmbeddedStore(path, max_entries=100, approximate_above=1000)
+    await first.open()
+    for n in range(10):
+        await first.put(_entry(n))
+    await first.close()
+    second = EmbeddedStore(path, max_entries=100, approximate_above=1000)
+    await second.open()
+    try:
+        assert len(second) == 10
+        assert (await second.get("s:3", time.time())) is not None
+        (found, _), = await second.search("s", _vector(7), "e", 1, time.time())
+        assert found.exact_key == "s:7"
+    finally:
+        await second.close()
+    assert file_stats(path, 100).entries == 10
+
+
+WRITER = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    import numpy as np
+    from gateway.cache.embedded_store import EmbeddedStore
+    from gateway.cache.store import CacheEntry
+
+    async def main():
+        store = EmbeddedStore(sys.argv[1], max_entries=1_000_000, approximate_above=100_000)
+        await store.open()
+        n = 0
+        while True:
+            v = np.ones(16, dtype=np.float32) / 4
+            await store.put(CacheEntry(scope="s", exact_key=f"k{n}", tenant="t", model="m",
+                text="q", response={"n": n}, expires_at=time.time() + 3600, vector=v,
+                embedder="e"))
+            print(n, flush=True)  # acknowledged: put() returned
+            n += 1
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_kill_9_during_a_write_burst_loses_no_acknowledged_entry(tmp_path: Path) -> None:
+    path = str(tmp_path / "burst.sqlite3")
+    with subprocess.Popen(
+        [sys.executable, "-c", WRITER, path], stdout=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    ) as writer:
+        assert writer.stdout is not None
+        acknowledged = -1
+        while acknowledged < 300:
+            acknowledged = int(writer.stdout.readline())
+        writer.kill()  # SIGKILL, mid-burst
+        writer.wait()
+    store = EmbeddedStore(path, max_entries=1_000_000, approximate_above=100_000)
+    await store.open()
+    try:
+        for n in range(acknowledged + 1):
+            entry = await store.get(f"k{n}", time.time())
+            assert entry is not None and entry.response == {"n": n}
+    finally:
+        await store.close()

@@ -1,0 +1,184 @@
+"""The cache stage's decisions, with a scripted embedder so similarities are exact."""
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gateway.cache.embedded_store import EmbeddedStore
+from gateway.cache.service import SemanticCache, cacheable
+from gateway.config import CachePolicy, ModelRoute
+from gateway.context import RequestContext
+
+DIM = 8
+
+
+class ScriptedEmbedder:
+    """Known texts get chosen vectors; others a vector orthogonal to all of them."""
+
+    name = "scripted"
+    dim = DIM
+
+    def __init__(self, vectors: dict[str, np.ndarray]) -> None:
+        self.vectors = vectors
+        self.calls = 0
+
+    async def start(self) -> None:
+        return None
+
+    async def embed(self, text: str) -> np.ndarray:
+        self.calls += 1
+        v = self.vectors.get(text, np.eye(DIM, dtype=np.float32)[-1])
+        return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+BASE = np.eye(DIM, dtype=np.float32)[0]
+CLOSE = BASE + 0.2 * np.eye(DIM, dtype=np.float32)[1]  # cosine ~0.98
+FAR = BASE + 0.6 * np.eye(DIM, dtype=np.float32)[1]  # cosine ~0.86
+EMBEDDER = ScriptedEmbedder({
+    "How do I reset my password?": BASE,
+    "How can I reset my password?": CLOSE,
+    "How do I change my password?": FAR,
+    "How do I not reset my password?": CLOSE,
+})
+ANSWER = {
+    "id": "x", "object": "chat.completion", "created": 1, "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Use the link."},
+                 "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
+}
+
+
+def _route(**policy: Any) -> ModelRoute:
+    return ModelRoute("m", "p", "m", "chat", CachePolicy(enabled=True, **policy))
+
+
+def _body(text: str, **extra: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": text}], **extra}
+
+
+def _ctx(tenant: str = "t") -> RequestContext:
+    return RequestContext(request_id="r", endpoint="chat", tenant=tenant)
+
+
+@pytest.fixture
+async def cache() -> AsyncIterator[SemanticCache]:
+    semantic = SemanticCache(EmbeddedStore(None, 100, 1000), EMBEDDER)
+    await semantic.start()
+    await semantic.wait_ready()
+    yield semantic
+    await semantic.close()
+
+
+async def _fill(cache: SemanticCache, text: str, tenant: str = "t", **extra: Any) -> None:
+    ctx = _ctx(tenant)
+    plan = cache.plan(ctx, _route(), _body(text, **extra), "default")
+    assert plan is not None and await cache.lookup(ctx, plan) is None
+    cache.store_later(ctx, plan, ANSWER)
+    await cache.flush()
+
+
+async def _ask(cache: SemanticCache, text: str, tenant: str = "t", directive: Any = "default",
+               route: ModelRoute | None = None, **extra: Any) -> RequestContext:
+    ctx = _ctx(tenant)
+    plan = cache.plan(ctx, route or _route(), _body(text, **extra), directive)
+    if plan is not None:
+        await cache.lookup(ctx, plan)
+    return ctx
+
+
+async def test_exact_then_semantic_hits(cache: SemanticCache) -> None:
+    await _fill(cache, "How do I reset my password?")
+    calls = EMBEDDER.calls
+    exact = await _ask(cache, "How do I reset my password?")
+    assert exact.cache_result == "hit-exact" and EMBEDDER.calls == calls  # no embedding needed
+    close = await _ask(cache, "How can I reset my password?")
+    assert close.cache_result == "hit-semantic" and close.cache_similarity == pytest.approx(
+        0.98, abs=0.01)
+    assert close.embedding is not None  # kept for later stages
+
+
+async def test_below_threshold_is_a_miss_with_its_similarity(cache: SemanticCache) -> None:
+    await _fill(cache, "How do I reset my password?")
+    far = await _ask(cache, "How do I change my password?")
+    assert far.cache_result == "miss" and far.cache_similarity == pytest.approx(0.86, abs=0.01)
+    assert (await _ask(cache, "How do I change my password?", route=_route(
+        similarity_threshold=0.8))).cache_result == "hit-semantic"
+
+
+async def test_a_guarded_near_miss_never_hits(cache: SemanticCache) -> None:
+    await _fill(cache, "How do I reset my password?")
+    ctx = await _ask(cache, "How do I not reset my password?")
+    assert ctx.cache_result == "miss" and ctx.cache_near_miss == "negation"
+
+
+async def test_scope_is_exact(cache: SemanticCache) -> None:
+    await _fill(cache, "How do I reset my password?")
+    assert (await _ask(cache, "How do I reset my password?", tenant="u")).cache_result == "miss"
+    assert (await _ask(cache, "How do I reset my password?",
+                       temperature=0.5)).cache_result == "miss"
+
+
+@pytest.mark.parametrize(
+    ("directive", "extra", "route", "result"),
+    [
+        ("bypass", {}, None, "bypass"),
+        ("refresh", {}, None, "refresh"),
+        ("default", {"n": 2}, None, "bypass"),
+        ("default", {"temperature": 1.5}, None, "bypass"),
+        ("default", {}, ModelRoute("m", "p", "m", "chat", CachePolicy(enabled=False)), None),
+    ],
+)
+async def test_requests_that_skip_the_cache(
+    cache: SemanticCache, directive: Any, extra: dict[str, Any], route: ModelRoute | None,
+    result: str | None,
+) -> None:
+    await _fill(cache, "How do I reset my password?")
+    ctx = await _ask(cache, "How do I reset my password?", directive=directive, route=route,
+                     **extra)
+    assert ctx.cache_result == result
+
+
+async def test_exact_tier_only_when_semantic_is_off(cache: SemanticCache) -> None:
+    await _fill(cache, "How do I reset my password?")
+    ctx = await _ask(cache, "How can I reset my password?", route=_route(semantic=False))
+    assert ctx.cache_result == "miss" and ctx.embedding is None
+
+
+def _with(message: dict[str, Any], finish: str = "stop", choices: int = 1) -> dict[str, Any]:
+    choice = {"index": 0, "message": message, "finish_reason": finish}
+    return {"choices": [choice] * choices}
+
+
+@pytest.mark.parametrize(
+    ("completion", "policy", "expected"),
+    [
+        (_with({"content": "ok"}), CachePolicy(), True),
+        (_with({"content": "ok"}, finish="length"), CachePolicy(), False),
+        (_with({"content": "ok"}, finish="content_filter"), CachePolicy(), False),
+        (_with({"content": "ok"}, choices=2), CachePolicy(), False),
+        (_with({"content": "  "}), CachePolicy(), False),
+        (_with({"content": None, "tool_calls": [{"id": "c"}]}, "tool_calls"), CachePolicy(),
+         False),
+        (_with({"content": None, "tool_calls": [{"id": "c"}]}, "tool_calls"),
+         CachePolicy(cache_tool_calls=True), True),
+        ({"error": {"message": "x"}}, CachePolicy(), False),
+    ],
+)
+def test_only_complete_answers_are_cacheable(
+    completion: dict[str, Any], policy: CachePolicy, expected: bool
+) -> None:
+    assert cacheable(completion, policy) is expected
+
+
+async def test_expired_entries_are_misses(cache: SemanticCache) -> None:
+    ctx = _ctx()
+    plan = cache.plan(ctx, _route(ttl_seconds=1), _body("How do I reset my password?"),
+                      "default")
+    assert plan is not None
+    cache.store_later(ctx, plan, ANSWER)
+    await cache.flush()
+    entry = await cache.store.get(plan.key.exact, time.time() + 2)
+    assert entry is None

@@ -1,0 +1,281 @@
+"""The semantic cache end to end: the real OpenAI SDK, the gateway on a socket, the fake
+upstream behind it, and the real MiniLM embedder (loaded once for the session)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from gateway.http.keys import CACHE
+from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from tests.e2e.helpers import (
+    assert_conforms,
+    request,
+    running_gateway,
+    sse_json,
+    upstream_requests,
+)
+from tests.servers import GatewayServer, ServerThread, settings_for
+
+CACHE_YAML = """
+cache:
+  store: {type: memory}
+  embedder: {type: sentence-transformers}
+  defaults: {enabled: true}
+"""
+TENANTS = 20
+
+
+@pytest.fixture(scope="module")
+def cached_gateway(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
+    keys = "".join(f"    - {{env: CACHE_TENANT_{i}, tenant: tenant-{i}}}\n" for i in range(TENANTS))
+    environ = {f"CACHE_TENANT_{i}": f"key-{i}" for i in range(TENANTS)}
+    settings = settings_for(fake.url, CACHE_YAML + "auth:\n  keys:\n" + keys, environ)
+    with running_gateway(server_thread, settings) as gateway:
+        cache = gateway.app[CACHE]
+        assert cache is not None
+        server_thread.call(cache.wait_ready(), timeout=120)
+        assert cache.embedder_ready, cache.embedder_error
+        yield gateway
+
+
+@pytest.fixture
+def cgw(cached_gateway: GatewayServer, fake_upstream: FakeUpstream,
+        server_thread: ServerThread) -> GatewayServer:
+    cache = cached_gateway.app[CACHE]
+    assert cache is not None
+    server_thread.call(cache.flush())  # the previous test's last write must not land later
+    server_thread.call(cache.store.purge())
+    return cached_gateway
+
+
+def _client(gw: GatewayServer, tenant: int = 0) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.url + "/v1", api_key=f"key-{tenant}", max_retries=0)
+
+
+def _ask(client: openai.OpenAI, text: str, **kw: Any) -> tuple[str, dict[str, str]]:
+    raw = client.chat.completions.with_raw_response.create(
+        model="fake-model", messages=[{"role": "user", "content": text}], **kw
+    )
+    completion = raw.parse()
+    return completion.choices[0].message.content or "", dict(raw.headers)
+
+
+def _settle(gw: GatewayServer, server_thread: ServerThread) -> None:
+    cache = gw.app[CACHE]
+    assert cache is not None
+    server_thread.call(cache.flush())
+
+
+def test_miss_then_exact_then_semantic_hit(cgw: GatewayServer, fake_upstream: FakeUpstream,
+                                           server_thread: ServerThread) -> None:
+    client = _client(cgw)
+    first, headers = _ask(client, "How do I reset my password?")
+    assert headers["x-gateway-cache"] == "miss"
+    _settle(cgw, server_thread)
+    again, headers = _ask(client, "How do I reset my password?")
+    assert (again, headers["x-gateway-cache"]) == (first, "hit-exact")
+    close, headers = _ask(client, "how do i reset my password")
+    assert (close, headers["x-gateway-cache"]) == (first, "hit-exact")  # normalized text
+    paraphrase, headers = _ask(client, "How can I reset my password?")
+    assert (paraphrase, headers["x-gateway-cache"]) == (first, "hit-semantic")
+    assert float(headers["x-gateway-cache-similarity"]) >= 0.95
+    assert len(upstream_requests(fake_upstream)) == 1
+
+
+@pytest.mark.parametrize(
+    ("stored", "asked"),
+    [
+        ("How far is 5 km in miles?", "How far is 50 km in miles?"),
+        ("What is the weather in Paris today?", "What is the weather in London today?"),
+        ("Should I enable two factor authentication?",
+         "Should I not enable two factor authentication?"),
+    ],
+)
+def test_near_misses_go_upstream(cgw: GatewayServer, fake_upstream: FakeUpstream,
+                                 server_thread: ServerThread, stored: str, asked: str) -> None:
+    client = _client(cgw)
+    _ask(client, stored)
+    _settle(cgw, server_thread)
+    answer, headers = _ask(client, asked)
+    assert headers["x-gateway-cache"] == "miss" and answer == f"Echo: {asked}"
+
+
+def test_scope_isolation(cgw: GatewayServer, fake_upstream: FakeUpstream,
+                         server_thread: ServerThread) -> None:
+    base = {"messages": [{"role": "user", "content": "Name a prime number."}]}
+    variants: list[dict[str, Any]] = [
+        {},
+        {"temperature": 0.7},
+        {"messages": [{"role": "system", "content": "Be brief."}, *base["messages"]]},
+        {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+         "tool_choice": "none"},
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hey"},
+                      *base["messages"]]},
+    ]
+    for variant in variants:
+        for tenant in (0, 1):
+            raw = _client(cgw, tenant).chat.completions.with_raw_response.create(
+                model="fake-model", **{**base, **variant}
+            )
+            assert raw.headers["x-gateway-cache"] == "miss", (variant, tenant)
+            _settle(cgw, server_thread)
+
+
+def test_streamed_hit_is_replayed_as_real_sse(cgw: GatewayServer, fake_upstream: FakeUpstream,
+                                              server_thread: ServerThread) -> None:
+    client = _client(cgw)
+    question = "Explain what a semantic cache does in one long sentence, please."
+    first, _ = _ask(client, question)
+    _settle(cgw, server_thread)
+    response = asyncio.run(request(
+        "POST", cgw.url + "/v1/chat/completions",
+        headers={"Authorization": "Bearer key-0"},
+        body={"model": "fake-model", "stream": True, "stream_options": {"include_usage": True},
+              "messages": [{"role": "user", "content": question}]},
+    ))
+    assert response.headers["x-gateway-cache"] == "hit-exact"
+    chunks, done = sse_json(response.sse())
+    assert done
+    for chunk in chunks:
+        assert_conforms(chunk, "CreateChatCompletionStreamResponse")
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == first and len(chunks) > 4
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] > 0
+    streamed = client.chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": question}], stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == first
+
+
+def test_streamed_miss_is_stored_once_complete(cgw: GatewayServer, fake_upstream: FakeUpstream,
+                                               server_thread: ServerThread) -> None:
+    client = _client(cgw)
+    question = "What does a circuit breaker protect?"
+    streamed = "".join(
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": question}], stream=True)
+        if c.choices
+    )
+    _settle(cgw, server_thread)
+    answer, headers = _ask(client, question)
+    assert headers["x-gateway-cache"] == "hit-exact" and answer == streamed
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [{"cut_after": 3}, {"stream_error_after": 2}, {"no_done": True}],
+)
+def test_broken_streams_are_never_cached(cgw: GatewayServer, fake_upstream: FakeUpstream,
+                                         server_thread: ServerThread,
+                                         fault: dict[str, Any]) -> None:
+    fake_upstream.defaults = Knobs(**fault)
+    client = _client(cgw)
+    question = "Tell me about broken streams and caches."
+    with pytest.raises(openai.APIError):
+        for _ in client.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": question}], stream=True
+        ):
+            pass
+    _settle(cgw, server_thread)
+    fake_upstream.defaults = Knobs()
+    _, headers = _ask(client, question)
+    assert headers["x-gateway-cache"] == "miss"
+
+
+def test_tool_calls_and_errors_are_not_cached(cgw: GatewayServer, fake_upstream: FakeUpstream,
+                                              server_thread: ServerThread) -> None:
+    client = _client(cgw)
+    tool_reply = {"replies": [{"tool_calls": [{"name": "f", "arguments": {}}]}]}
+    fake_upstream.defaults = Knobs.model_validate(tool_reply)
+    _ask(client, "Call the tool.")
+    _settle(cgw, server_thread)
+    assert _ask(client, "Call the tool.")[1]["x-gateway-cache"] == "miss"
+    fake_upstream.defaults = Knobs(status=500)
+    with pytest.raises(openai.APIStatusError):
+        _ask(client, "This will fail.")
+    _settle(cgw, server_thread)
+    fake_upstream.defaults = Knobs()
+    assert _ask(client, "This will fail.")[1]["x-gateway-cache"] == "miss"
+
+
+def test_client_directives(cgw: GatewayServer, fake_upstream: FakeUpstream,
+                           server_thread: ServerThread) -> None:
+    client = _client(cgw)
+    _ask(client, "What is HTTP?")
+    _settle(cgw, server_thread)
+    for headers, expected in [
+        ({"x-gateway-cache": "bypass"}, "bypass"),
+        ({"Cache-Control": "no-store"}, "bypass"),
+        ({"x-gateway-cache": "refresh"}, "refresh"),
+        ({"Cache-Control": "no-cache"}, "refresh"),
+        ({}, "hit-exact"),
+    ]:
+        assert _ask(client, "What is HTTP?", extra_headers=headers)[1][
+            "x-gateway-cache"] == expected
+    with pytest.raises(openai.BadRequestError, match="x-gateway-cache"):
+        _ask(client, "What is HTTP?", extra_headers={"x-gateway-cache": "sometimes"})
+
+
+def test_admin_stats_and_purge(server_thread: ServerThread, fake: FakeUpstream) -> None:
+    settings = settings_for(fake.url, CACHE_YAML.replace("sentence-transformers", "hash"),
+                            {"GATEWAY_ADMIN_KEY": "root-key"})
+    with running_gateway(server_thread, settings) as gateway:
+        client = _client(gateway)
+        _ask(client, "Count me.")
+        _settle(gateway, server_thread)
+        admin = {"Authorization": "Bearer root-key"}
+
+        def call(method: str, path: str, **kw: Any) -> Any:
+            return asyncio.run(request(method, gateway.url + path, **kw))
+
+        assert call("GET", "/admin/cache/stats").status == 401
+        stats = call("GET", "/admin/cache/stats", headers=admin).json()
+        assert stats["entries"] == 1 and stats["by_model"] == {"fake-model": 1}
+        purged = call("POST", "/admin/cache/purge", body={"tenant": "local"}, headers=admin)
+        assert purged.json() == {"purged": 1}
+        bad = call("POST", "/admin/cache/purge", body={"tenant": 3}, headers=admin)
+        assert bad.status == 400
+        assert _ask(client, "Count me.")[1]["x-gateway-cache"] == "miss"
+
+
+def test_no_tenant_or_marker_ever_gets_another_ones_answer(
+    cgw: GatewayServer, fake_upstream: FakeUpstream, server_thread: ServerThread
+) -> None:
+    """200 concurrent clients over 20 tenants: a shared question per tenant (answers name the
+    tenant) and a question with a unique order number each, every one asked twice."""
+    fake_upstream.defaults = Knobs(echo_user=True)
+    contaminations, hits = 0, 0
+
+    async def client_run(i: int) -> None:
+        nonlocal contaminations, hits
+        tenant = i % TENANTS
+        client = openai.AsyncOpenAI(base_url=cgw.url + "/v1", api_key=f"key-{tenant}",
+                                    max_retries=0, timeout=60)
+        questions = ["What are your opening hours?", f"What is the status of order {1000 + i}?"]
+        try:
+            for _ in range(2):
+                for question in random.sample(questions, 2):
+                    raw = await client.chat.completions.with_raw_response.create(
+                        model="fake-model", user=f"tenant-{tenant}",
+                        messages=[{"role": "user", "content": question}],
+                    )
+                    content = raw.parse().choices[0].message.content
+                    if content != f"Echo[tenant-{tenant}]: {question}":
+                        contaminations += 1
+                    hits += raw.headers["x-gateway-cache"].startswith("hit")
+        finally:
+            await client.close()
+
+    async def everyone() -> None:
+        await asyncio.gather(*(client_run(i) for i in range(200)))
+
+    asyncio.run(everyone())
+    assert contaminations == 0
+    assert hits > 0  # the cache was really in play
