@@ -18,6 +18,9 @@ RUN pip install ${PIP_EXTRA_INDEX_URL:+--extra-index-url "$PIP_EXTRA_INDEX_URL"}
 
 # Baked default; mount your own over it: -v $PWD/config.yaml:/app/config.yaml:ro
 COPY config.yaml ./config.yaml
+# The cache store (SQLite) lives here; mount a volume to keep it across containers.
+RUN mkdir -p /app/data && chown gateway:gateway /app/data
+VOLUME /app/data
 
 USER gateway
 EXPOSE 8080
