@@ -4,14 +4,15 @@
                       -> call the upstream (plain, or a stream whose first chunk has arrived)
                       -> store the complete answer in the cache (in the background)
 
-Later stages (policy, rate limit, loop guard, routing, cache, knowledge base, tool-call guard,
-cache store) slot in here in the order of docs/ARCHITECTURE.md. Nothing in this module knows
+Later stages (policy, rate limit, loop guard, routing, knowledge base, resilience, tool-call
+guard) slot in here in the order of docs/ARCHITECTURE.md. Nothing in this module knows
 HTTP: it takes wire types and a RequestContext and returns JSON or a chunk stream.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -39,18 +40,25 @@ class Pipeline:
         self, ctx: RequestContext, request: ChatCompletionRequest, body: Json
     ) -> Json | ChunkStream:
         route = ctx.route = self.resolve(request.model, "chat")
-        plan = self.cache.plan(ctx, route, body, ctx.cache_directive) if self.cache else None
-        if plan is not None and self.cache is not None:
-            hit = await self.cache.lookup(ctx, plan)
+        cache = self.cache
+        plan = cache.plan(ctx, route, body, ctx.cache_directive) if cache else None
+        if cache and plan:
+            hit = await cache.lookup(ctx, plan)
             if hit is not None:
                 return await self._from_cache(ctx, request, hit)
-            on_complete = partial(self.cache.store_later, ctx, plan)
-        else:
-            on_complete = None
+        store = partial(cache.store_later, ctx, plan) if cache and plan else None
+        return await self._from_upstream(ctx, request, body, route, store)
 
+    async def _from_upstream(
+        self,
+        ctx: RequestContext,
+        request: ChatCompletionRequest,
+        body: Json,
+        route: ModelRoute,
+        on_complete: Callable[[Json], None] | None,
+    ) -> Json | ChunkStream:
         provider = self.upstreams.get(route.provider)
         upstream_body = {**body, "model": route.upstream_model}
-        started = time.perf_counter()
         if request.stream:
             wants_usage = request.wants_usage_in_stream
             if provider.settings.stream_usage and not wants_usage:
@@ -59,6 +67,7 @@ class Pipeline:
                 upstream_body["stream_options"] = {**options, "include_usage": True}
             source = provider.stream(upstream_body)
             return await ChunkStream.open(ctx, source, wants_usage, on_complete)
+        started = time.perf_counter()
         reply = await provider.chat(upstream_body)
         ctx.upstream_seconds = time.perf_counter() - started
         ctx.record_usage(reply.get("usage"))
