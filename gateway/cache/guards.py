@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
@@ -29,7 +30,7 @@ _FENCE_RE = re.compile(r"(```.*?```)", re.S)
 _INLINE_CODE_RE = re.compile(r"(`[^`\n]+`)")
 _WS_RE = re.compile(r"\s+")
 # Trailing sentence punctuation only; "5!" (a factorial) keeps its "!".
-_TRAIL_RE = re.compile(r"(?:(?<!\d)[?.!]|[\s?,~…。])+$")  # full-width ?, are folded by NFKC
+_TRAIL_RE = re.compile(r"(?:[\s?.,~\u2026\u3002]|(?<!\d)!)+$")  # full-width ?,! folded by NFKC
 
 
 def normalize(text: str) -> str:
@@ -80,6 +81,7 @@ _EN_ORDINALS = {"second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "s
                 "eighth": 8, "ninth": 9, "tenth": 10, "eleventh": 11, "twelfth": 12}
 # "one", "a", "first", "一" often mean "a" / "at first": a 1 seen only in words is soft.
 _SOFT_ONE_WORDS = {"one", "first"}
+_NUMBER_WORDS = frozenset([*_EN_NUM_WORDS, *_EN_SCALES, *_EN_ORDINALS, *_SOFT_ONE_WORDS])
 
 # canonical unit -> spellings. Long or unambiguous spellings count anywhere in the text;
 # the short ones in _UNIT_SHORT only right after a number ("5 m", "3s", "10 in").
@@ -209,10 +211,19 @@ _ZH_FUNCTION = set(
     "是在有和与跟及或而且并都也就还又才很太挺更真好非常特别十分比较"  # copula, adverbs
     "要想会能可以该应得需地着过把被给让对向从于为因所"  # modals, prepositions
     "这那个些此其每各什怎如何样啥哪谁几么多少"  # question words, demonstratives
-    "吗呢咋为啥么到去来说做弄搞看知道告诉问题情况"  # light verbs, "what's the situation"
+    "吗呢咋为啥么到弄搞知道告诉问题情况"  # light verbs, "what's the situation"
     "一下下子点儿"
     "不没无未"  # negation has its own check
 )
+_ZH_PERSONS = frozenset("我你您他她它")
+# Who a question is about: "men" vs "women", "his wife" vs "her husband", 男人 vs 女人.
+_EN_GENDER = {
+    **dict.fromkeys(_words("""he him his himself man men boy boys guy guys male males husband
+                    husbands boyfriend boyfriends father son sons brother"""), "m"),
+    **dict.fromkeys(_words("""she her hers herself woman women girl girls female females wife
+                    wives girlfriend girlfriends mother daughter daughters sister"""), "f"),
+}
+_ZH_GENDER_RE = re.compile("(男|老公|丈夫|儿子)|(女|老婆|妻子)")
 _ZH_QUESTIONS = ("怎么样", "怎么办", "怎样", "怎么", "如何", "什么", "为什么", "为啥", "咋")
 
 # Entity lexicons: common, unambiguous names. Capitalization catches the rest in English.
@@ -308,7 +319,7 @@ know tell please possible possibly actually exactly ever else kind sort use used
 """))
 
 # Aliases folded before entity comparison, only when a cue is in the text (it rarely is).
-_ALIAS_CUE_RE = re.compile(r"united|u\.[sk]\.|america|britain|nyc|york city|hong kong|\bUS\b")
+_ALIAS_CUE_RE = re.compile(r"united|u\.[sk]\.|america|britain|nyc|york city|hong kong")
 _ALIASES = [
     (re.compile(r"\b(?:united states of america|united states|u\.s\.a\b\.?|u\.s\.|america)(?!n)",
                 re.I), "USA"),
@@ -366,6 +377,9 @@ _WEEKDAYS = {d: i for i, names in enumerate([
 _EN_RELATIVE_DAYS = {"today": "d0", "tonight": "d0", "tomorrow": "d+1", "yesterday": "d-1"}
 _EN_RELATIVE_SHIFT = {"this": "0", "next": "+1", "last": "-1", "coming": "+1", "past": "-1"}
 _EN_PERIODS = {"week", "month", "year", "weekend", "quarter"}
+_DATE_WORDS = frozenset([*_MONTHS, *_WEEKDAYS, *(d + "s" for d in _WEEKDAYS),
+                         *_EN_RELATIVE_DAYS, *_EN_PERIODS])
+_YEAR_RE = re.compile(r"(?<!\d)(?:19|20)\d\d(?!\d)")
 _ZH_RELATIVE = {
     "今天": "d0", "今日": "d0", "今晚": "d0", "明天": "d+1", "明日": "d+1", "昨天": "d-1",
     "昨日": "d-1", "后天": "d+2", "前天": "d-2", "大后天": "d+3", "大前天": "d-3",
@@ -465,6 +479,7 @@ class _Features:
     words: frozenset[str]  # casefolded, lightly stemmed tokens
     tokens: frozenset[str]  # casefolded tokens as written
     direction: tuple[frozenset[str], frozenset[str]] | None  # content words around "to"/"than"
+    genders: tuple[str, ...]  # m/f of the people mentioned, in order, repeats collapsed
     entity_text: str  # the text the English spans point into (aliases folded)
     entity_spans: tuple[_Span, ...]
     zh_text: str  # casefolded text when it has CJK characters, else ""
@@ -542,6 +557,8 @@ def _extract_identifiers(text: str) -> frozenset[str]:
 
 def _extract_dates(low: str, words: list[str], has_cjk: bool) -> frozenset[str]:
     found: set[str] = set()
+    if _DATE_WORDS.isdisjoint(words) and not _YEAR_RE.search(low):
+        words = []  # the common case: nothing date-like, skip the scan
     for i, w in enumerate(words):
         if w in _MONTHS:
             near_digit = any(x.isdigit() for x in words[max(0, i - 1) : i + 2])
@@ -605,9 +622,11 @@ def _unit_after(low: str, end: int) -> str | None:
     return None
 
 
-def _en_word_numbers(low: str, q: _Quantities) -> None:
+def _en_word_numbers(low: str, words: list[str], q: _Quantities) -> None:
     """Numbers written as words: "twenty five" -> 25, "two hundred" -> 200, "third" -> 3."""
     current: int | None = None
+    if _NUMBER_WORDS.isdisjoint(words):
+        return
     if "second" in low:
         low = _SECOND_UNIT_RE.sub(" sec", low)
     end = 0
@@ -659,9 +678,10 @@ def _zh_numbers(low: str, q: _Quantities) -> None:
         q.units.append((m.start(), _UNIT_OF[m.group(0)]))
 
 
-def _unit_words(low: str, q: _Quantities) -> None:
+def _unit_words(low: str, words: list[str], q: _Quantities) -> None:
     prev = ""
-    for m in _WORD_RE.finditer(low):
+    scan = not _UNIT_WORDS.keys().isdisjoint(words) or "cent" in words
+    for m in _WORD_RE.finditer(low) if scan else ():
         w = m.group(0)
         unit = _UNIT_WORDS.get(w)
         if unit is None and w == "cent" and prev == "per":
@@ -678,15 +698,15 @@ def _unit_words(low: str, q: _Quantities) -> None:
         q.units.append((m.start(), _UNIT_OF.get(spelling) or _UNIT_OF.get("个" + spelling, "")))
 
 
-def _extract_quantities(low: str, has_cjk: bool) -> _Quantities:
+def _extract_quantities(low: str, words: list[str], has_cjk: bool) -> _Quantities:
     """Numbers (digits, Chinese numerals, words), units and (number, unit) pairs."""
     q = _Quantities(set(), set(), [], set())
     if _DIGIT_RE.search(low):
         _digit_numbers(low, q)
     if has_cjk:
         _zh_numbers(low, q)
-    _en_word_numbers(low, q)
-    _unit_words(low, q)
+    _en_word_numbers(low, words, q)
+    _unit_words(low, words, q)
     q.soft -= q.numbers
     q.units.sort()
     return q
@@ -711,8 +731,8 @@ def _at_sentence_start(text: str, pos: int) -> bool:
     return pos < 0 or text[pos] in _SENTENCE_ENDS
 
 
-def _apply_aliases(text: str) -> str:
-    if not _ALIAS_CUE_RE.search(text) and not _ALIAS_CUE_RE.search(text.casefold()):
+def _apply_aliases(text: str, low: str) -> str:
+    if "US" not in text and not _ALIAS_CUE_RE.search(low):
         return text
     for pattern, canonical in _ALIASES:
         text = pattern.sub(canonical, text)
@@ -723,8 +743,8 @@ def _canon(key: str) -> str:
     return _DEMONYMS.get(key, key)
 
 
-def _is_title_case(matches: list[re.Match[str]]) -> bool:
-    long_words = [m.group(0) for m in matches[1:] if len(m.group(0)) > 3]
+def _is_title_case(tokens: list[str]) -> bool:
+    long_words = [w for w in tokens[1:] if len(w) > 3]
     caps = sum(1 for w in long_words if w[0].isupper())
     return len(long_words) >= 3 and caps >= 0.8 * len(long_words)
 
@@ -734,16 +754,16 @@ def _entity_spans(text: str, low: str) -> tuple[_Span, ...]:
     (iPhone), multi-word names, a name after in/at/near/from/to. Weak: a lone capitalized
     word mid-sentence (skipped at a sentence start and in Title Case or SHOUTED text)."""
     matches = list(_TOKEN_RE.finditer(text))
-    letters = len(_ASCII_LETTER_RE.findall(text))
-    shouting = letters > 8 and len(_UPPER_RE.findall(text)) > 0.6 * letters
-    title = shouting or _is_title_case(matches)
+    tokens = [m.group(0) for m in matches]
+    upper = len(_UPPER_RE.findall(text))
+    shouting = upper > 8 and upper > 0.6 * len(_ASCII_LETTER_RE.findall(text))
+    title = shouting or (upper >= 3 and _is_title_case(tokens))
     spans: list[_Span] = []
     run: list[str] = []
     strong = False
     start = end = 0
     prev_word = ""
-    for m in matches:
-        tok = m.group(0)
+    for m, tok in zip(matches, tokens, strict=True):
         key = _stem(tok)
         kind = _entity_kind(tok, key, shouting, title, text, m.start())
         if kind and run and not text[end : m.start()].strip():
@@ -793,6 +813,13 @@ def _direction(low: str, has_cjk: bool) -> tuple[frozenset[str], frozenset[str]]
     return None
 
 
+def _genders(words: list[str], low: str, has_cjk: bool) -> tuple[str, ...]:
+    found = [_EN_GENDER[w] for w in words if w in _EN_GENDER]
+    if has_cjk:
+        found += ["m" if m.group(1) else "f" for m in _ZH_GENDER_RE.finditer(low)]
+    return tuple(g for i, g in enumerate(found) if i == 0 or found[i - 1] != g)
+
+
 def _zh_entities(low: str) -> tuple[_Span, ...]:
     found = [e for e in _ZH_ENTITIES if e in low]
     # Keep the longest name at each place: 中国银行, not also 中国.
@@ -815,10 +842,10 @@ def _features(text: str) -> _Features:
     low = text.casefold()
     has_cjk = bool(_CJK_RE.search(low))
     words = _WORD_RE.findall(low)
-    q = _extract_quantities(low, has_cjk)
+    q = _extract_quantities(low, words, has_cjk)
     order = tuple(dict.fromkeys(unit for _, unit in q.units))
-    tokens = _TOKEN_RE.findall(text)
-    entity_text = _apply_aliases(text)
+    tokens = _TOKEN_RE.findall(text)  # as written, for the identifier casing check
+    entity_text = _apply_aliases(text, low)
     return _Features(
         identifiers=_extract_identifiers(text),
         dates=_extract_dates(low, words, has_cjk),
@@ -832,6 +859,7 @@ def _features(text: str) -> _Features:
             tokens if entity_text is text else (*tokens, *_TOKEN_RE.findall(entity_text)))),
         tokens=frozenset(t.casefold() for t in tokens),
         direction=_direction(low, has_cjk),
+        genders=_genders(words, low, has_cjk),
         entity_text=entity_text,
         entity_spans=_entity_spans(entity_text, low),
         zh_text=low if has_cjk else "",
@@ -902,6 +930,8 @@ def _antonym(a: _Features, b: _Features) -> str | None:
 def _entity(a: _Features, b: _Features) -> str | None:
     if {sp.key for sp in a.zh_entities} != {sp.key for sp in b.zh_entities}:
         return "entity"
+    if a.genders and b.genders and a.genders != b.genders:  # men vs women, 他爱她 vs 她爱他
+        return "entity"
     unmatched_a = [t for sp in a.entity_spans for t in sp.tokens if t not in b.words]
     unmatched_b = [t for sp in b.entity_spans for t in sp.tokens if t not in a.words]
     if unmatched_a and unmatched_b:  # a swap: Walton County vs Washington County
@@ -964,19 +994,28 @@ def _content(units: tuple[str, ...]) -> list[str]:
 
 def _zh_swap(a: _Features, b: _Features) -> str | None:
     """A Chinese word replaced by another ("北京" -> "上海", "猫" -> "狗"): a diff span whose
-    two sides both hold content characters that the other text has nowhere."""
+    two sides both hold content characters that the other text has fewer of. Counting, not
+    mere presence, tells a move ("北京今天" / "今天北京") from a swap that reuses a character
+    found elsewhere ("后患的患" / "后患的免")."""
     if not (a.zh_units and b.zh_units) or max(len(a.zh_units), len(b.zh_units)) > 300:
         return None
-    set_a, set_b = set(a.zh_units), set(b.zh_units)
+    count_a, count_b = Counter(a.zh_units), Counter(b.zh_units)
     ops = SequenceMatcher(None, a.zh_units, b.zh_units, autojunk=False).get_opcodes()
     for tag, i1, i2, j1, j2 in ops:
         if tag != "replace":
             continue
-        left = [u for u in _content(a.zh_units[i1:i2]) if u not in set_b]
-        right = [u for u in _content(b.zh_units[j1:j2]) if u not in set_a]
+        left = [u for u in _content(a.zh_units[i1:i2]) if count_a[u] > count_b[u]]
+        right = [u for u in _content(b.zh_units[j1:j2]) if count_b[u] > count_a[u]]
         if left and right:
             return "entity"
-    return None
+    return _zh_pronoun_order(a, b)
+
+
+def _zh_pronoun_order(a: _Features, b: _Features) -> str | None:
+    """"她说我爱她" / "我说她爱我": the same people in other roles."""
+    pa = [u for u in a.zh_units if u in _ZH_PERSONS]
+    pb = [u for u in b.zh_units if u in _ZH_PERSONS]
+    return "order" if len(set(pa)) > 1 and set(pa) == set(pb) and pa != pb else None
 
 
 _EN_ANTONYM_PAIRS = frozenset((_stem(x), _stem(y)) for x, y in _EN_ANTONYMS)

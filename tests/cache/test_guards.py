@@ -146,6 +146,7 @@ def test_content_difference_counts_words_not_function_words() -> None:
         ("花呗怎么还款\uff1f", "花呗怎么还款"),
         ("花呗怎么还款。", "花呗怎么还款"),
         ("Why is the sky blue?!", "why is the sky blue"),
+        ("What is 5+5?", "what is 5+5"),
     ],
 )
 def test_normalize_merges_trivial_variants(a: str, b: str) -> None:
