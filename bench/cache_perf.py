@@ -236,10 +236,17 @@ async def quant_decisions(cache_dir: str, n_pairs: int) -> None:
 
 
 async def section_embed(args: argparse.Namespace) -> None:
+    if args.cache_dir:
+        await embed_benchmarks(args, args.cache_dir)
+        return
+    with tempfile.TemporaryDirectory(prefix="embed-bench-") as tmp:  # ~115 MB of exports
+        await embed_benchmarks(args, tmp)
+
+
+async def embed_benchmarks(args: argparse.Namespace, cache_dir: str) -> None:
     n = 60 if args.quick else 300
     rounds = 1 if args.quick else 3
     total = 320 if args.quick else 1280
-    cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="embed-bench-")
     print(f"date {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, "
           f"{os.cpu_count()} cores, python {platform.python_version()}, load "
           f"{os.getloadavg()[0]:.2f}")
