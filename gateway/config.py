@@ -109,6 +109,12 @@ class EmbedderConfig(_Strict):
     )
     max_batch: int = Field(32, ge=1, le=1024)
     batch_window_ms: float = Field(2.0, ge=0, le=100)
+    backend: Literal["auto", "onnx", "torch"] = Field(
+        "auto", description="sentence-transformers only: ONNX Runtime when available, else torch."
+    )
+    quantize: bool = Field(
+        False, description="sentence-transformers on ONNX: int8 (faster; moves cosines ~0.005)."
+    )
 
 
 class CacheStoreConfig(_Strict):

@@ -34,10 +34,11 @@ def shared_embedder(config: EmbedderConfig) -> Embedder:
 
     embedder = _shared.get(config)
     if embedder is None:
-        embedder = _shared[config] = build_embedder(
-            config.type,
-            model=config.model,
-            max_batch=config.max_batch,
-            batch_window_ms=config.batch_window_ms,
-        )
+        options: dict[str, object] = {
+            "max_batch": config.max_batch,
+            "batch_window_ms": config.batch_window_ms,
+        }
+        if config.type == "sentence-transformers":
+            options.update(backend=config.backend, quantize=config.quantize)
+        embedder = _shared[config] = build_embedder(config.type, model=config.model, **options)
     return embedder
