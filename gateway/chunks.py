@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from gateway import wire
@@ -91,9 +91,14 @@ class Accumulator:
             call["function"]["arguments"] += function["arguments"]
 
 
-async def replay(completion: Json, include_usage: bool) -> AsyncIterator[Json]:
+async def replay(completion: Json, include_usage: bool) -> AsyncIterator[list[Json]]:
     """The chunks of a stream that says what `completion` says: a role chunk, content in
-    word-group pieces, tool calls, the finish chunk, and a usage chunk when asked for."""
+    word-group pieces, tool calls, the finish chunk, and a usage chunk when asked for. They
+    are all at hand, so they come as one batch (one write)."""
+    yield list(_replay_chunks(completion, include_usage))
+
+
+def _replay_chunks(completion: Json, include_usage: bool) -> Iterator[Json]:
     id_, created = wire.completion_id(), int(time.time())
     model = completion.get("model", "")
     extra = {k: completion[k] for k in ("system_fingerprint", "service_tier") if k in completion}

@@ -1,4 +1,4 @@
-"""A started upstream stream: the first chunk is already in hand when the client sees headers.
+"""A started upstream stream: the first batch of chunks is in hand when the client sees headers.
 
 Waiting for the first chunk before answering lets a failure before the first byte become a
 plain HTTP error (or, later, a fallback), while every chunk after it is relayed as it arrives.
@@ -20,8 +20,8 @@ class ChunkStream:
     def __init__(
         self,
         ctx: RequestContext,
-        source: AsyncGenerator[Json, None],
-        first: Json | None,
+        source: AsyncGenerator[list[Json], None],
+        first: list[Json] | None,
         client_wants_usage: bool,
         on_complete: Callable[[Json], None] | None,
     ) -> None:
@@ -36,7 +36,7 @@ class ChunkStream:
     async def open(
         cls,
         ctx: RequestContext,
-        source: AsyncIterator[Json],
+        source: AsyncIterator[list[Json]],
         client_wants_usage: bool,
         on_complete: Callable[[Json], None] | None = None,
     ) -> ChunkStream:
@@ -54,17 +54,16 @@ class ChunkStream:
         ctx.first_token_seconds = time.perf_counter() - started
         return cls(ctx, source, first, client_wants_usage, on_complete)
 
-    async def relay(self) -> AsyncGenerator[Json, None]:
-        """Every chunk to send to the client. Close it (aclosing) to release the upstream."""
+    async def relay(self) -> AsyncGenerator[list[Json], None]:
+        """The chunks to send to the client, in the batches they arrived in. Close it
+        (aclosing) to release the upstream."""
         started = time.perf_counter()
         try:
             if self._first is not None:
-                chunk, self._first = self._first, None
-                if self._relay(chunk):
-                    yield chunk
-            async for chunk in self._source:
-                if self._relay(chunk):
-                    yield chunk
+                batch, self._first = self._first, None
+                yield [chunk for chunk in batch if self._relay(chunk)]
+            async for batch in self._source:
+                yield [chunk for chunk in batch if self._relay(chunk)]
             if self._on_complete and self._accumulator:
                 self._on_complete(self._accumulator.completion())
         finally:

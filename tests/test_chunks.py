@@ -12,8 +12,8 @@ COMPLETION = {
 }
 
 
-async def _all(chunks: AsyncIterator[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [c async for c in chunks]
+async def _all(batches: AsyncIterator[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [c async for batch in batches for c in batch]
 
 
 async def test_replay_round_trips_through_the_accumulator() -> None:

@@ -60,9 +60,11 @@ async def test_alias_resolves_and_upstream_sees_the_upstream_name(pipeline: Pipe
     assert ctx.route is not None and ctx.route.name == "cheap" and ctx.usage
 
 
-async def _source(*chunks: dict[str, Any], fail: bool = False) -> AsyncIterator[dict[str, Any]]:
+async def _source(
+    *chunks: dict[str, Any], fail: bool = False
+) -> AsyncIterator[list[dict[str, Any]]]:
     for chunk in chunks:
-        yield chunk
+        yield [chunk]
     if fail:
         raise UpstreamError("cut")
 
@@ -76,7 +78,7 @@ async def test_usage_is_accounted_and_shown_only_when_asked(client_wants_usage: 
     ctx = _ctx()
     stream = await ChunkStream.open(ctx, _source(dict(TEXT), dict(USAGE)), client_wants_usage)
     async with aclosing(stream.relay()) as relay:
-        seen = [chunk async for chunk in relay]
+        seen = [chunk async for batch in relay for chunk in batch]
     assert ctx.usage == USAGE["usage"]
     if client_wants_usage:
         assert seen == [TEXT, USAGE]
@@ -94,4 +96,4 @@ async def test_failure_mid_stream_raises_from_relay() -> None:
     stream = await ChunkStream.open(_ctx(), _source(dict(TEXT), fail=True), False)
     async with aclosing(stream.relay()) as relay:
         with pytest.raises(UpstreamError):
-            _ = [chunk async for chunk in relay]
+            _ = [batch async for batch in relay]

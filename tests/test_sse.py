@@ -11,7 +11,7 @@ async def _pieces(*parts: bytes) -> AsyncIterator[bytes]:
 
 
 async def _collect(*parts: bytes) -> list[str]:
-    return [data async for data in sse.iter_data(_pieces(*parts))]
+    return [data.decode() async for events in sse.iter_events(_pieces(*parts)) for data in events]
 
 
 @pytest.mark.parametrize(
@@ -30,6 +30,13 @@ async def test_events_survive_any_framing(parts: tuple[bytes, ...]) -> None:
 
 async def test_multiline_data_is_joined() -> None:
     assert await _collect(b"data: line one\ndata: line two\n\n") == ["line one\nline two"]
+
+
+async def test_events_stay_grouped_by_the_read_that_completed_them() -> None:
+    pieces = (b"data: 1\n\ndata: 2\n\nda", b"ta: 3\n\n")
+    assert [events async for events in sse.iter_events(_pieces(*pieces))] == [
+        [b"1", b"2"], [b"3"]
+    ]
 
 
 def test_encode_is_one_event() -> None:

@@ -73,7 +73,8 @@ _EN_NUM_WORDS = {
     "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14,
     "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19,
     "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
-    "eighty": 80, "ninety": 90, "dozen": 12,
+    "eighty": 80, "ninety": 90, "dozen": 12, "twenties": 20, "thirties": 30, "forties": 40,
+    "fifties": 50, "sixties": 60, "seventies": 70, "eighties": 80, "nineties": 90,
 }
 _EN_SCALES = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9,
               "trillion": 10**12}
@@ -182,7 +183,10 @@ _EN_ANTONYMS = [
     ("read", "write"), ("get", "set"), ("send", "receive"), ("up", "down"), ("in", "out"),
     ("on", "off"), ("yes", "no"), ("always", "never"), ("everyone", "nobody"),
     ("all", "none"), ("legal", "illegal"), ("gain", "lose"), ("gain", "loss"),
-    ("profit", "loss"), ("income", "expense"), ("credit", "debit"), ("deposit", "withdraw"),
+    ("profit", "loss"), ("income", "expense"), ("similar", "different"), ("same", "different"),
+    ("similar", "differ"), ("similarity", "difference"), ("give", "receive"),
+    ("given", "received"), ("gave", "received"), ("fully", "partially"), ("full", "partial"),
+    ("credit", "debit"), ("deposit", "withdraw"),
     ("import", "export"), ("uppercase", "lowercase"), ("horizontal", "vertical"),
     ("horizontally", "vertically"), ("row", "column"), ("rows", "columns"),
 ]
@@ -448,6 +452,7 @@ _ZH_DIRECTION_RE = re.compile(
     r"(?<!对)比(?!较|赛|例|如|分|率)|换成|转成|变成|翻译成|转换成|转为|到"
 )
 _DIRECTION_WINDOW = 3
+_LIST_WORDS = frozenset({"and", "or", "&", "vs", "versus"})
 _NAME_PREPOSITIONS = frozenset({"in", "at", "near", "from", "to", "of", "into", "visit"})
 
 
@@ -744,9 +749,11 @@ def _canon(key: str) -> str:
 
 
 def _is_title_case(tokens: list[str]) -> bool:
+    """Headline Style Capitalizes Common Words too; a sentence full of names does not."""
     long_words = [w for w in tokens[1:] if len(w) > 3]
-    caps = sum(1 for w in long_words if w[0].isupper())
-    return len(long_words) >= 3 and caps >= 0.8 * len(long_words)
+    caps = [w for w in long_words if w[0].isupper()]
+    return (len(long_words) >= 3 and len(caps) >= 0.8 * len(long_words)
+            and any(w.casefold() in _EN_STOP for w in caps))
 
 
 def _entity_spans(text: str, low: str) -> tuple[_Span, ...]:
@@ -772,8 +779,10 @@ def _entity_spans(text: str, low: str) -> tuple[_Span, ...]:
         elif kind:
             if run:
                 spans.append(_Span(tuple(run), strong, start, end))
+            # A name after in/at/near, or listed with another name ("Venus, Saturn and Mars")
+            listed = prev_word in _LIST_WORDS and bool(spans) and spans[-1].end >= m.start() - 6
+            strong = kind == "strong" or prev_word in _NAME_PREPOSITIONS or listed
             run, start, end = [_canon(key)], m.start(), m.end()
-            strong = kind == "strong" or prev_word in _NAME_PREPOSITIONS
         elif run:
             spans.append(_Span(tuple(run), strong, start, end))
             run = []
@@ -787,10 +796,14 @@ def _entity_kind(tok: str, key: str, shouting: bool, title: bool, text: str,
                  pos: int) -> str | None:
     if key in _EN_ENTITIES or (not tok.isalpha() and tok.casefold() in _EN_ENTITIES):
         return "strong"
-    if tok.islower() or key in _CAP_STOP or shouting:
+    if tok.islower() or shouting:
         return None
-    if (len(tok) > 1 and tok.isupper() and tok.isalpha()) or any(c.isupper() for c in tok[1:]):
-        return "strong"  # NASA, iPhone
+    if len(tok) > 1 and tok.isupper() and tok.isalpha() and key != "ok":
+        return "strong"  # NASA, and IN / GA as state codes: mid-sentence capitals are not "in"
+    if key in _CAP_STOP:
+        return None
+    if any(c.isupper() for c in tok[1:]):
+        return "strong"  # iPhone, YouTube
     if tok[0].isupper() and not title and not _at_sentence_start(text, pos):
         return "weak"
     return None

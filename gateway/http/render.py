@@ -52,8 +52,9 @@ async def stream(
     try:
         async with aclosing(chunks.relay()) as relay:
             try:
-                async for chunk in relay:
-                    await response.write(sse.encode(chunk))
+                async for batch in relay:
+                    if batch:
+                        await response.write(b"".join(map(sse.encode, batch)))
             except GatewayError as err:
                 ctx.error_code = err.code or err.type
                 await response.write(sse.encode(err.body()))

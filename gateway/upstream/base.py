@@ -28,8 +28,9 @@ class Provider(ABC):
         """One chat completion. Raises a GatewayError (mapped status) on any failure."""
 
     @abstractmethod
-    def stream(self, body: Json) -> AsyncIterator[Json]:
-        """Chat completion chunks as they arrive, ending at the upstream's `[DONE]`.
+    def stream(self, body: Json) -> AsyncIterator[list[Json]]:
+        """Chat completion chunks as they arrive, in batches (the chunks one network read
+        completed, so the relay answers one read with one write), ending at `[DONE]`.
 
         The request is sent on the first `__anext__`: failures before the first chunk raise
         there, so the caller can still answer with a plain HTTP error (or fall back). A stream

@@ -37,7 +37,11 @@ class DemoProvider(Provider):
             model, message, finish, wire.usage(prompt, completion), system_fingerprint="demo"
         )
 
-    async def stream(self, body: Json) -> AsyncIterator[Json]:
+    async def stream(self, body: Json) -> AsyncIterator[list[Json]]:
+        for chunk in await self._chunks(body):
+            yield [chunk]  # one at a time, as a model would
+
+    async def _chunks(self, body: Json) -> list[Json]:
         reply = await self.chat(body)
         id_, created, model = reply["id"], reply["created"], reply["model"]
         message = reply["choices"][0]["message"]
@@ -45,33 +49,22 @@ class DemoProvider(Provider):
         def make(delta: Json | None, finish: str | None = None, **kw: Any) -> Json:
             return wire.chunk(id_, model, created, delta, finish, system_fingerprint="demo", **kw)
 
-        yield make({"role": "assistant", "content": ""})
-        content = message.get("content") or ""
-        words = content.split(" ")
-        for i, word in enumerate(words):
-            yield make({"content": word if i == 0 else " " + word})
+        out = [make({"role": "assistant", "content": ""})]
+        words = (message.get("content") or "").split(" ")
+        out += [make({"content": word if i == 0 else " " + word}) for i, word in enumerate(words)]
         for index, call in enumerate(message.get("tool_calls", [])):
-            fn = call["function"]
-            yield make(
-                {
-                    "tool_calls": [
-                        {
-                            "index": index,
-                            "id": call["id"],
-                            "type": "function",
-                            "function": {"name": fn["name"], "arguments": ""},
-                        }
-                    ]
-                }
-            )
-            args = fn["arguments"]
-            for start in range(0, len(args), 8):
-                piece = args[start : start + 8]
-                yield make({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-        yield make({}, reply["choices"][0]["finish_reason"])
-        options = body.get("stream_options") or {}
-        if options.get("include_usage"):
-            yield make(None, usage=reply["usage"])
+            fn, args = call["function"], call["function"]["arguments"]
+            opening = {"index": index, "id": call["id"], "type": "function",
+                       "function": {"name": fn["name"], "arguments": ""}}
+            out.append(make({"tool_calls": [opening]}))
+            out += [
+                make({"tool_calls": [{"index": index, "function": {"arguments": args[i : i + 8]}}]})
+                for i in range(0, len(args), 8)
+            ]
+        out.append(make({}, reply["choices"][0]["finish_reason"]))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            out.append(make(None, usage=reply["usage"]))
+        return out
 
     async def embeddings(self, body: Json) -> Json:
         inputs = body.get("input")

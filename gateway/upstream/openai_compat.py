@@ -46,7 +46,7 @@ class OpenAICompatible(Provider):
     async def embeddings(self, body: Json) -> Json:
         return await self._post_json("/embeddings", body)
 
-    async def stream(self, body: Json) -> AsyncIterator[Json]:
+    async def stream(self, body: Json) -> AsyncIterator[list[Json]]:
         with errors.network_errors(self.name):
             async with self.session.post(
                 self._base_url + "/chat/completions",
@@ -60,10 +60,20 @@ class OpenAICompatible(Provider):
                         f"provider '{self.name}' did not answer with an event stream",
                         code="upstream_invalid_response",
                     )
-                async for data in sse.iter_data(resp.content.iter_any()):
-                    if data == "[DONE]":
-                        return
-                    yield self._chunk(data)
+                async for events in sse.iter_events(resp.content.iter_any()):
+                    batch: list[Json] = []
+                    for data in events:
+                        if data.strip() == b"[DONE]":
+                            if batch:
+                                yield batch
+                            return
+                        try:
+                            batch.append(self._chunk(data))
+                        except UpstreamError:
+                            if batch:  # what arrived before the bad event still goes out
+                                yield batch
+                            raise
+                    yield batch
         raise UpstreamError(
             f"provider '{self.name}' ended the stream before [DONE]", code="upstream_stream_cut"
         )
@@ -86,8 +96,8 @@ class OpenAICompatible(Provider):
         raw = await resp.content.read(_MAX_ERROR_BODY)
         return errors.from_response(self.name, resp.status, raw, resp.headers, self._secrets)
 
-    def _chunk(self, data: str) -> Json:
-        chunk = errors.parse_json(self.name, data.encode())
+    def _chunk(self, data: bytes) -> Json:
+        chunk = errors.parse_json(self.name, data)
         if "error" in chunk and "choices" not in chunk:
-            raise errors.from_stream_event(self.name, data.encode(), self._secrets)
+            raise errors.from_stream_event(self.name, data, self._secrets)
         return chunk

@@ -62,7 +62,7 @@ async def test_a_tool_result_gets_a_text_answer() -> None:
 
 async def test_stream_reassembles_to_the_plain_answer_with_usage_last() -> None:
     body = {**ASK, "stream": True, "stream_options": {"include_usage": True}}
-    chunks = [c async for c in DEMO.stream(body)]
+    chunks = [c async for batch in DEMO.stream(body) for c in batch]
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
     assert text == (await DEMO.chat(ASK))["choices"][0]["message"]["content"]
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] > 0
@@ -70,7 +70,8 @@ async def test_stream_reassembles_to_the_plain_answer_with_usage_last() -> None:
 
 
 async def test_streamed_tool_call_arguments_arrive_in_fragments() -> None:
-    chunks = [c async for c in DEMO.stream({**ASK, "tools": TOOLS, "stream": True})]
+    stream = DEMO.stream({**ASK, "tools": TOOLS, "stream": True})
+    chunks = [c async for batch in stream for c in batch]
     calls = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks if c["choices"] and
              "tool_calls" in c["choices"][0]["delta"]]
     assert calls[0]["id"].startswith("call_") and calls[0]["function"]["name"] == "book"

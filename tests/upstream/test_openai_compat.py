@@ -120,8 +120,19 @@ SSE = (
 async def test_stream_yields_parsed_chunks_until_done(provider: OpenAICompatible) -> None:
     with aioresponses() as mock:
         mock.post(URL, body=SSE, content_type="text/event-stream")
-        chunks = [c async for c in provider.stream({**BODY, "stream": True})]
+        chunks = [c async for batch in provider.stream({**BODY, "stream": True}) for c in batch]
     assert [c["choices"][0]["delta"]["content"] for c in chunks] == ["he", "llo"]
+
+
+async def test_chunks_before_a_bad_event_are_still_delivered(provider: OpenAICompatible) -> None:
+    body = SSE.split(b"data: [DONE]")[0] + b'data: {"broken\n\n'
+    got: list[dict[str, object]] = []
+    with aioresponses() as mock:
+        mock.post(URL, body=body, content_type="text/event-stream")
+        with pytest.raises(UpstreamError):
+            async for batch in provider.stream({**BODY, "stream": True}):
+                got += batch
+    assert len(got) == 2
 
 
 @pytest.mark.parametrize(
@@ -136,7 +147,7 @@ async def test_broken_streams_raise(provider: OpenAICompatible, body: bytes, cod
     with aioresponses() as mock:
         mock.post(URL, body=body, content_type="text/event-stream")
         with pytest.raises(UpstreamError) as info:
-            _ = [c async for c in provider.stream({**BODY, "stream": True})]
+            _ = [batch async for batch in provider.stream({**BODY, "stream": True})]
     assert info.value.code == code
 
 
@@ -144,4 +155,4 @@ async def test_stream_that_is_not_sse_is_rejected(provider: OpenAICompatible) ->
     with aioresponses() as mock:
         mock.post(URL, payload={"id": "x"})
         with pytest.raises(UpstreamError, match="did not answer with an event stream"):
-            _ = [c async for c in provider.stream({**BODY, "stream": True})]
+            _ = [batch async for batch in provider.stream({**BODY, "stream": True})]
