@@ -6,20 +6,22 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from gateway.accesslog import AccessLog
 from gateway.cache.factory import build_cache
 from gateway.config import Settings
 from gateway.http import handlers
-from gateway.http.keys import CACHE, METRICS, RUNTIME_REF
+from gateway.http.keys import ACCESS_LOG, CACHE, METRICS, RUNTIME_REF
 from gateway.http.middleware import gateway_middleware
 from gateway.metrics import Metrics
 from gateway.runtime import Runtime, RuntimeRef
 
 
-def build_app(settings: Settings) -> web.Application:
+def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Application:
     # Bodies are read and limited by the handlers against the live config, not by aiohttp.
     app = web.Application(middlewares=[gateway_middleware], client_max_size=2**40)
     cache = app[CACHE] = build_cache(settings.file.cache, settings.routes.values())
     app[RUNTIME_REF] = RuntimeRef(Runtime.build(settings, cache))
+    app[ACCESS_LOG] = access_log or AccessLog(enabled=settings.server.access_log)
     metrics = app[METRICS] = Metrics()
     if cache is not None:
         metrics.cache_entries.set_function(lambda: len(cache.store))
@@ -50,3 +52,4 @@ async def _cache_lifetime(app: web.Application) -> AsyncIterator[None]:
 async def _runtime_lifetime(app: web.Application) -> AsyncIterator[None]:
     yield
     await app[RUNTIME_REF].current.close()
+    app[ACCESS_LOG].flush()

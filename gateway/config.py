@@ -30,6 +30,7 @@ class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Larger bodies get 413.")
+    access_log: bool = Field(True, description="One JSON line per request on stderr.")
     log_prompts: bool = Field(False, description="Put prompt text in the access log.")
 
 

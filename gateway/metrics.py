@@ -7,6 +7,7 @@ names from a fixed set and model/provider names from config (anything else is `o
 from __future__ import annotations
 
 import platform
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -52,6 +53,7 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         self.requests = Counter(
             "gateway_requests",
@@ -150,36 +152,49 @@ class Metrics:
         )
         self.build_info.labels(__version__, platform.python_version()).set(1)
 
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, memoized: label values are bounded, and the lookup
+        (validation, a lock) showed up in the request path's profile."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def observe(self, ctx: RequestContext) -> None:
         model = ctx.route.name if ctx.route else "none"
         endpoint = ctx.endpoint if ctx.endpoint in ENDPOINTS else "other"
         elapsed = ctx.elapsed()
-        self.requests.labels(endpoint, model, f"{ctx.status // 100}xx").inc()
-        self.request_seconds.labels(endpoint, model, "true" if ctx.stream else "false").observe(
-            elapsed
-        )
+        self._child(self.requests, endpoint, model, f"{ctx.status // 100}xx").inc()
+        self._child(
+            self.request_seconds, endpoint, model, "true" if ctx.stream else "false"
+        ).observe(elapsed)
         if ctx.route and ctx.upstream_seconds is not None:
-            self.upstream_seconds.labels(ctx.route.provider, model).observe(ctx.upstream_seconds)
+            self._child(self.upstream_seconds, ctx.route.provider, model).observe(
+                ctx.upstream_seconds
+            )
             if not ctx.stream:
-                self.overhead_seconds.labels(endpoint).observe(
+                self._child(self.overhead_seconds, endpoint).observe(
                     max(0.0, elapsed - ctx.upstream_seconds)
                 )
         if ctx.stream and ctx.first_token_seconds is not None:
-            self.first_token_seconds.labels(model).observe(ctx.first_token_seconds)
+            self._child(self.first_token_seconds, model).observe(ctx.first_token_seconds)
         if ctx.usage:
-            self.tokens.labels(model, "input").inc(_count(ctx.usage.get("prompt_tokens")))
-            self.tokens.labels(model, "output").inc(_count(ctx.usage.get("completion_tokens")))
+            self._child(self.tokens, model, "input").inc(_count(ctx.usage.get("prompt_tokens")))
+            self._child(self.tokens, model, "output").inc(
+                _count(ctx.usage.get("completion_tokens"))
+            )
         if ctx.cache_result is not None:
             self._observe_cache(ctx, model, ctx.cache_result.replace("-", "_"))
 
     def _observe_cache(self, ctx: RequestContext, model: str, result: str) -> None:
-        self.cache_lookups.labels(model, result).inc()
+        self._child(self.cache_lookups, model, result).inc()
         if ctx.cache_near_miss is not None:
-            self.cache_near_misses.labels(ctx.cache_near_miss).inc()
+            self._child(self.cache_near_misses, ctx.cache_near_miss).inc()
         if ctx.embed_seconds is not None:
             self.embedding_seconds.observe(ctx.embed_seconds)
             if ctx.cache_similarity is not None:
-                self.cache_similarity.labels(model).observe(ctx.cache_similarity)
+                self._child(self.cache_similarity, model).observe(ctx.cache_similarity)
         if ctx.cache_lookup_seconds is not None:
             self.cache_lookup_seconds.observe(ctx.cache_lookup_seconds)
         saved = ctx.saved_usage
@@ -188,14 +203,14 @@ class Metrics:
                 _count(saved.get("prompt_tokens")),
                 _count(saved.get("completion_tokens")),
             )
-            self.saved_tokens.labels(model, "input", "cache").inc(prompt)
-            self.saved_tokens.labels(model, "output", "cache").inc(completion)
+            self._child(self.saved_tokens, model, "input", "cache").inc(prompt)
+            self._child(self.saved_tokens, model, "output", "cache").inc(completion)
             pricing = ctx.route.pricing if ctx.route else None
             if pricing is not None:
                 cost = (
                     prompt * pricing.input_per_million + completion * pricing.output_per_million
                 ) / 1e6
-                self.saved_cost.labels(model, "cache").inc(cost)
+                self._child(self.saved_cost, model, "cache").inc(cost)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -96,6 +96,12 @@ class Pipeline:
 
     def resolve(self, model: str, kind: str) -> ModelRoute:
         route = self.settings.routes.get(model)
+        if (
+            route is not None
+            and route.kind == kind
+            and self.settings.providers[route.provider].disabled_reason is None
+        ):
+            return route
         served = self.settings.served_models(kind)
         if route is None:
             raise ModelNotFound(
@@ -110,11 +116,8 @@ class Pipeline:
                 param="model",
                 code="model_not_supported",
             )
-        reason = self.settings.providers[route.provider].disabled_reason
-        if reason is not None:
-            raise ModelNotFound(
-                f"The model '{model}' is configured but its provider '{route.provider}' "
-                f"is disabled ({reason})",
-                param="model",
-            )
-        return route
+        raise ModelNotFound(
+            f"The model '{model}' is configured but its provider '{route.provider}' "
+            f"is disabled ({self.settings.providers[route.provider].disabled_reason})",
+            param="model",
+        )

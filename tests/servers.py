@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from gateway.accesslog import AccessLog
 from gateway.app import build_app
 from gateway.config import Settings, build_settings, parse_config
 from gateway.testing.fake_upstream import FakeUpstream
@@ -40,9 +41,9 @@ class ServerThread:
 class GatewayServer:
     """The real gateway application on a loopback port."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, access_log: AccessLog | None = None) -> None:
         self.settings = settings
-        self.app = build_app(settings)
+        self.app = build_app(settings, access_log)
         self._runner: web.AppRunner | None = None
         self.port = 0
 

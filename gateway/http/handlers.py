@@ -175,13 +175,17 @@ def _require_cache(request: web.Request) -> SemanticCache:
 async def read_json(request: web.Request) -> Any:
     limit = request[RUNTIME].settings.server.max_body_bytes
     too_large = PayloadTooLarge(f"The request body is larger than the limit of {limit} bytes.")
-    if request.content_length is not None and request.content_length > limit:
-        raise too_large
-    raw = bytearray()
-    async for piece in request.content.iter_any():
-        raw += piece
-        if len(raw) > limit:
+    if request.content_length is not None:
+        if request.content_length > limit:
             raise too_large
+        raw = await request.read()
+    else:  # chunked: count as it arrives
+        pieces = bytearray()
+        async for piece in request.content.iter_any():
+            pieces += piece
+            if len(pieces) > limit:
+                raise too_large
+        raw = bytes(pieces)
     if not raw:
         raise InvalidRequest("The request body is empty; send a JSON object.", code="invalid_json")
     try:
@@ -190,7 +194,9 @@ async def read_json(request: web.Request) -> Any:
         raise InvalidRequest(
             f"The request body is not valid JSON: {exc}", code="invalid_json"
         ) from None
-    if _nests_deeper_than(data, MAX_JSON_DEPTH):
+    # Only a body with that many brackets can nest that deep: skip the walk for the rest.
+    brackets = raw.count(b"[") + raw.count(b"{")
+    if brackets > MAX_JSON_DEPTH and _nests_deeper_than(data, MAX_JSON_DEPTH):
         raise InvalidRequest(
             f"The request JSON nests deeper than {MAX_JSON_DEPTH} levels.", code="invalid_json"
         )

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
-import uuid
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from gateway import accesslog, auth
+from gateway import auth
 from gateway.context import RequestContext
 from gateway.errors import (
     GatewayError,
@@ -25,7 +25,7 @@ from gateway.errors import (
     PayloadTooLarge,
 )
 from gateway.http import render
-from gateway.http.keys import CTX, METRICS, RUNTIME, RUNTIME_REF
+from gateway.http.keys import ACCESS_LOG, CTX, METRICS, RUNTIME, RUNTIME_REF
 
 log = logging.getLogger("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -72,7 +72,7 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     finally:
         metrics.in_flight.dec()
         metrics.observe(ctx)
-        accesslog.write(ctx, request.method, request.path)
+        request.app[ACCESS_LOG].write(ctx, request.method, request.path)
 
 
 def _translate(exc: web.HTTPException, request: web.Request) -> GatewayError:
@@ -92,7 +92,7 @@ def _translate(exc: web.HTTPException, request: web.Request) -> GatewayError:
 def _request_id(given: str | None) -> str:
     if given and _REQUEST_ID.match(given):
         return given
-    return f"req_{uuid.uuid4().hex}"
+    return f"req_{os.urandom(16).hex()}"
 
 
 def _endpoint(path: str) -> str:

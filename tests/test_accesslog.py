@@ -1,0 +1,75 @@
+"""One JSON line per request, with what ops need and without what they must not see."""
+
+import io
+import json
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from gateway.accesslog import AccessLog
+from gateway.testing.fake_upstream import FakeUpstream
+from tests.servers import GatewayServer, ServerThread, settings_for
+
+SECRET_PROMPT = "my card number is 4111 1111 1111 1111"
+
+
+def _run(server_thread: ServerThread, fake: FakeUpstream, extra_yaml: str = "") -> Iterator[
+    tuple[GatewayServer, io.BytesIO, AccessLog]
+]:
+    sink = io.BytesIO()
+    log = AccessLog(sink)
+    server = server_thread.call(GatewayServer(settings_for(fake.url, extra_yaml), log).start())
+    try:
+        yield server, sink, log
+    finally:
+        server_thread.call(server.stop())
+
+
+def _lines(sink: io.BytesIO, log: AccessLog, server_thread: ServerThread) -> list[dict]:
+    async def flush() -> None:
+        log.flush()
+
+    server_thread.call(flush())
+    return [json.loads(line) for line in sink.getvalue().splitlines()]
+
+
+@pytest.fixture
+def logged(server_thread: ServerThread, fake_upstream: FakeUpstream) -> Iterator[
+    tuple[GatewayServer, io.BytesIO, AccessLog]
+]:
+    yield from _run(server_thread, fake_upstream)
+
+
+def test_one_line_per_request_with_the_facts_and_no_prompt(
+    logged: tuple[GatewayServer, io.BytesIO, AccessLog], server_thread: ServerThread
+) -> None:
+    server, sink, log = logged
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+    client.chat.completions.create(
+        model="mapped", messages=[{"role": "user", "content": SECRET_PROMPT}],
+        extra_headers={"x-request-id": "trace-123"},
+    )
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+    ok, missing = _lines(sink, log, server_thread)
+    assert ok["request_id"] == "trace-123" and ok["status"] == 200
+    assert (ok["tenant"], ok["model"], ok["served_model"]) == ("local", "mapped", "mapped")
+    assert (ok["upstream"], ok["upstream_model"]) == ("fake", "upstream-name")
+    assert ok["prompt_tokens"] == 10 and ok["completion_tokens"] == 5
+    assert ok["latency_ms"] > 0 and ok["upstream_ms"] > 0
+    assert missing["status"] == 404 and missing["error"] == "model_not_found"
+    raw = sink.getvalue().decode()
+    assert "4111" not in raw and "sk-fake-provider-secret" not in raw
+
+
+def test_prompts_are_logged_only_when_asked(
+    server_thread: ServerThread, fake_upstream: FakeUpstream
+) -> None:
+    for server, sink, log in _run(server_thread, fake_upstream, "server: {log_prompts: true}"):
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+        client.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": SECRET_PROMPT}]
+        )
+        (line,) = _lines(sink, log, server_thread)
+        assert line["prompt"] == SECRET_PROMPT
