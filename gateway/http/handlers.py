@@ -174,17 +174,16 @@ def _require_cache(request: web.Request) -> SemanticCache:
 
 async def read_json(request: web.Request) -> Any:
     limit = request[RUNTIME].settings.server.max_body_bytes
-    too_large = PayloadTooLarge(f"The request body is larger than the limit of {limit} bytes.")
     if request.content_length is not None:
         if request.content_length > limit:
-            raise too_large
+            raise _too_large(limit)
         raw = await request.read()
     else:  # chunked: count as it arrives
         pieces = bytearray()
         async for piece in request.content.iter_any():
             pieces += piece
             if len(pieces) > limit:
-                raise too_large
+                raise _too_large(limit)
         raw = bytes(pieces)
     if not raw:
         raise InvalidRequest("The request body is empty; send a JSON object.", code="invalid_json")
@@ -201,6 +200,10 @@ async def read_json(request: web.Request) -> Any:
             f"The request JSON nests deeper than {MAX_JSON_DEPTH} levels.", code="invalid_json"
         )
     return data
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"The request body is larger than the limit of {limit} bytes.")
 
 
 def _nests_deeper_than(data: Any, limit: int) -> bool:
