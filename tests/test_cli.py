@@ -36,9 +36,12 @@ def test_check_names_each_bad_field_and_fails(tmp_path: Path) -> None:
     assert "extra (line 4): Extra inputs are not permitted" in result.stderr
 
 
-def test_serve_prints_where_it_listens_serves_and_stops_on_sigterm() -> None:
+def test_serve_prints_where_it_listens_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    shipped = (ROOT / "config.yaml").read_text()
+    config.write_text(shipped.replace("data/cache.sqlite3", str(tmp_path / "cache.sqlite3")))
     with subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--port", "0"],
+        [sys.executable, "-m", "gateway", "serve", "--port", "0", "--config", str(config)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     ) as proc:
         try:
