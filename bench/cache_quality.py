@@ -266,6 +266,7 @@ def run_dataset(p: Pairs, embedders: Iterable[str]) -> list[str]:
     summary: list[str] = []
     target = TARGETS[p.name]
     everything = np.ones(len(p.a), dtype=bool)
+    winner: tuple[float, str] | None = None
     for name, cos in cosines.items():
         curves = [score("plain", p.label, cos, everything),
                   score("guards", p.label, cos, ~flags),
@@ -281,6 +282,10 @@ def run_dataset(p: Pairs, embedders: Iterable[str]) -> list[str]:
             where = (f"cos >= {found[0]:g}: precision {found[1]:.3f}, recall {found[2]:.3f}"
                      if found else "not reached")
             summary.append(f"{p.name:8s} {name:7s} {c.name:22s} precision >= {target}: {where}")
+            if found and (winner is None or found[2] > winner[0]):
+                winner = (found[2], f"{name} {c.name} {where}")
+    summary.append(f"=> {p.name}: best found: {winner[1]}" if winner else
+                   f"=> {p.name}: no rule reaches precision {target} with any recall")
     return summary
 
 
