@@ -15,7 +15,13 @@ from pathlib import Path
 from aiohttp import web
 
 from gateway import __version__
-from gateway.config import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings
+from gateway.config import (
+    DEFAULT_CONFIG_PATH,
+    ConfigError,
+    Settings,
+    calibrated_threshold,
+    load_settings,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +63,12 @@ def _check(settings: Settings) -> int:
     for name, provider in settings.providers.items():
         if provider.disabled_reason:
             print(f"  note: provider '{name}' is disabled: {provider.disabled_reason}")
+    embedder = settings.file.cache.embedder
+    if calibrated_threshold(embedder) is None:
+        print(
+            f"  note: embedder {embedder.type}:{embedder.model} has no calibrated similarity "
+            "threshold; 0.95 applies unless set (calibrate with bench/cache_quality.py)"
+        )
     return 0
 
 

