@@ -4,7 +4,10 @@ upstream behind it, and the real MiniLM embedder (loaded once for the session)."
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -279,3 +282,35 @@ def test_no_tenant_or_marker_ever_gets_another_ones_answer(
     asyncio.run(everyone())
     assert contaminations == 0
     assert hits > 0  # the cache was really in play
+
+
+def test_a_restarted_gateway_still_serves_its_hits(
+    server_thread: ServerThread, fake: FakeUpstream, tmp_path: Any
+) -> None:
+    path = tmp_path / "cache.sqlite3"
+    yaml = CACHE_YAML.replace("{type: memory}", f"{{type: sqlite, path: '{path}'}}")
+    settings = settings_for(fake.url, yaml.replace("sentence-transformers", "hash"))
+    with running_gateway(server_thread, settings) as first:
+        answer, headers = _ask(_client(first), "Will this survive a restart?")
+        assert headers["x-gateway-cache"] == "miss"
+        _settle(first, server_thread)
+    with running_gateway(server_thread, settings) as second:
+        cache = second.app[CACHE]
+        assert cache is not None
+        server_thread.call(cache.wait_ready())
+        again, headers = _ask(_client(second), "Will this survive a restart?")
+        assert (again, headers["x-gateway-cache"]) == (answer, "hit-exact")
+    stats = subprocess.run(
+        [sys.executable, "-m", "gateway", "cache", "stats", "--config", str(_config_file(
+            tmp_path, path))], capture_output=True, text=True, timeout=60, check=True,
+    )
+    assert json.loads(stats.stdout)["entries"] == 1
+
+
+def _config_file(tmp_path: Any, store: Any) -> Any:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "providers: {d: {type: demo}}\nmodels: [{name: d, provider: d}]\n"
+        f"cache: {{store: {{type: sqlite, path: '{store}'}}}}\n"
+    )
+    return config
