@@ -111,7 +111,8 @@ class Pipeline:
             )
         if route.kind != kind:
             raise InvalidRequest(
-                f"The model '{model}' is a {route.kind} model and cannot serve this endpoint. "
+                f"The model '{model}' is {_article(route.kind)} {route.kind} model and cannot "
+                "serve this endpoint. "
                 f"Models for it: " + ", ".join(sorted(r.name for r in served)),
                 param="model",
                 code="model_not_supported",
@@ -121,3 +122,7 @@ class Pipeline:
             f"is disabled ({self.settings.providers[route.provider].disabled_reason})",
             param="model",
         )
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"

@@ -63,7 +63,9 @@ class GatewayServer:
             await self._runner.cleanup()
 
 
-def settings_for(fake_url: str, extra_yaml: str = "", environ: dict[str, str] | None = None) -> Settings:
+def settings_for(
+    fake_url: str, extra_yaml: str = "", environ: dict[str, str] | None = None
+) -> Settings:
     """Settings with a `fake` provider at `fake_url` and a few public models on it."""
     text = f"""
 server: {{max_body_bytes: 65536}}

@@ -120,14 +120,17 @@ class FakeUpstream:
         body, knobs = await self._receive(request)
         return await self._guarded(request, body, knobs, self._embedding_reply)
 
-    async def _guarded(self, request: web.Request, body: Json, knobs: Knobs, reply: Any) -> Any:
+    async def _guarded(
+        self, request: web.Request, body: Json, knobs: Knobs, reply: Any
+    ) -> web.StreamResponse:
         self.stats["in_flight"] += 1
         try:
             if knobs.latency_ms:
                 await asyncio.sleep(knobs.latency_ms / 1000)
             if knobs.status:
                 return _error_response(knobs)
-            return await reply(request, body, knobs)
+            response: web.StreamResponse = await reply(request, body, knobs)
+            return response
         except (asyncio.CancelledError, ConnectionResetError):
             self.stats["disconnects"] += 1
             raise
@@ -143,14 +146,21 @@ class FakeUpstream:
         if knobs.invalid_utf8:
             return web.Response(body=b'{"id": "\xff\xfe"}', content_type="application/json")
         if knobs.malformed:
-            return web.Response(body=b'{"id": "chatcmpl-x", "choices": [', content_type="application/json")
+            return web.Response(
+                body=b'{"id": "chatcmpl-x", "choices": [', content_type="application/json"
+            )
         reply = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:20]}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": model,
             "choices": [
-                {"index": 0, "message": message, "logprobs": _logprobs(body), "finish_reason": finish}
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": _logprobs(body),
+                    "finish_reason": finish,
+                }
             ],
             "usage": usage,
             "system_fingerprint": "fp_fake",
@@ -160,8 +170,14 @@ class FakeUpstream:
         return web.json_response(reply, dumps=lambda d: orjson.dumps(d).decode())
 
     async def _stream(
-        self, request: web.Request, body: Json, knobs: Knobs, model: str,
-        message: Json, finish: str, usage: Json,
+        self,
+        request: web.Request,
+        body: Json,
+        knobs: Knobs,
+        model: str,
+        message: Json,
+        finish: str,
+        usage: Json,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -174,7 +190,9 @@ class FakeUpstream:
                 request.transport.close()  # an abrupt cut, mid-stream
                 return response
             if knobs.stream_error_after is not None and i == knobs.stream_error_after:
-                data = orjson.dumps({"error": {"message": knobs.error_message, "type": "server_error"}})
+                data = orjson.dumps(
+                    {"error": {"message": knobs.error_message, "type": "server_error"}}
+                )
             elif knobs.malformed and i == 1:
                 data = b'{"id": "broken'
             elif knobs.invalid_utf8 and i == 1:
@@ -202,14 +220,21 @@ class FakeUpstream:
                 encoded = base64.b64encode(struct.pack(f"<{dims}f", *vector)).decode()
             data.append({"object": "embedding", "index": i, "embedding": encoded})
         return web.json_response(
-            {"object": "list", "data": data, "model": body.get("model"),
-             "usage": {"prompt_tokens": len(texts), "total_tokens": len(texts)}}
+            {
+                "object": "list",
+                "data": data,
+                "model": body.get("model"),
+                "usage": {"prompt_tokens": len(texts), "total_tokens": len(texts)},
+            }
         )
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}
-        ]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}],
+            }
+        )
 
     async def _configure(self, request: web.Request) -> web.Response:
         data = await request.json()
@@ -260,7 +285,8 @@ def _message(body: Json, knobs: Knobs) -> tuple[Json, str]:
                 "type": "function",
                 "function": {
                     "name": call["name"],
-                    "arguments": call["arguments"] if isinstance(call.get("arguments"), str)
+                    "arguments": call["arguments"]
+                    if isinstance(call.get("arguments"), str)
                     else orjson.dumps(call.get("arguments", {})).decode(),
                 },
             }
@@ -271,7 +297,7 @@ def _message(body: Json, knobs: Knobs) -> tuple[Json, str]:
     if scripted and scripted.content is not None:
         message["content"] = scripted.content
         return message, scripted.finish_reason or "stop"
-    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+    last_user: Json = next((m for m in reversed(messages) if m.get("role") == "user"), {})
     content = last_user.get("content")
     text = content if isinstance(content, str) else orjson.dumps(content).decode()
     echo = f"Echo[{body.get('user')}]: {text}" if knobs.echo_user else f"Echo: {text}"
@@ -287,11 +313,17 @@ def _chunks(
 
     def chunk(delta: Json | None, finish_reason: str | None = None, **kw: Any) -> bytes:
         out: Json = {
-            "id": id_, "object": "chat.completion.chunk", "created": created, "model": model,
-            "system_fingerprint": "fp_fake", "service_tier": "default",
-            "choices": [] if delta is None else
-            [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
-            **knobs.extra, **kw,
+            "id": id_,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": "fp_fake",
+            "service_tier": "default",
+            "choices": []
+            if delta is None
+            else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            **knobs.extra,
+            **kw,
         }
         if include_usage and "usage" not in out:
             out["usage"] = None
@@ -307,12 +339,31 @@ def _chunks(
         out.append(chunk({"content": piece if i == 0 else " " + piece}))
     for index, call in enumerate(message.get("tool_calls") or []):
         fn = call["function"]
-        out.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-                                          "function": {"name": fn["name"], "arguments": ""}}]}))
+        out.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": fn["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
         args = fn["arguments"]
         for start in range(0, len(args), 10):
-            out.append(chunk({"tool_calls": [{"index": index,
-                                              "function": {"arguments": args[start:start + 10]}}]}))
+            out.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {"index": index, "function": {"arguments": args[start : start + 10]}}
+                        ]
+                    }
+                )
+            )
     out.append(chunk({}, finish))
     if include_usage:
         out.append(chunk(None, usage=usage))
@@ -327,17 +378,28 @@ def _error_response(knobs: Knobs) -> web.Response:
     status = knobs.status or 500
     headers = {"Retry-After": knobs.retry_after} if knobs.retry_after else {}
     if knobs.error_body == "html":
-        return web.Response(status=status, text="<html><body><h1>Bad Gateway</h1></body></html>",
-                            content_type="text/html", headers=headers)
+        return web.Response(
+            status=status,
+            text="<html><body><h1>Bad Gateway</h1></body></html>",
+            content_type="text/html",
+            headers=headers,
+        )
     if knobs.error_body == "empty":
         return web.Response(status=status, headers=headers)
     if knobs.error_body == "text":
         return web.Response(status=status, text=knobs.error_message, headers=headers)
     error_type = "invalid_request_error" if status < 500 else "server_error"
     return web.json_response(
-        {"error": {"message": knobs.error_message, "type": error_type, "param": None,
-                   "code": f"fake_{status}"}},
-        status=status, headers=headers,
+        {
+            "error": {
+                "message": knobs.error_message,
+                "type": error_type,
+                "param": None,
+                "code": f"fake_{status}",
+            }
+        },
+        status=status,
+        headers=headers,
     )
 
 
