@@ -1,0 +1,27 @@
+"""Near-miss guards for the semantic cache, and the exact-tier text normalization.
+
+Sentence embeddings put "weather in Paris" and "weather in London", or "how do I enable X"
+and "how do I not enable X", very close together, yet each needs its own answer. These checks
+run on the top candidate *after* the similarity threshold: they compare the small facts that
+an answer depends on (numbers, units, dates, negation, named entities, code identifiers) and
+veto the hit when one differs. Pure Python with precompiled patterns and a per-text feature
+cache, so a check costs tens of microseconds; no model, no data files. The lexicons are short,
+hand-written lists of common names; an entity they miss is still caught by capitalization
+(English) or by a character diff (Chinese).
+
+Precision comes first: when unsure, a guard fires and the request goes upstream, which costs
+one model call; a wrong hit serves a wrong answer.
+
+Modules: `lexicons` (word lists) and `patterns` (compiled regexes) are data; `words`,
+`numbers`, `dates` and `entities` extract facts from one text; `features` gathers them per
+text behind an LRU cache; `compare` holds `near_miss` and `content_difference`;
+`normalization` holds `normalize`, the exact-tier key.
+"""
+
+from __future__ import annotations
+
+from gateway.cache.guards.compare import content_difference, near_miss
+from gateway.cache.guards.features import _features as _features
+from gateway.cache.guards.normalization import normalize
+
+__all__ = ["content_difference", "near_miss", "normalize"]

@@ -1,0 +1,204 @@
+"""The comparisons: `near_miss` and `content_difference`, the lexical second opinion.
+
+Each check compares two texts' features on one kind of fact (identifier, date, unit, number,
+negation, antonym, entity, order, Chinese swap) and returns a reason or None; `near_miss`
+runs them in a fixed order and returns the first reason. Precision comes first: when unsure,
+a check fires.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from difflib import SequenceMatcher
+
+from gateway.cache.guards.entities import _Span
+from gateway.cache.guards.features import _Features, _features
+from gateway.cache.guards.lexicons import (
+    _EN_ANTONYMS,
+    _EN_NEG_PREFIXES,
+    _EN_STOP,
+    _ZH_ANTONYMS,
+    _ZH_FUNCTION,
+    _ZH_PERSONS,
+)
+from gateway.cache.guards.patterns import _JOINER_RE
+from gateway.cache.guards.words import _stem
+
+__all__ = ["content_difference", "near_miss"]
+
+
+def _identifier(a: _Features, b: _Features) -> str | None:
+    # "JavaScript" is an identifier by its shape; "javascript" on the other side is the
+    # same word in other casing, not another identifier.
+    for mine, other in ((a.identifiers - b.identifiers, b), (b.identifiers - a.identifiers, a)):
+        if any(ident not in other.tokens for ident in mine):
+            return "identifier"
+    return None
+
+
+def _date(a: _Features, b: _Features) -> str | None:
+    return "date" if a.dates != b.dates else None
+
+
+def _unit(a: _Features, b: _Features) -> str | None:
+    if a.units != b.units:
+        return "unit"
+    # Same units, other direction: "5 km in miles" vs "5 miles in km".
+    if a.quantities != b.quantities and a.numbers == b.numbers:
+        return "unit"
+    if len(a.unit_order) > 1 and a.unit_order != b.unit_order:
+        return "unit"
+    return None
+
+
+def _number(a: _Features, b: _Features) -> str | None:
+    if a.numbers == b.numbers:
+        return None
+    # "one" / "一" on one side and nothing on the other is the article "a", not a number.
+    only_a = a.numbers - b.numbers - b.soft_numbers
+    only_b = b.numbers - a.numbers - a.soft_numbers
+    return "number" if only_a or only_b else None
+
+
+def _negation(a: _Features, b: _Features) -> str | None:
+    return "negation" if a.negations != b.negations else None
+
+
+def _antonym(a: _Features, b: _Features) -> str | None:
+    only_a, only_b = a.words - b.words, b.words - a.words
+    if only_a and only_b:
+        for x, y in _EN_ANTONYM_PAIRS:
+            if (x in only_a and y in only_b) or (y in only_a and x in only_b):
+                return "antonym"
+    # "install" / "uninstall", "like" / "dislike", "valid" / "invalid"
+    for mine, other in ((only_a, only_b), (only_b, only_a)):
+        for w in mine:
+            if len(w) >= 4 and any(p + w in other for p in _EN_NEG_PREFIXES):
+                return "negation"
+    if a.zh_text and b.zh_text:
+        for x, y in _ZH_ANTONYMS:
+            ax, ay, bx, by = x in a.zh_text, y in a.zh_text, x in b.zh_text, y in b.zh_text
+            if (ax and not ay and by and not bx) or (ay and not ax and bx and not by):
+                return "antonym"
+    return None
+
+
+def _entity(a: _Features, b: _Features) -> str | None:
+    if {sp.key for sp in a.zh_entities} != {sp.key for sp in b.zh_entities}:
+        return "entity"
+    if a.genders and b.genders and a.genders != b.genders:  # men vs women, 他爱她 vs 她爱他
+        return "entity"
+    unmatched_a = [t for sp in a.entity_spans for t in sp.tokens if t not in b.words]
+    unmatched_b = [t for sp in b.entity_spans for t in sp.tokens if t not in a.words]
+    if unmatched_a and unmatched_b:  # a swap: Walton County vs Washington County
+        return "entity"
+    # An added name is another question ("weather" vs "weather in Paris") unless it
+    # qualifies a name both share ("Trump" vs "Donald Trump", "Cairo, Egypt", "Near Death
+    # Experiences (NDEs)"), or is only a capitalized word.
+    for f, other in ((a, b.words), (b, a.words)):
+        prev: _Span | None = None
+        for sp in f.entity_spans:
+            added = sp.strong and all(t not in other for t in sp.tokens)
+            if added and not _qualifies(prev, sp, f.entity_text, other):
+                return "entity"
+            prev = sp
+    return None
+
+
+def _qualifies(prev: _Span | None, sp: _Span, text: str, other: frozenset[str]) -> bool:
+    return (prev is not None and any(t in other for t in prev.tokens)
+            and text[prev.end : sp.start].strip() in {",", "(", "-", ""})
+
+
+def _first_inversion(a: tuple[_Span, ...], b: tuple[_Span, ...]) -> tuple[_Span, _Span] | None:
+    """Two names that come in one order in `a` and in the other order in `b`."""
+    pos_b: dict[str, int] = {}
+    for i, sp in enumerate(b):
+        pos_b.setdefault(sp.key, i)
+    firsts: dict[str, _Span] = {}
+    for sp in a:
+        firsts.setdefault(sp.key, sp)
+    names = list(firsts.values())
+    for i, x in enumerate(names):
+        for y in names[i + 1 :]:
+            if x.key in pos_b and y.key in pos_b and pos_b[y.key] < pos_b[x.key]:
+                return x, y
+    return None
+
+
+def _order(a: _Features, b: _Features) -> str | None:
+    """Same names, other roles: "Indian women like Pakistani men" vs the reverse,
+    "北京到上海" vs "上海到北京". Swapping around "and" / "vs" / "和" keeps the meaning."""
+    for spans_a, spans_b, text in ((a.entity_spans, b.entity_spans, a.entity_text),
+                                   (a.zh_entities, b.zh_entities, a.zh_text)):
+        if len(spans_a) < 2 or {s.key for s in spans_a} != {s.key for s in spans_b}:
+            continue
+        pair = _first_inversion(spans_a, spans_b)
+        if pair and not _JOINER_RE.fullmatch(text[pair[0].end : pair[1].start]):
+            return "order"
+    # "convert ethanol to acid" vs "convert acid to ethanol": the two sides trade places.
+    if a.direction and b.direction:
+        (left_a, right_a), (left_b, right_b) = a.direction, b.direction
+        if (left_a & right_b) - (left_a & left_b) and (right_a & left_b) - (right_a & right_b):
+            return "order"
+    return None
+
+
+def _content(units: tuple[str, ...]) -> list[str]:
+    return [u for u in units if u not in _ZH_FUNCTION]
+
+
+def _zh_swap(a: _Features, b: _Features) -> str | None:
+    """A Chinese word replaced by another ("北京" -> "上海", "猫" -> "狗"): a diff span whose
+    two sides both hold content characters that the other text has fewer of. Counting, not
+    mere presence, tells a move ("北京今天" / "今天北京") from a swap that reuses a character
+    found elsewhere ("后患的患" / "后患的免")."""
+    if not (a.zh_units and b.zh_units) or max(len(a.zh_units), len(b.zh_units)) > 300:
+        return None
+    count_a, count_b = Counter(a.zh_units), Counter(b.zh_units)
+    ops = SequenceMatcher(None, a.zh_units, b.zh_units, autojunk=False).get_opcodes()
+    for tag, i1, i2, j1, j2 in ops:
+        if tag != "replace":
+            continue
+        left = [u for u in _content(a.zh_units[i1:i2]) if count_a[u] > count_b[u]]
+        right = [u for u in _content(b.zh_units[j1:j2]) if count_b[u] > count_a[u]]
+        if left and right:
+            return "entity"
+    return _zh_pronoun_order(a, b)
+
+
+def _zh_pronoun_order(a: _Features, b: _Features) -> str | None:
+    """"她说我爱她" / "我说她爱我": the same people in other roles."""
+    pa = [u for u in a.zh_units if u in _ZH_PERSONS]
+    pb = [u for u in b.zh_units if u in _ZH_PERSONS]
+    return "order" if len(set(pa)) > 1 and set(pa) == set(pb) and pa != pb else None
+
+
+_EN_ANTONYM_PAIRS = frozenset((_stem(x), _stem(y)) for x, y in _EN_ANTONYMS)
+_CHECKS = (_identifier, _date, _unit, _number, _negation, _antonym, _entity, _order, _zh_swap)
+
+
+def near_miss(query: str, cached: str) -> str | None:
+    """Why `cached`'s answer must not be served for `query`, or None if nothing forbids it.
+
+    Reasons: "identifier", "date", "unit", "number", "negation", "antonym", "entity",
+    "order" (the same names in swapped roles).
+    Symmetric; cheap enough to run on every candidate above the similarity threshold.
+    """
+    if query == cached:
+        return None
+    a, b = _features(query), _features(cached)
+    for check in _CHECKS:
+        reason = check(a, b)
+        if reason is not None:
+            return reason
+    return None
+
+
+def content_difference(query: str, cached: str) -> int:
+    """How many content words (English) or content characters (Chinese) one text has and
+    the other lacks: a lexical second opinion for a hit close to the threshold."""
+    a, b = _features(query), _features(cached)
+    words = {w for w in a.words ^ b.words if w not in _EN_STOP and w.isalpha() and len(w) > 1}
+    chars = set(_content(a.zh_units)) ^ set(_content(b.zh_units))
+    return len(words) + sum(1 for c in chars if not c.isascii())
