@@ -72,9 +72,6 @@ class ChunkStream:
             )
             await self._source.aclose()
 
-    async def aclose(self) -> None:
-        await self._source.aclose()
-
     def _relay(self, chunk: Json) -> bool:
         """Account usage; hide it (and usage-only chunks) when only the gateway asked for it."""
         if self._accumulator:
