@@ -2,6 +2,8 @@
 
     python bench/cache_perf.py --section embed          # embedding speed (a few minutes)
     python bench/cache_perf.py --section embed --quick  # smoke check, under a minute
+    python bench/cache_perf.py --section hit            # hits end to end, ~3 minutes
+    python bench/cache_perf.py --section lookup         # the index at 10k/100k/1M, ~19 minutes
     python bench/cache_perf.py --section all
 
 Section "embed": single-embedding latency through the embedder API (queue, worker thread,
@@ -29,6 +31,10 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# The other sections live beside this file (bench/ is on sys.path when run as a script).
+from cache_perf_hit import section_hit
+from cache_perf_lookup import section_lookup
 
 from gateway.cache.batching import BatchStats
 from gateway.cache.embedder import (
@@ -338,7 +344,11 @@ async def throughput_table(
     return {name: max(r[0] for r in rs) for name, rs in results.items()}
 
 
-SECTIONS: dict[str, Callable[[argparse.Namespace], Awaitable[None]]] = {"embed": section_embed}
+SECTIONS: dict[str, Callable[[argparse.Namespace], Awaitable[None]]] = {
+    "embed": section_embed,
+    "hit": section_hit,
+    "lookup": section_lookup,
+}
 
 
 def main() -> None:
