@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 HNSW_NEIGHBOURS = 32
-HNSW_EF_CONSTRUCTION = 80
+HNSW_EF_CONSTRUCTION = 160  # 80 gave recall 0.959 at 1M near-duplicates; 160: 0.998
 HNSW_EF_SEARCH = 96
 _REBUILD_DEAD_SHARE = 0.25
 
@@ -76,6 +76,9 @@ class HnswIndex:
     def __init__(self, dim: int, ids: np.ndarray, vectors: np.ndarray) -> None:
         import faiss  # imported only when a scope grows large
 
+        # One query is tiny: OpenMP threads only add wake-ups that stall when the other core
+        # is busy (measured p50 0.44 -> 8.2 ms at 100k). Builds run on a worker thread anyway.
+        faiss.omp_set_num_threads(1)
         inner = faiss.IndexHNSWFlat(dim, HNSW_NEIGHBOURS, faiss.METRIC_INNER_PRODUCT)
         inner.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
         inner.hnsw.efSearch = HNSW_EF_SEARCH
