@@ -13,6 +13,7 @@ import asyncio
 import ctypes
 import logging
 import zlib
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -104,7 +105,7 @@ class HashEmbedder:
         return None
 
 
-class _BatchedEmbedder:
+class _BatchedEmbedder(ABC):
     """Shared plumbing: text normalization, lazy load on the worker thread, micro-batching."""
 
     def __init__(
@@ -130,9 +131,9 @@ class _BatchedEmbedder:
         self._encode: EncodeFn | None = None
         self._lock: asyncio.Lock | None = None
 
+    @abstractmethod
     def _load(self) -> EncodeFn:
         """Load the model; runs on the worker thread. Returns the batch encode function."""
-        raise NotImplementedError
 
     def _encode_rows(self, texts: list[str]) -> list[np.ndarray]:
         assert self._encode is not None
