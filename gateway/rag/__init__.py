@@ -1,0 +1,1 @@
+"""Knowledge bases (retrieval-augmented generation) and the degradation levels they decide."""
