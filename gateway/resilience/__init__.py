@@ -1,0 +1,1 @@
+"""Staying up when upstreams do not: circuit breakers, retries with backoff, fallback chains."""

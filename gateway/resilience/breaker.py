@@ -1,0 +1,224 @@
+"""Circuit breakers: pybreaker's state machine and storage (memory, or Redis shared by replicas),
+driven so that it is correct under asyncio.
+
+pybreaker wraps synchronous calls. Here the outcome of an awaited call is recorded after the
+fact through `calling()`, and two things pybreaker lacks are added: while half-open exactly one
+trial call is let through (per process), and a success slower than `slow_call_seconds` counts as
+a failure. Cancelled calls (the client left) and gateway bugs are recorded as neither.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import pybreaker
+
+from gateway.config import BreakerConfig, BreakerStorageConfig
+from gateway.errors import GatewayError
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+log = logging.getLogger("gateway.breaker")
+
+CLOSED, OPEN, HALF_OPEN = pybreaker.STATE_CLOSED, pybreaker.STATE_OPEN, pybreaker.STATE_HALF_OPEN
+STATE_VALUES = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}  # the metric's encoding
+
+
+class BreakerOpen(Exception):
+    """The breaker refused the call; nothing went over the network."""
+
+    def __init__(self, name: str, retry_in: float | None) -> None:
+        super().__init__(f"circuit breaker '{name}' is open")
+        self.name = name
+        self.retry_in = retry_in
+
+
+def is_upstream_fault(exc: BaseException) -> bool | None:
+    """True: counts against the upstream (5xx, 429, timeouts, broken connections). False: the
+    upstream answered properly (a 4xx is the client's mistake). None: not the upstream's doing."""
+    if isinstance(exc, GatewayError):
+        return exc.status >= 500 or exc.status == 429
+    return None
+
+
+class _Failure(Exception):
+    """Raised inside pybreaker's `calling()` to record a failure."""
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerState:
+    name: str
+    state: str
+    failures: int
+    opened_at: float | None  # unix time
+    retry_in: float | None  # seconds until a trial is allowed, while open
+
+
+class Breaker:
+    def __init__(
+        self,
+        name: str,
+        config: BreakerConfig,
+        storage: pybreaker.CircuitBreakerStorage | None = None,
+    ) -> None:
+        self.name = name
+        self._storage = storage or pybreaker.CircuitMemoryStorage(CLOSED)
+        self._cb = pybreaker.CircuitBreaker(
+            fail_max=config.failures,
+            reset_timeout=config.reset_seconds,
+            state_storage=self._storage,
+            name=name,
+            throw_new_error_on_trip=False,
+            listeners=[_LogTransitions()],
+        )
+        self._slow_call = config.slow_call_seconds
+        self._trial_in_flight = False
+
+    def configure(self, config: BreakerConfig) -> None:
+        """Apply new thresholds (config reload) without losing the state."""
+        self._cb.fail_max = config.failures
+        self._cb.reset_timeout = config.reset_seconds
+        self._slow_call = config.slow_call_seconds
+
+    @property
+    def state(self) -> str:
+        return self._storage.state
+
+    def snapshot(self) -> BreakerState:
+        state = self._storage.state
+        opened = self._storage.opened_at if state != CLOSED else None
+        return BreakerState(
+            name=self.name,
+            state=state,
+            failures=self._storage.counter,
+            opened_at=opened.timestamp() if opened else None,
+            retry_in=self._retry_in(opened) if state == OPEN else None,
+        )
+
+    @contextmanager
+    def attempt(self) -> Iterator[None]:
+        """Guard one call: raises BreakerOpen at once when the breaker refuses it, otherwise
+        runs the block and records how it went."""
+        trial = self._admit()
+        started = time.monotonic()
+        try:
+            yield
+        except BaseException as exc:
+            fault = is_upstream_fault(exc)
+            if fault is not None:
+                self._record(failed=fault)
+            raise
+        else:
+            slow = self._slow_call is not None and time.monotonic() - started > self._slow_call
+            self._record(failed=slow)
+        finally:
+            if trial:
+                self._trial_in_flight = False
+
+    def record_failure(self) -> None:
+        """A failure found after the guarded part ended (a stream that broke mid-way)."""
+        self._record(failed=True)
+
+    def reset(self) -> None:
+        """Close it now (admin action)."""
+        self._cb.close()
+
+    def force_open(self) -> None:
+        """Open it now (admin action), e.g. to drain a deployment."""
+        self._cb.open()
+
+    def _admit(self) -> bool:
+        """Whether this call is the one trial call; raises BreakerOpen if it may not go."""
+        state = self._storage.state
+        if state == CLOSED:
+            return False
+        if state == OPEN:
+            retry_in = self._retry_in(self._storage.opened_at)
+            if retry_in > 0:
+                raise BreakerOpen(self.name, retry_in)
+        # Open and due for a trial, or half-open: one call at a time finds out.
+        if self._trial_in_flight:
+            raise BreakerOpen(self.name, None)
+        self._trial_in_flight = True
+        return True
+
+    def _retry_in(self, opened_at: datetime | None) -> float:
+        if opened_at is None:
+            return 0.0
+        elapsed = (datetime.now(UTC) - opened_at).total_seconds()
+        return max(0.0, self._cb.reset_timeout - elapsed)
+
+    def _record(self, *, failed: bool) -> None:
+        try:
+            with self._cb.calling():
+                if failed:
+                    raise _Failure
+        except (_Failure, pybreaker.CircuitBreakerError):
+            pass  # recorded; or opened meanwhile (by another call or replica)
+
+
+class _LogTransitions(pybreaker.CircuitBreakerListener):
+    def state_change(
+        self,
+        cb: pybreaker.CircuitBreaker,
+        old_state: pybreaker.CircuitBreakerState | None,
+        new_state: pybreaker.CircuitBreakerState,
+    ) -> None:
+        old = old_state.name if old_state else None
+        log.warning("circuit breaker %s: %s -> %s", cb.name, old, new_state.name)
+
+
+class Breakers:
+    """Every breaker of this process, by name. Outlives config reloads, so state survives them."""
+
+    def __init__(self, config: BreakerConfig, storage: BreakerStorageConfig) -> None:
+        self._config = config
+        self._storage_config = storage
+        self._redis: Redis | None = None
+        self._breakers: dict[str, Breaker] = {}
+
+    def get(self, name: str, config: BreakerConfig | None = None) -> Breaker:
+        breaker = self._breakers.get(name)
+        if breaker is None:
+            storage = self._storage(name)
+            breaker = self._breakers[name] = Breaker(name, config or self._config, storage)
+        return breaker
+
+    def configure(self, config: BreakerConfig, storage: BreakerStorageConfig) -> None:
+        """A reload: new thresholds apply to every default breaker; a storage change rebuilds
+        them (their state lives in the old storage)."""
+        if storage != self._storage_config:
+            self._storage_config, self._redis = storage, None
+            self._breakers.clear()
+        self._config = config
+        for breaker in self._breakers.values():
+            breaker.configure(config)
+
+    def snapshot(self) -> list[BreakerState]:
+        return [self._breakers[name].snapshot() for name in sorted(self._breakers)]
+
+    def __iter__(self) -> Iterator[Breaker]:
+        return iter(list(self._breakers.values()))
+
+    def _storage(self, name: str) -> pybreaker.CircuitBreakerStorage | None:
+        config = self._storage_config
+        if config.type == "memory":
+            return None
+        if self._redis is None:
+            import redis
+
+            # Short timeouts: an unreachable Redis must not stall requests; pybreaker then
+            # treats every breaker as closed.
+            self._redis = redis.Redis.from_url(
+                config.url, socket_timeout=0.25, socket_connect_timeout=0.25
+            )
+        return pybreaker.CircuitRedisStorage(
+            CLOSED, self._redis, namespace=f"{config.namespace}:{name}"
+        )
