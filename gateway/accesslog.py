@@ -45,6 +45,7 @@ class AccessLog:
 def _line(ctx: RequestContext, method: str, path: str) -> dict[str, object]:
     usage = ctx.usage or {}
     route = ctx.route
+    served = ctx.served_deployment
     line: dict[str, object] = {
         "ts": round(time.time(), 3),
         "request_id": ctx.request_id,
@@ -54,8 +55,10 @@ def _line(ctx: RequestContext, method: str, path: str) -> dict[str, object]:
         "tenant": ctx.tenant,
         "model": ctx.requested_model,
         "served_model": route.name if route else None,
-        "upstream": route.provider if route else None,
-        "upstream_model": route.upstream_model if route else None,
+        "upstream": served.provider if served else None,
+        "upstream_model": served.upstream_model if served else None,
+        "attempts": ctx.attempts,
+        "fallback": ctx.fallback_model,
         "stream": ctx.stream,
         "latency_ms": round(ctx.elapsed() * 1000, 2),
         "upstream_ms": _ms(ctx.upstream_seconds),
@@ -63,6 +66,8 @@ def _line(ctx: RequestContext, method: str, path: str) -> dict[str, object]:
         "prompt_tokens": usage.get("prompt_tokens"),
         "completion_tokens": usage.get("completion_tokens"),
         "cache": ctx.cache_result,
+        "knowledge_base": ctx.knowledge_base,
+        "level": ctx.degradation_level,
         "error": ctx.error_code,
     }
     if ctx.prompt is not None:

@@ -10,9 +10,10 @@ from gateway.accesslog import AccessLog
 from gateway.cache.factory import build_cache
 from gateway.config import Settings
 from gateway.http import handlers
-from gateway.http.keys import ACCESS_LOG, CACHE, METRICS, RUNTIME_REF
+from gateway.http.keys import ACCESS_LOG, BREAKERS, CACHE, METRICS, RUNTIME_REF
 from gateway.http.middleware import gateway_middleware
 from gateway.metrics import Metrics
+from gateway.resilience.breaker import Breakers
 from gateway.runtime import Runtime, RuntimeRef
 
 
@@ -20,9 +21,14 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     # Bodies are read and limited by the handlers against the live config, not by aiohttp.
     app = web.Application(middlewares=[gateway_middleware], client_max_size=2**40)
     cache = app[CACHE] = build_cache(settings.file.cache, settings.routes.values())
-    app[RUNTIME_REF] = RuntimeRef(Runtime.build(settings, cache))
-    app[ACCESS_LOG] = access_log or AccessLog(enabled=settings.server.access_log)
     metrics = app[METRICS] = Metrics()
+    resilience = settings.resilience
+    breakers = app[BREAKERS] = Breakers(
+        resilience.breaker, resilience.breaker_storage, on_change=metrics.breaker_changed
+    )
+    metrics.watch_breakers(breakers)
+    app[RUNTIME_REF] = RuntimeRef(Runtime.build(settings, breakers, cache))
+    app[ACCESS_LOG] = access_log or AccessLog(enabled=settings.server.access_log)
     if cache is not None:
         metrics.cache_entries.set_function(lambda: len(cache.store))
     app.cleanup_ctx.append(_cache_lifetime)
@@ -37,6 +43,8 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     app.router.add_get("/admin/config", handlers.admin_config)
     app.router.add_get("/admin/cache/stats", handlers.admin_cache_stats)
     app.router.add_post("/admin/cache/purge", handlers.admin_cache_purge)
+    app.router.add_get("/admin/breakers", handlers.admin_breakers)
+    app.router.add_post("/admin/breakers/{name:.+}/{action:reset|open}", handlers.admin_breaker)
     return app
 
 
@@ -50,6 +58,7 @@ async def _cache_lifetime(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _runtime_lifetime(app: web.Application) -> AsyncIterator[None]:
+    await app[RUNTIME_REF].current.start()
     yield
     await app[RUNTIME_REF].current.close()
     app[ACCESS_LOG].flush()

@@ -108,7 +108,8 @@ def _replay_chunks(completion: Json, include_usage: bool) -> Iterator[Json]:
     def make(delta: Json | None, finish: str | None = None, **kw: Any) -> Json:
         return wire.chunk(id_, model, created, delta, finish, **extra, **kw)
 
-    yield make({"role": "assistant", "content": ""})
+    first: Json = {"sources": completion["sources"]} if "sources" in completion else {}
+    yield make({"role": "assistant", "content": ""}, **first)
     pieces = _REPLAY_PIECE.findall(message.get("content") or "")
     for start in range(0, len(pieces), _WORDS_PER_CHUNK):
         yield make({"content": "".join(pieces[start : start + _WORDS_PER_CHUNK])})

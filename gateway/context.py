@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.config import ModelRoute
+from gateway.config import Deployment, ModelRoute
 
 
 @dataclass(slots=True)
@@ -34,9 +34,27 @@ class RequestContext:
     embed_seconds: float | None = None
     embedding: Any = None  # the last user turn's vector, computed once, reused by later stages
     saved_usage: dict[str, Any] | None = None  # usage of the upstream call a hit avoided
+    # resilience stage
+    deadline_seconds: float | None = None  # from the x-gateway-timeout header
+    attempts: int = 0
+    retries: int = 0
+    served_deployment: Deployment | None = None  # the last one tried: the one that answered
+    fallback_model: str | None = None  # set when a fallback model answered
+    upstream_failures: list[tuple[str, str]] = field(default_factory=list)  # (deployment, why)
+    stream_broken: bool = False
+    # knowledge base stage and degradation
+    knowledge_base: str | None = None
+    knowledge_directive: str | None = None  # x-gateway-knowledge-base: a name, or "none"
+    retrieval: str | None = None  # grounded, insufficient, failed
+    retrieval_seconds: float | None = None
+    sources: int | None = None
+    degradation_level: int | None = None  # 1-4, when a knowledge base or level 4 was involved
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
+
+    def note_failure(self, deployment: str, reason: str) -> None:
+        self.upstream_failures.append((deployment, reason))
 
     def record_usage(self, usage: Any) -> None:
         if isinstance(usage, dict):

@@ -7,6 +7,7 @@ names from a fixed set and model/provider names from config (anything else is `o
 from __future__ import annotations
 
 import platform
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import (
@@ -18,9 +19,12 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from gateway import __version__
 from gateway.context import RequestContext
+from gateway.resilience.breaker import STATE_VALUES, Breaker
 
 # Millisecond resolution at the low end (cache hits, overhead), minutes at the top (long streams).
 LATENCY_BUCKETS = (
@@ -144,6 +148,56 @@ class Metrics:
             ["model", "by"],
             registry=r,
         )
+        self.upstream_failures = Counter(
+            "gateway_upstream_failures",
+            "Failed upstream attempts, by deployment and reason (breaker_open: refused unsent).",
+            ["deployment", "reason"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "gateway_upstream_retries",
+            "Attempts repeated on the same deployment after a retryable failure.",
+            ["model"],
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "gateway_fallbacks",
+            "Requests answered by a fallback model instead of the requested one.",
+            ["model", "fallback"],
+            registry=r,
+        )
+        self.breaker_transitions = Counter(
+            "gateway_circuit_breaker_transitions",
+            "Circuit breaker state changes, by breaker and new state.",
+            ["breaker", "state"],
+            registry=r,
+        )
+        self.degradations = Counter(
+            "gateway_degradation",
+            "Requests by degradation level: 1 grounded, 2 general knowledge, 3 retrieval "
+            "unavailable, 4 no model available.",
+            ["model", "level"],
+            registry=r,
+        )
+        self.streams_broken = Counter(
+            "gateway_streams_broken",
+            "Streams the upstream broke after the first byte (ended with an SSE error event).",
+            ["model"],
+            registry=r,
+        )
+        self.retrieval_seconds = Histogram(
+            "gateway_retrieval_duration_seconds",
+            "Knowledge base retrieval time.",
+            ["knowledge_base"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.retrievals = Counter(
+            "gateway_retrievals",
+            "Knowledge base retrievals: grounded, insufficient, failed.",
+            ["knowledge_base", "outcome"],
+            registry=r,
+        )
         self.build_info = Gauge(
             "gateway_build_info",
             "Always 1; labels name the running build.",
@@ -170,9 +224,9 @@ class Metrics:
             self.request_seconds, endpoint, model, "true" if ctx.stream else "false"
         ).observe(elapsed)
         if ctx.route and ctx.upstream_seconds is not None:
-            self._child(self.upstream_seconds, ctx.route.provider, model).observe(
-                ctx.upstream_seconds
-            )
+            served = ctx.served_deployment
+            provider = served.provider if served else ctx.route.provider
+            self._child(self.upstream_seconds, provider, model).observe(ctx.upstream_seconds)
             if not ctx.stream:
                 self._child(self.overhead_seconds, endpoint).observe(
                     max(0.0, elapsed - ctx.upstream_seconds)
@@ -186,6 +240,33 @@ class Metrics:
             )
         if ctx.cache_result is not None:
             self._observe_cache(ctx, model, ctx.cache_result.replace("-", "_"))
+        if ctx.attempts:
+            self._observe_resilience(ctx, model)
+        if ctx.retrieval is not None and ctx.knowledge_base is not None:
+            self._child(self.retrievals, ctx.knowledge_base, ctx.retrieval).inc()
+            if ctx.retrieval_seconds is not None:
+                self._child(self.retrieval_seconds, ctx.knowledge_base).observe(
+                    ctx.retrieval_seconds
+                )
+        if ctx.degradation_level is not None:
+            self._child(self.degradations, model, str(ctx.degradation_level)).inc()
+
+    def _observe_resilience(self, ctx: RequestContext, model: str) -> None:
+        for deployment, reason in ctx.upstream_failures:
+            self._child(self.upstream_failures, deployment, reason).inc()
+        if ctx.retries:
+            self._child(self.retries, model).inc(ctx.retries)
+        if ctx.fallback_model is not None and ctx.degradation_level != 4:
+            self._child(self.fallbacks, model, ctx.fallback_model).inc()
+        if ctx.stream_broken:
+            self._child(self.streams_broken, model).inc()
+
+    def breaker_changed(self, breaker: str, state: str) -> None:
+        self._child(self.breaker_transitions, breaker, state).inc()
+
+    def watch_breakers(self, breakers: Iterable[Breaker]) -> None:
+        """Export each breaker's state at scrape time (0 closed, 1 half-open, 2 open)."""
+        self.registry.register(_BreakerStates(breakers))
 
     def _observe_cache(self, ctx: RequestContext, model: str, result: str) -> None:
         self._child(self.cache_lookups, model, result).inc()
@@ -214,6 +295,21 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _BreakerStates(Collector):
+    def __init__(self, breakers: Iterable[Breaker]) -> None:
+        self._breakers = breakers
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "gateway_circuit_breaker_state",
+            "Circuit breaker state: 0 closed, 1 half-open (one trial allowed), 2 open.",
+            labels=["breaker"],
+        )
+        for breaker in self._breakers:
+            family.add_metric([breaker.name], STATE_VALUES.get(breaker.state, 2))
+        yield family
 
 
 def _count(value: object) -> int:

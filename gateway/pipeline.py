@@ -1,79 +1,149 @@
 """The request flow, stage by stage, and nothing else.
 
-    resolve the model -> cache lookup (exact, then semantic) -> on a hit: answer from it
-                      -> call the upstream (plain, or a stream whose first chunk has arrived)
-                      -> store the complete answer in the cache (in the background)
+    resolve the model -> choose a knowledge base -> cache lookup (exact, then semantic)
+        hit -> answer from the cache
+    -> retrieve from the knowledge base: level 1 (grounded), 2 (too little), 3 (failed)
+    -> upstreams: breakers, retries, fallbacks (a plain answer, or a stream whose first chunk
+       has arrived); nothing answered -> level 4
+    -> finish the answer for its level (sources, disclaimer); the cache stores it in the
+       background once complete
 
-Later stages (policy, rate limit, loop guard, routing, knowledge base, resilience, tool-call
-guard) slot in here in the order of docs/ARCHITECTURE.md. Nothing in this module knows
-HTTP: it takes wire types and a RequestContext and returns JSON or a chunk stream.
+Later stages (policy, rate limit, loop guard, routing, tool-call guard) slot in here in the
+order of docs/ARCHITECTURE.md. Nothing in this module knows HTTP: it takes wire types and a
+RequestContext and returns JSON or a chunk stream.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
-from gateway import chunks, wire
-from gateway.cache.service import CacheHit, SemanticCache
+from gateway import chunks, degradation, wire
+from gateway.cache.scope import last_user_text
+from gateway.cache.service import CacheHit, CachePlan, SemanticCache
 from gateway.config import ModelRoute, Settings
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest, ModelNotFound
+from gateway.rag.grounding import grounded_messages, sources_field
+from gateway.rag.service import Grounding, Knowledge
+from gateway.resilience.executor import AllUpstreamsUnavailable, UpstreamExecutor
 from gateway.streaming import ChunkStream
-from gateway.upstream import Upstreams
 from gateway.wire import ChatCompletionRequest, EmbeddingRequest
 
 Json = dict[str, Any]
+Store = Callable[[Json], None]
 
 
 class Pipeline:
     def __init__(
-        self, settings: Settings, upstreams: Upstreams, cache: SemanticCache | None = None
+        self,
+        settings: Settings,
+        executor: UpstreamExecutor,
+        knowledge: Knowledge,
+        cache: SemanticCache | None = None,
     ) -> None:
         self.settings = settings
-        self.upstreams = upstreams
+        self.executor = executor
+        self.knowledge = knowledge
         self.cache = cache
 
     async def chat(
         self, ctx: RequestContext, request: ChatCompletionRequest, body: Json
     ) -> Json | ChunkStream:
         route = ctx.route = self.resolve(request.model, "chat")
-        cache = self.cache
-        plan = cache.plan(ctx, route, body, ctx.cache_directive) if cache else None
-        if cache and plan:
-            hit = await cache.lookup(ctx, plan)
+        knowledge_base = self.knowledge.select(ctx, route)
+        plan = self._cache_plan(ctx, route, body, knowledge_base)
+        if self.cache and plan:
+            hit = await self.cache.lookup(ctx, plan)
             if hit is not None:
                 return await self._from_cache(ctx, request, hit)
-        store = partial(cache.store_later, ctx, plan) if cache and plan else None
-        return await self._from_upstream(ctx, request, body, route, store)
+        grounding = None
+        if knowledge_base is not None:
+            grounding = await self.knowledge.ground(ctx, knowledge_base, body)
+        try:
+            reply = await self.executor.chat(
+                ctx,
+                route,
+                _prompt(body, grounding),
+                stream=bool(request.stream),
+                wants_usage=request.wants_usage_in_stream,
+                on_complete=self._store(ctx, plan, grounding),
+            )
+        except AllUpstreamsUnavailable as err:
+            return await self._unavailable(ctx, request, body, err)
+        return self._finish(ctx, request, body, reply, grounding)
 
-    async def _from_upstream(
+    def _cache_plan(
+        self, ctx: RequestContext, route: ModelRoute, body: Json, knowledge_base: str | None
+    ) -> CachePlan | None:
+        if self.cache is None:
+            return None
+        # Answers grounded in a knowledge base are only reused within that base.
+        return self.cache.plan(ctx, route, body, ctx.cache_directive, knowledge_base)
+
+    def _store(
+        self, ctx: RequestContext, plan: CachePlan | None, grounding: Grounding | None
+    ) -> Store | None:
+        """What keeps a complete answer: only full-strength ones (no knowledge base, or level
+        1 with its sources), never a disclaimer answer that better retrieval would replace."""
+        cache = self.cache
+        if cache is None or plan is None:
+            return None
+        if grounding is None:
+            return lambda completion: cache.store_later(ctx, plan, completion)
+        if grounding.level != 1:
+            return None
+        sources = sources_field(grounding.passages)
+        return lambda completion: cache.store_later(ctx, plan, {**completion, "sources": sources})
+
+    def _finish(
         self,
         ctx: RequestContext,
         request: ChatCompletionRequest,
         body: Json,
-        route: ModelRoute,
-        on_complete: Callable[[Json], None] | None,
+        reply: Json | ChunkStream,
+        grounding: Grounding | None,
     ) -> Json | ChunkStream:
-        provider = self.upstreams.get(route.provider)
-        upstream_body = {**body, "model": route.upstream_model}
+        """Sources with a grounded answer; a disclaimer before an ungrounded one."""
+        if grounding is None:
+            return reply
+        if grounding.level == 1:
+            ctx.sources = len(grounding.passages)
+            sources = sources_field(grounding.passages)
+            if isinstance(reply, ChunkStream):
+                reply.annotate_first({"sources": sources})
+                return reply
+            return {**reply, "sources": sources}
+        texts = self.settings.degradation.disclaimer
+        disclaimer = degradation.localized(texts, last_user_text(body))
+        if isinstance(reply, ChunkStream):
+            reply.prepend(
+                lambda first: degradation.disclaimer_chunk(first, disclaimer, request.n or 1)
+            )
+            return reply
+        return degradation.with_disclaimer(reply, disclaimer)
+
+    async def _unavailable(
+        self,
+        ctx: RequestContext,
+        request: ChatCompletionRequest,
+        body: Json,
+        err: AllUpstreamsUnavailable,
+    ) -> Json | ChunkStream:
+        """Level 4: a well-formed answer saying so (or the 503, if the policy prefers)."""
+        ctx.degradation_level = 4
+        policy = self.settings.degradation.unavailable
+        if policy.mode == "error":
+            raise err
+        ctx.response_headers["Retry-After"] = str(err.retry_after)
+        ctx.error_code = err.code  # logged and counted; the client gets a normal answer
+        text = degradation.localized(policy.message, last_user_text(body))
+        completion = degradation.unavailable_completion(request.model, text, request.n or 1)
         if request.stream:
-            wants_usage = request.wants_usage_in_stream
-            if provider.settings.stream_usage and not wants_usage:
-                # Ask for usage anyway, for accounting; ChunkStream hides it from the client.
-                options = body.get("stream_options") or {}
-                upstream_body["stream_options"] = {**options, "include_usage": True}
-            source = provider.stream(upstream_body)
-            return await ChunkStream.open(ctx, source, wants_usage, on_complete)
-        started = time.perf_counter()
-        reply = await provider.chat(upstream_body)
-        ctx.upstream_seconds = time.perf_counter() - started
-        ctx.record_usage(reply.get("usage"))
-        if on_complete is not None:
-            on_complete(reply)
-        return reply
+            replayed = chunks.replay(completion, request.wants_usage_in_stream)
+            return await ChunkStream.open(ctx, replayed, client_wants_usage=True)
+        return completion
 
     async def _from_cache(
         self, ctx: RequestContext, request: ChatCompletionRequest, hit: CacheHit
@@ -87,20 +157,11 @@ class Pipeline:
 
     async def embeddings(self, ctx: RequestContext, request: EmbeddingRequest, body: Json) -> Json:
         route = ctx.route = self.resolve(request.model, "embedding")
-        provider = self.upstreams.get(route.provider)
-        started = time.perf_counter()
-        reply = await provider.embeddings({**body, "model": route.upstream_model})
-        ctx.upstream_seconds = time.perf_counter() - started
-        ctx.record_usage(reply.get("usage"))
-        return reply
+        return await self.executor.embeddings(ctx, route, body)
 
     def resolve(self, model: str, kind: str) -> ModelRoute:
         route = self.settings.routes.get(model)
-        if (
-            route is not None
-            and route.kind == kind
-            and route.disabled_reason is None
-        ):
+        if route is not None and route.kind == kind and route.disabled_reason is None:
             return route
         served = self.settings.served_models(kind)
         if route is None:
@@ -121,6 +182,12 @@ class Pipeline:
             f"The model '{model}' is configured but its {route.disabled_reason}",
             param="model",
         )
+
+
+def _prompt(body: Json, grounding: Grounding | None) -> Json:
+    if grounding is None or grounding.level != 1:
+        return body
+    return {**body, "messages": grounded_messages(body["messages"], grounding.passages)}
 
 
 def _article(word: str) -> str:

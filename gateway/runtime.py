@@ -1,5 +1,7 @@
-"""Everything built from one Settings: providers and the pipeline. A config reload builds a new
-Runtime and swaps the reference; requests in flight keep the one they started with."""
+"""Everything built from one Settings: providers, knowledge bases, the upstream executor and the
+pipeline. A config reload builds a new Runtime and swaps the reference; requests in flight keep
+the one they started with. What must outlive a reload (the cache, the circuit breakers) is
+owned by the application and passed in."""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ from dataclasses import dataclass
 from gateway.cache.service import SemanticCache
 from gateway.config import Settings
 from gateway.pipeline import Pipeline
+from gateway.rag.service import Knowledge
+from gateway.resilience.breaker import Breakers
+from gateway.resilience.executor import UpstreamExecutor
 from gateway.upstream import Upstreams
 
 
@@ -15,15 +20,26 @@ from gateway.upstream import Upstreams
 class Runtime:
     settings: Settings
     upstreams: Upstreams
+    knowledge: Knowledge
     pipeline: Pipeline
 
     @classmethod
-    def build(cls, settings: Settings, cache: SemanticCache | None = None) -> Runtime:
-        """`cache` outlives runtimes (its model and store are per process), so it is passed in."""
+    def build(
+        cls, settings: Settings, breakers: Breakers, cache: SemanticCache | None = None
+    ) -> Runtime:
         upstreams = Upstreams(settings)
-        return cls(settings, upstreams, Pipeline(settings, upstreams, cache))
+        for route in settings.routes.values():
+            for deployment in route.deployments:
+                breakers.get(deployment.key)  # exported (and on the admin API) from the start
+        knowledge = Knowledge(settings, breakers)
+        executor = UpstreamExecutor(settings, upstreams, breakers)
+        return cls(settings, upstreams, knowledge, Pipeline(settings, executor, knowledge, cache))
+
+    async def start(self) -> None:
+        await self.knowledge.start()
 
     async def close(self) -> None:
+        await self.knowledge.close()
         await self.upstreams.close()
 
 

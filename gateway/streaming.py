@@ -12,6 +12,7 @@ from typing import Any
 
 from gateway.chunks import Accumulator
 from gateway.context import RequestContext
+from gateway.errors import GatewayError
 
 Json = dict[str, Any]
 
@@ -24,12 +25,14 @@ class ChunkStream:
         first: list[Json] | None,
         client_wants_usage: bool,
         on_complete: Callable[[Json], None] | None,
+        on_break: Callable[[], None] | None = None,
     ) -> None:
         self._ctx = ctx
         self._source = source
         self._first = first
         self._client_wants_usage = client_wants_usage
         self._on_complete = on_complete
+        self._on_break = on_break
         self._accumulator = Accumulator() if on_complete else None
 
     @classmethod
@@ -39,11 +42,13 @@ class ChunkStream:
         source: AsyncIterator[list[Json]],
         client_wants_usage: bool,
         on_complete: Callable[[Json], None] | None = None,
+        on_break: Callable[[], None] | None = None,
     ) -> ChunkStream:
         """Send the request and wait for the first chunk; errors before it raise here.
 
         `on_complete` receives the accumulated completion once the stream has ended normally
-        (never for a stream that broke or that the client left)."""
+        (never for a stream that broke or that the client left); `on_break` hears of an
+        upstream failure after the first chunk (the circuit breaker counts it)."""
         assert isinstance(source, AsyncGenerator)
         started = time.perf_counter()
         try:
@@ -52,7 +57,17 @@ class ChunkStream:
             await source.aclose()
             raise
         ctx.first_token_seconds = time.perf_counter() - started
-        return cls(ctx, source, first, client_wants_usage, on_complete)
+        return cls(ctx, source, first, client_wants_usage, on_complete, on_break)
+
+    def annotate_first(self, fields: Json) -> None:
+        """Add fields to the first chunk the client receives (the sources of a grounded answer)."""
+        if self._first:
+            self._first[0].update(fields)
+
+    def prepend(self, make: Callable[[Json], Json]) -> None:
+        """Send `make(first chunk)` before the first chunk (a disclaimer, in the stream's id)."""
+        first = self._first[0] if self._first else {}
+        self._first = [make(first), *(self._first or [])]
 
     async def relay(self) -> AsyncGenerator[list[Json], None]:
         """The chunks to send to the client, in the batches they arrived in. Close it
@@ -62,8 +77,16 @@ class ChunkStream:
             if self._first is not None:
                 batch, self._first = self._first, None
                 yield [chunk for chunk in batch if self._relay(chunk)]
-            async for batch in self._source:
-                yield [chunk for chunk in batch if self._relay(chunk)]
+            try:
+                async for batch in self._source:
+                    yield [chunk for chunk in batch if self._relay(chunk)]
+            except GatewayError:
+                # After the first byte there is no falling back: the client gets an SSE error
+                # event; the stream is counted as broken and never cached.
+                self._ctx.stream_broken = True
+                if self._on_break:
+                    self._on_break()
+                raise
             if self._on_complete and self._accumulator:
                 self._on_complete(self._accumulator.completion())
         finally:

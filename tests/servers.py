@@ -84,6 +84,13 @@ models:
   - {{name: fake-embedding, provider: fake, kind: embedding}}
   - {{name: demo, provider: demo}}
   - {{name: demo-embedding, provider: demo, kind: embedding}}
+# One attempt, no breaker trips, errors instead of level-4 answers: each test sees exactly what
+# one upstream call did. tests/e2e/test_resilience.py covers the defaults.
+resilience:
+  retry: {{attempts: 1}}
+  breaker: {{failures: 1000}}
+degradation:
+  unavailable: {{mode: error}}
 {extra_yaml}
 """
     env = {"FAKE_PROVIDER_KEY": "sk-fake-provider-secret-123", **(environ or {})}

@@ -6,12 +6,13 @@ from typing import Any
 
 import pytest
 
-from gateway.config import build_settings, parse_config
+from gateway.config import BreakerConfig, BreakerStorageConfig, build_settings, parse_config
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest, ModelNotFound, UpstreamError
 from gateway.pipeline import Pipeline
+from gateway.resilience.breaker import Breakers
+from gateway.runtime import Runtime
 from gateway.streaming import ChunkStream
-from gateway.upstream import Upstreams
 from gateway.wire import ChatCompletionRequest
 
 CONFIG = """
@@ -28,7 +29,7 @@ SETTINGS = build_settings(parse_config(CONFIG), "<t>", {})
 
 @pytest.fixture
 def pipeline() -> Pipeline:
-    return Pipeline(SETTINGS, Upstreams(SETTINGS))
+    return Runtime.build(SETTINGS, Breakers(BreakerConfig(), BreakerStorageConfig())).pipeline
 
 
 def _ctx() -> RequestContext:

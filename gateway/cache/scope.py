@@ -31,11 +31,21 @@ class CacheKey:
     text: str  # the last user turn, as the client sent it
 
 
-def cache_key(tenant: str, model: str, body: dict[str, Any], normalized: str) -> CacheKey:
-    """Build the key of a request whose last message is a user turn (see `last_user_text`)."""
+def cache_key(
+    tenant: str, model: str, body: dict[str, Any], normalized: str, context: str | None = None
+) -> CacheKey:
+    """Build the key of a request whose last message is a user turn (see `last_user_text`).
+    `context`: what else the answer depends on (a knowledge base name), if anything."""
     messages = body["messages"]
     params = {k: v for k, v in body.items() if k not in _NOT_SCOPE}
-    scope_doc = {"tenant": tenant, "model": model, "history": messages[:-1], "params": params}
+    scope_doc: dict[str, Any] = {
+        "tenant": tenant,
+        "model": model,
+        "history": messages[:-1],
+        "params": params,
+    }
+    if context is not None:
+        scope_doc["context"] = context
     scope = _digest(orjson.dumps(scope_doc, option=orjson.OPT_SORT_KEYS))
     exact = _digest(scope.encode() + b"\x00" + normalized.encode())
     return CacheKey(tenant, model, scope, exact, message_text(messages[-1]))

@@ -95,9 +95,15 @@ class SemanticCache:
             log.exception("embedder failed to load: the semantic tier is off, exact works")
 
     def plan(
-        self, ctx: RequestContext, route: ModelRoute, body: Json, directive: Directive
+        self,
+        ctx: RequestContext,
+        route: ModelRoute,
+        body: Json,
+        directive: Directive,
+        context: str | None = None,
     ) -> CachePlan | None:
-        """A plan when this request may use the cache; None (and the reason on ctx) if not."""
+        """A plan when this request may use the cache; None (and the reason on ctx) if not.
+        `context` is anything else the answer depends on (the knowledge base), kept in scope."""
         policy = route.cache
         if not policy.enabled:
             return None
@@ -111,7 +117,7 @@ class SemanticCache:
         ):
             ctx.cache_result = "bypass"
             return None
-        key = cache_key(ctx.tenant or "", route.name, body, guards.normalize(text))
+        key = cache_key(ctx.tenant or "", route.name, body, guards.normalize(text), context)
         return CachePlan(key, policy, read=directive != "refresh")
 
     async def lookup(self, ctx: RequestContext, plan: CachePlan) -> CacheHit | None:

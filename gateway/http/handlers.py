@@ -12,7 +12,7 @@ from aiohttp import web
 from gateway.cache.service import Directive, SemanticCache
 from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
 from gateway.http import render
-from gateway.http.keys import CACHE, CTX, METRICS, RUNTIME
+from gateway.http.keys import BREAKERS, CACHE, CTX, METRICS, RUNTIME
 from gateway.metrics import CONTENT_TYPE
 from gateway.streaming import ChunkStream
 from gateway.tokens import message_text
@@ -28,6 +28,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     chat: ChatCompletionRequest = validate(ChatCompletionRequest, body)
     ctx.requested_model, ctx.stream = chat.model, bool(chat.stream)
     ctx.cache_directive = cache_directive(request.headers)
+    ctx.knowledge_directive = request.headers.get("x-gateway-knowledge-base")
+    ctx.deadline_seconds = deadline(request.headers)
     if runtime.settings.server.log_prompts:
         ctx.prompt = message_text(body["messages"][-1])
     reply = await runtime.pipeline.chat(ctx, chat, body)
@@ -41,6 +43,7 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     embed: EmbeddingRequest = validate(EmbeddingRequest, body)
     ctx.requested_model = embed.model
+    ctx.deadline_seconds = deadline(request.headers)
     return render.json(ctx, await runtime.pipeline.embeddings(ctx, embed, body))
 
 
@@ -80,6 +83,28 @@ def cache_directive(headers: Mapping[str, str]) -> Directive:
     if "no-cache" in control:
         return "refresh"
     return "default"
+
+
+MAX_DEADLINE_SECONDS = 3600.0
+
+
+def deadline(headers: Mapping[str, str]) -> float | None:
+    """`x-gateway-timeout: SECONDS`: this request's deadline to its first byte, retries and
+    fallbacks included (default: the model's deadline_seconds)."""
+    given = headers.get("x-gateway-timeout")
+    if given is None:
+        return None
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= MAX_DEADLINE_SECONDS:  # also rejects nan
+        raise InvalidRequest(
+            f"Header x-gateway-timeout must be a number of seconds in (0, "
+            f"{MAX_DEADLINE_SECONDS:g}], not {given!r}.",
+            code="invalid_header",
+        )
+    return seconds
 
 
 async def healthz(request: web.Request) -> web.StreamResponse:
@@ -163,6 +188,28 @@ async def admin_cache_purge(request: web.Request) -> web.StreamResponse:
     await cache.flush()
     purged = await cache.store.purge(tenant=body.get("tenant"), model=body.get("model"))
     return render.json(request[CTX], {"purged": purged})
+
+
+async def admin_breakers(request: web.Request) -> web.StreamResponse:
+    """Every circuit breaker: state, consecutive failures, when it opened, when it may retry."""
+    states = [asdict(state) for state in request.app[BREAKERS].snapshot()]
+    return render.json(request[CTX], {"breakers": states})
+
+
+async def admin_breaker(request: web.Request) -> web.StreamResponse:
+    """POST /admin/breakers/{name}/reset closes a breaker; .../open opens it (to drain a
+    deployment by hand)."""
+    breakers = request.app[BREAKERS]
+    name = request.match_info["name"]
+    breaker = breakers.find(name)
+    if breaker is None:
+        known = ", ".join(b.name for b in breakers) or "(none yet)"
+        raise NotFound(f"No circuit breaker named {name!r}. Known: {known}")
+    if request.match_info["action"] == "reset":
+        breaker.reset()
+    else:
+        breaker.force_open()
+    return render.json(request[CTX], asdict(breaker.snapshot()))
 
 
 def _require_cache(request: web.Request) -> SemanticCache:

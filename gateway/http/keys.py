@@ -8,11 +8,13 @@ from gateway.accesslog import AccessLog
 from gateway.cache.service import SemanticCache
 from gateway.context import RequestContext
 from gateway.metrics import Metrics
+from gateway.resilience.breaker import Breakers
 from gateway.runtime import Runtime, RuntimeRef
 
 RUNTIME_REF = web.AppKey("runtime_ref", RuntimeRef)
 METRICS = web.AppKey("metrics", Metrics)
 ACCESS_LOG = web.AppKey("access_log", AccessLog)
 CACHE: web.AppKey[SemanticCache | None] = web.AppKey("cache")  # None: no model uses the cache
+BREAKERS = web.AppKey("breakers", Breakers)  # per process: survive config reloads
 CTX = web.RequestKey("ctx", RequestContext)
 RUNTIME = web.RequestKey("runtime", Runtime)  # the runtime this request started with

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from gateway import sse
+from gateway import degradation, sse
 from gateway.context import RequestContext
 from gateway.errors import GatewayError, InternalError
 from gateway.streaming import ChunkStream
@@ -84,4 +84,15 @@ def _headers(ctx: RequestContext) -> dict[str, str]:
         headers["x-gateway-cache"] = ctx.cache_result
         if ctx.cache_similarity is not None:
             headers["x-gateway-cache-similarity"] = f"{ctx.cache_similarity:.4f}"
+    if ctx.fallback_model is not None and ctx.degradation_level != 4:
+        headers["x-gateway-fallback"] = ctx.fallback_model
+    if ctx.attempts > 1:
+        headers["x-gateway-attempts"] = str(ctx.attempts)
+    level = ctx.degradation_level
+    if level is not None:
+        headers[degradation.LEVEL_HEADER] = str(level)
+        if level in degradation.REASONS:
+            headers[degradation.HEADER] = degradation.REASONS[level]
+    if ctx.knowledge_base is not None:
+        headers["x-gateway-knowledge-base"] = ctx.knowledge_base
     return headers

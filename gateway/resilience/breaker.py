@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -67,6 +67,7 @@ class Breaker:
         name: str,
         config: BreakerConfig,
         storage: pybreaker.CircuitBreakerStorage | None = None,
+        on_change: Callable[[str, str], None] | None = None,
     ) -> None:
         self.name = name
         self._storage = storage or pybreaker.CircuitMemoryStorage(CLOSED)
@@ -76,7 +77,7 @@ class Breaker:
             state_storage=self._storage,
             name=name,
             throw_new_error_on_trip=False,
-            listeners=[_LogTransitions()],
+            listeners=[_Transitions(on_change)],
         )
         self._slow_call = config.slow_call_seconds
         self._trial_in_flight = False
@@ -164,7 +165,12 @@ class Breaker:
             pass  # recorded; or opened meanwhile (by another call or replica)
 
 
-class _LogTransitions(pybreaker.CircuitBreakerListener):
+class _Transitions(pybreaker.CircuitBreakerListener):
+    """Logs each state change and reports it (name, new state) to `on_change`."""
+
+    def __init__(self, on_change: Callable[[str, str], None] | None) -> None:
+        self._on_change = on_change
+
     def state_change(
         self,
         cb: pybreaker.CircuitBreaker,
@@ -173,22 +179,39 @@ class _LogTransitions(pybreaker.CircuitBreakerListener):
     ) -> None:
         old = old_state.name if old_state else None
         log.warning("circuit breaker %s: %s -> %s", cb.name, old, new_state.name)
+        if self._on_change is not None and cb.name:
+            self._on_change(cb.name, new_state.name)
 
 
 class Breakers:
     """Every breaker of this process, by name. Outlives config reloads, so state survives them."""
 
-    def __init__(self, config: BreakerConfig, storage: BreakerStorageConfig) -> None:
+    def __init__(
+        self,
+        config: BreakerConfig,
+        storage: BreakerStorageConfig,
+        on_change: Callable[[str, str], None] | None = None,
+    ) -> None:
         self._config = config
+        self._on_change = on_change
         self._storage_config = storage
         self._redis: Redis | None = None
         self._breakers: dict[str, Breaker] = {}
+        self._own_config: set[str] = set()  # breakers with their own thresholds (retrievers)
 
     def get(self, name: str, config: BreakerConfig | None = None) -> Breaker:
+        """The breaker called `name`; `config` gives it its own thresholds (applied again on
+        every call, so a reload that changes them takes effect)."""
         breaker = self._breakers.get(name)
         if breaker is None:
             storage = self._storage(name)
-            breaker = self._breakers[name] = Breaker(name, config or self._config, storage)
+            breaker = self._breakers[name] = Breaker(
+                name, config or self._config, storage, self._on_change
+            )
+        elif config is not None:
+            breaker.configure(config)
+        if config is not None:
+            self._own_config.add(name)
         return breaker
 
     def configure(self, config: BreakerConfig, storage: BreakerStorageConfig) -> None:
@@ -197,9 +220,14 @@ class Breakers:
         if storage != self._storage_config:
             self._storage_config, self._redis = storage, None
             self._breakers.clear()
+            self._own_config.clear()
         self._config = config
-        for breaker in self._breakers.values():
-            breaker.configure(config)
+        for name, breaker in self._breakers.items():
+            if name not in self._own_config:
+                breaker.configure(config)
+
+    def find(self, name: str) -> Breaker | None:
+        return self._breakers.get(name)
 
     def snapshot(self) -> list[BreakerState]:
         return [self._breakers[name].snapshot() for name in sorted(self._breakers)]

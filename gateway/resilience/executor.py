@@ -1,0 +1,200 @@
+"""Calling upstreams so that one failing deployment does not fail the request.
+
+For one request: the model's deployments in weighted random order, then each fallback model's;
+each deployment behind its circuit breaker (an open one is skipped without a network call) and
+retried with backoff while its failures are worth retrying; all of it inside the request's
+deadline. A client error (4xx other than 429) ends the walk at once: every model would refuse
+the same request. When nothing answers, AllUpstreamsUnavailable carries the last cause and a
+Retry-After, and the pipeline decides what the client receives (degradation level 4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+from gateway.config import Deployment, ModelRoute, Settings
+from gateway.context import RequestContext
+from gateway.errors import GatewayError, UpstreamTimeout
+from gateway.resilience.breaker import BreakerOpen, Breakers
+from gateway.resilience.retry import Backoff, Outcome, classify, failure_reason, retry_after_seconds
+from gateway.streaming import ChunkStream
+from gateway.upstream import Upstreams
+from gateway.upstream.base import Provider
+
+Json = dict[str, Any]
+T = TypeVar("T")
+Call = Callable[[Provider, Json], Awaitable[T]]
+
+
+class AllUpstreamsUnavailable(GatewayError):
+    """Every deployment of the model and of its fallbacks failed, was open, or ran out of time.
+    As an error it is a 503 whose code names the last cause (upstream_timeout, ...)."""
+
+    status = 503
+    type = "upstream_error"
+    code = "upstreams_unavailable"
+
+    def __init__(self, message: str, retry_after: int, code: str | None = None) -> None:
+        super().__init__(message, code=code, headers={"Retry-After": str(retry_after)})
+        self.retry_after = retry_after
+
+
+class UpstreamExecutor:
+    def __init__(self, settings: Settings, upstreams: Upstreams, breakers: Breakers) -> None:
+        self.settings = settings
+        self.upstreams = upstreams
+        self.breakers = breakers
+        self.backoff = Backoff(settings.resilience.retry)
+
+    async def chat(
+        self,
+        ctx: RequestContext,
+        route: ModelRoute,
+        body: Json,
+        *,
+        stream: bool,
+        wants_usage: bool,
+        on_complete: Callable[[Json], None] | None,
+    ) -> Json | ChunkStream:
+        """A completion, or a stream whose first chunk has arrived. Only the requested model's
+        own answer goes to `on_complete` (the cache): a fallback's answer is not its answer."""
+        if not stream:
+            reply = await self._timed(ctx, self._run(ctx, route, body, _chat, fallbacks=True))
+            if on_complete is not None and ctx.fallback_model is None:
+                on_complete(reply)
+            return reply
+
+        async def open_stream(provider: Provider, upstream_body: Json) -> ChunkStream:
+            if provider.settings.stream_usage and not wants_usage:
+                # Ask for usage anyway, for accounting; ChunkStream hides it from the client.
+                options = upstream_body.get("stream_options") or {}
+                upstream_body["stream_options"] = {**options, "include_usage": True}
+            served = ctx.served_deployment
+            breaker = self.breakers.get(served.key) if served else None
+            return await ChunkStream.open(
+                ctx,
+                provider.stream(upstream_body),
+                wants_usage,
+                on_complete if ctx.fallback_model is None else None,
+                on_break=breaker.record_failure if breaker else None,
+            )
+
+        return await self._run(ctx, route, body, open_stream, fallbacks=True)
+
+    async def embeddings(self, ctx: RequestContext, route: ModelRoute, body: Json) -> Json:
+        # No fallback across models: another model's vectors live in another space.
+        return await self._timed(ctx, self._run(ctx, route, body, _embeddings, fallbacks=False))
+
+    @staticmethod
+    async def _timed(ctx: RequestContext, reply: Awaitable[Json]) -> Json:
+        """Time spent on upstreams (retries and their waits included) and the usage reported."""
+        started = time.perf_counter()
+        try:
+            result = await reply
+        finally:
+            ctx.upstream_seconds = time.perf_counter() - started
+        ctx.record_usage(result.get("usage"))
+        return result
+
+    async def _run(
+        self, ctx: RequestContext, route: ModelRoute, body: Json, call: Call[T], *, fallbacks: bool
+    ) -> T:
+        loop = asyncio.get_running_loop()
+        budget = ctx.deadline_seconds or route.deadline_seconds
+        deadline = loop.time() + (budget or self.settings.resilience.deadline_seconds)
+        last: GatewayError | None = None
+        waits: list[float] = []  # what upstreams and breakers said about when to come back
+        for model in self._chain(route) if fallbacks else [route]:
+            for deployment in _weighted_order(model.deployments):
+                breaker = self.breakers.get(deployment.key)
+                provider = self.upstreams.get(deployment.provider)
+                for attempt in range(1, self.settings.resilience.retry.attempts + 1):
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        raise self._unavailable(last, waits, deadline_passed=True)
+                    ctx.attempts += 1
+                    ctx.served_deployment = deployment
+                    ctx.fallback_model = model.name if model is not route else None
+                    try:
+                        with breaker.attempt():
+                            upstream_body = {**body, "model": deployment.upstream_model}
+                            return await _within(remaining, call, provider, upstream_body)
+                    except BreakerOpen as err:
+                        ctx.note_failure(deployment.key, "breaker_open")
+                        if err.retry_in is not None:
+                            waits.append(err.retry_in)
+                        break
+                    except GatewayError as err:
+                        outcome = classify(err)
+                        if outcome is Outcome.GIVE_UP:
+                            raise
+                        last = err
+                        ctx.note_failure(deployment.key, failure_reason(err))
+                        asked = retry_after_seconds(err)
+                        if asked is not None:
+                            waits.append(asked)
+                        delay = self.backoff.delay(attempt, err)
+                        if delay is None or loop.time() + delay >= deadline:
+                            break
+                        ctx.retries += 1
+                        await asyncio.sleep(delay)
+        raise self._unavailable(last, waits, deadline_passed=False)
+
+    def _chain(self, route: ModelRoute) -> Iterator[ModelRoute]:
+        yield route
+        for name in route.fallbacks:
+            fallback = self.settings.routes.get(name)
+            if fallback is not None and fallback.disabled_reason is None:
+                yield fallback
+
+    def _unavailable(
+        self, last: GatewayError | None, waits: list[float], *, deadline_passed: bool
+    ) -> AllUpstreamsUnavailable:
+        code = last.code if last is not None else "circuit_open"
+        if deadline_passed:
+            code = "upstream_timeout"
+            cause = "the request deadline passed"
+            if last is not None:
+                cause += f" (last error: {last.message})"
+        elif last is not None:
+            cause = last.message
+        else:
+            cause = "every circuit breaker on the way is open"
+        default = self.settings.degradation.unavailable.retry_after_seconds
+        retry_after = max(1, math.ceil(min(waits))) if waits else default
+        return AllUpstreamsUnavailable(
+            f"No upstream could answer: {cause}. Retry after {retry_after} s.", retry_after, code
+        )
+
+
+async def _within(seconds: float, call: Call[T], provider: Provider, body: Json) -> T:
+    """One attempt, bounded by what is left of the request's deadline. Running out of time
+    is an upstream timeout, so the breaker counts it."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await call(provider, body)
+    except TimeoutError:
+        raise UpstreamTimeout(
+            f"provider '{provider.name}' did not answer within the request deadline"
+        ) from None
+
+
+async def _chat(provider: Provider, body: Json) -> Json:
+    return await provider.chat(body)
+
+
+async def _embeddings(provider: Provider, body: Json) -> Json:
+    return await provider.embeddings(body)
+
+
+def _weighted_order(deployments: tuple[Deployment, ...]) -> list[Deployment]:
+    """Deployments in random order, each first with probability proportional to its weight
+    (Efraimidis-Spirakis: sort by u ** (1 / weight))."""
+    if len(deployments) == 1:
+        return list(deployments)
+    return sorted(deployments, key=lambda d: random.random() ** (1 / d.weight), reverse=True)
