@@ -1,4 +1,4 @@
-"""`gateway serve | check | cache stats` (also `python -m gateway`)."""
+"""`gateway serve | check | cache stats | kb ingest` (also `python -m gateway`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -23,6 +24,9 @@ from gateway.config import (
     calibrated_threshold,
     load_settings,
 )
+
+if TYPE_CHECKING:
+    from gateway.rag.ingest import IngestReport
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +46,16 @@ def main(argv: list[str] | None = None) -> int:
     cache.add_argument("action", choices=["stats"])
     cache.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
 
+    kb = commands.add_parser("kb", help="build embedded knowledge bases")
+    kb_commands = kb.add_subparsers(dest="kb_command", required=True)
+    kb_ingest = kb_commands.add_parser(
+        "ingest", help="(re)build a knowledge base from a file or folder (.md, .txt, .html)"
+    )
+    kb_ingest.add_argument("name", help="a knowledge base under knowledge_bases: in the config")
+    kb_ingest.add_argument("path", type=Path, help="the file or folder to ingest")
+    kb_ingest.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
+    kb_ingest.add_argument("--quiet", action="store_true", help="no progress bar")
+
     args = parser.parse_args(argv)
     try:
         settings = load_settings(args.config)
@@ -54,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         return _check(settings)
     if args.command == "cache":
         return _cache_stats(settings)
+    if args.command == "kb":
+        return _kb_ingest(settings, args.name, args.path, quiet=args.quiet)
     return _serve(settings, args.host, args.port)
 
 
@@ -83,6 +99,73 @@ def _cache_stats(settings: Settings) -> int:
     stats = file_stats(store.path, store.max_entries)
     print(json.dumps(asdict(stats), indent=2))
     return 0
+
+
+_SKIPPED_SHOWN = 20
+
+
+def _kb_ingest(settings: Settings, name: str, source: Path, *, quiet: bool) -> int:
+    from gateway.rag.embedded import kb_path
+    from gateway.rag.ingest import IngestError
+
+    config = settings.knowledge_bases.get(name)
+    if config is None:
+        known = ", ".join(sorted(settings.knowledge_bases)) or "none"
+        print(
+            f"gateway: no knowledge base '{name}' in {settings.source} (configured: {known})",
+            file=sys.stderr,
+        )
+        return 2
+    if config.type != "embedded":
+        print(
+            f"gateway: knowledge base '{name}' is type {config.type}: its retriever holds the "
+            "documents; only embedded knowledge bases are ingested here",
+            file=sys.stderr,
+        )
+        return 2
+    if not source.exists():
+        print(f"gateway: {source}: no such file or directory", file=sys.stderr)
+        return 2
+    try:
+        report = asyncio.run(_run_ingest(settings, name, source, progress=not quiet))
+    except (IngestError, OSError) as err:
+        print(f"gateway: ingest of '{name}' failed, nothing changed: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"gateway: ingest of '{name}' interrupted, nothing changed", file=sys.stderr)
+        return 130
+    skipped = f", {_count(len(report.skipped), 'file')} skipped" if report.skipped else ""
+    print(
+        f"Ingested {_count(report.documents, 'document')} into knowledge base '{name}': "
+        f"{_count(report.chunks, 'chunk')}{skipped}, in {report.seconds:.1f} s. "
+        f"Version {report.version_path.name} is now current in {kb_path(name, config)}; "
+        "a running gateway picks it up within a second."
+    )
+    for path, reason in report.skipped[:_SKIPPED_SHOWN]:
+        print(f"  skipped {path}: {reason}")
+    if len(report.skipped) > _SKIPPED_SHOWN:
+        print(f"  ... and {len(report.skipped) - _SKIPPED_SHOWN} more")
+    return 0
+
+
+async def _run_ingest(
+    settings: Settings, name: str, source: Path, *, progress: bool
+) -> IngestReport:
+    from gateway.cache.factory import shared_embedder
+    from gateway.rag.embedded import kb_path
+    from gateway.rag.ingest import ingest
+
+    config = settings.knowledge_bases[name]
+    embedder = shared_embedder(settings.file.cache.embedder)  # the vectors the gateway compares
+    try:
+        await embedder.start()
+        return await ingest(name, config, kb_path(name, config), source, embedder, progress)
+    finally:
+        await embedder.close()
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:
