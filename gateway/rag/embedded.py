@@ -126,7 +126,6 @@ def load_version(path: Path, name: str) -> Version:
     """Read one version fully into memory (blocking: run it in a worker thread)."""
     import faiss
 
-    faiss.omp_set_num_threads(1)  # as in gateway/cache/index.py: a query is one small scan
     directory = path / name
     try:
         manifest = Manifest.parse((directory / MANIFEST_FILE).read_bytes())
@@ -279,9 +278,9 @@ class EmbeddedKnowledgeBase:
         if k <= 0:
             return []
         if version.index.ntotal * version.manifest.dim > _SEARCH_OFF_LOOP_ABOVE:
-            scores, ids = await asyncio.to_thread(version.index.search, query_row, k)
+            scores, ids = await asyncio.to_thread(_flat_search, version.index, query_row, k)
         else:
-            scores, ids = version.index.search(query_row, k)
+            scores, ids = _flat_search(version.index, query_row, k)
         return [
             _passage(version.chunks[int(i)], float(s))
             for i, s in zip(ids[0], scores[0], strict=True)
@@ -368,6 +367,17 @@ def _load_current(path: Path, loaded: str | None) -> Version | None:
     if name is None or name == loaded:
         return None
     return load_version(path, name)
+
+
+def _flat_search(index: Any, query_row: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """One query on one thread. faiss splits even a single query's flat scan across OpenMP
+    threads (measured at 200k x 384 on 2 cores: 32 ms wall and 62 ms CPU with 2 threads,
+    24 ms with 1), and the thread count is per calling thread, so it is set where we search."""
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+    scores, ids = index.search(query_row, k)
+    return scores, ids
 
 
 def _passage(chunk: Chunk, score: float) -> Passage:
