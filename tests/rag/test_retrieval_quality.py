@@ -2,8 +2,9 @@
 CLI and the cache build it): paraphrased questions find the right document first, above the
 default min_score, and an unrelated question stays below it.
 
-The model loads once for the module (about 10 s). Scores observed on the packaged MiniLM are
-in the test names' comments; they move a little between the ONNX and torch backends.
+The model loads once for the module (about 10 s cold). Observed with the packaged MiniLM on
+ONNX: the right document first at 0.48-0.63 (runner-up at most 0.29); the unrelated questions
+at 0.04-0.05. Cosines move a little between the ONNX and torch backends.
 """
 
 from __future__ import annotations
