@@ -63,6 +63,17 @@ class GatewayServer:
             await self._runner.cleanup()
 
 
+# One attempt, no breaker trips, errors instead of level-4 answers: each test sees exactly what
+# one upstream call did. tests/e2e/test_resilience.py covers the real defaults.
+TEST_RESILIENCE = """
+resilience:
+  retry: {attempts: 1}
+  breaker: {failures: 1000}
+degradation:
+  unavailable: {mode: error}
+"""
+
+
 def settings_for(
     fake_url: str, extra_yaml: str = "", environ: dict[str, str] | None = None
 ) -> Settings:
@@ -84,14 +95,8 @@ models:
   - {{name: fake-embedding, provider: fake, kind: embedding}}
   - {{name: demo, provider: demo}}
   - {{name: demo-embedding, provider: demo, kind: embedding}}
-# One attempt, no breaker trips, errors instead of level-4 answers: each test sees exactly what
-# one upstream call did. tests/e2e/test_resilience.py covers the defaults.
-resilience:
-  retry: {{attempts: 1}}
-  breaker: {{failures: 1000}}
-degradation:
-  unavailable: {{mode: error}}
 {extra_yaml}
+{"" if "resilience:" in extra_yaml else TEST_RESILIENCE}
 """
     env = {"FAKE_PROVIDER_KEY": "sk-fake-provider-secret-123", **(environ or {})}
     return build_settings(parse_config(text), "<test>", env)

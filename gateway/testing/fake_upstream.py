@@ -50,6 +50,7 @@ class Knobs(BaseModel):
     error_body: Literal["json", "html", "empty", "text"] = "json"
     error_message: str = "fake upstream error"
     retry_after: str | None = None
+    fail_times: int | None = None  # answer `status` only to the first N requests for a model
     malformed: bool = False  # a 200 whose JSON (or one stream chunk) is broken
     invalid_utf8: bool = False  # a 200 whose body (or one stream chunk) is not UTF-8
     cut_after: int | None = None  # streams: drop the connection after this many chunks
@@ -70,6 +71,7 @@ class FakeUpstream:
         self.per_model: dict[str, Knobs] = {}
         self.received: deque[Json] = deque(maxlen=history)
         self.stats = {"requests": 0, "disconnects": 0, "in_flight": 0}
+        self.failed: dict[str, int] = {}  # model -> failures served under `fail_times`
         self._runner: web.AppRunner | None = None
 
     @property
@@ -108,6 +110,7 @@ class FakeUpstream:
     def reset(self) -> None:
         self.defaults, self.per_model = Knobs(), {}
         self.received.clear()
+        self.failed.clear()
         self.stats.update(requests=0, disconnects=0)
 
     # --- handlers ---------------------------------------------------------------------------
@@ -127,7 +130,7 @@ class FakeUpstream:
         try:
             if knobs.latency_ms:
                 await asyncio.sleep(knobs.latency_ms / 1000)
-            if knobs.status:
+            if knobs.status and self._should_fail(str(body.get("model")), knobs):
                 return _error_response(knobs)
             response: web.StreamResponse = await reply(request, body, knobs)
             return response
@@ -136,6 +139,15 @@ class FakeUpstream:
             raise
         finally:
             self.stats["in_flight"] -= 1
+
+    def _should_fail(self, model: str, knobs: Knobs) -> bool:
+        if knobs.fail_times is None:
+            return True
+        done = self.failed.get(model, 0)
+        if done >= knobs.fail_times:
+            return False
+        self.failed[model] = done + 1
+        return True
 
     async def _chat_reply(self, request: web.Request, body: Json, knobs: Knobs) -> Any:
         message, finish = _message(body, knobs)
