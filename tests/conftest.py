@@ -64,3 +64,14 @@ def gateway(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[Gateway
 def gw(gateway: GatewayServer, fake_upstream: FakeUpstream) -> GatewayServer:
     """The shared gateway with a freshly reset fake upstream behind it."""
     return gateway
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A real redis-server for the session (its URL); skipped where it is not installed."""
+    from tests.redis_server import redis_server, redis_server_path
+
+    if redis_server_path() is None:
+        pytest.skip("redis-server is not on PATH (CI installs it: apt-get install redis-server)")
+    with redis_server() as url:
+        yield url

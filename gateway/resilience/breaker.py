@@ -247,6 +247,18 @@ class Breakers:
             self._redis = redis.Redis.from_url(
                 config.url, socket_timeout=0.25, socket_connect_timeout=0.25
             )
-        return pybreaker.CircuitRedisStorage(
-            CLOSED, self._redis, namespace=f"{config.namespace}:{name}"
-        )
+        return _RedisStorage(CLOSED, self._redis, namespace=f"{config.namespace}:{name}")
+
+
+class _RedisStorage(pybreaker.CircuitRedisStorage):
+    """pybreaker's Redis storage, except that an unreachable Redis does not fail making one
+    (which raised at start-up, for every deployment): its keys are created on the first read
+    that finds Redis back (see `state`), meanwhile the breaker reads as closed."""
+
+    def _initialize_redis_state(self, state: str) -> None:
+        from redis.exceptions import RedisError
+
+        try:
+            super()._initialize_redis_state(state)
+        except RedisError as exc:
+            log.warning("circuit breaker storage: Redis unreachable, breakers closed: %s", exc)

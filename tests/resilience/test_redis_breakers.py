@@ -1,0 +1,250 @@
+"""Circuit-breaker state shared through a real Redis (`breaker_storage: {type: redis}`).
+
+First two `Breakers` in one process, standing for two replicas; then two real gateway
+processes (`python -m gateway serve`) in front of the shared fake upstream: a breaker opened by
+failures seen by one is open in the other, which answers at level 4 without calling the
+upstream, and an admin reset through the second closes it for the first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from gateway.config import BreakerConfig, BreakerStorageConfig
+from gateway.errors import UpstreamError
+from gateway.resilience.breaker import CLOSED, OPEN, BreakerOpen, Breakers
+from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from tests.e2e.helpers import closed_port, request, upstream_requests
+
+ADMIN_KEY = "admin-key-for-the-redis-breaker-test"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LISTENING = re.compile(r"listening on (http://\S+)")
+NAME = "fake/lonely-up"  # <provider>/<upstream_model>
+
+
+def unique_namespace(prefix: str) -> str:
+    """Each test its own keys in the session's Redis."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+# --- two replicas in one process ------------------------------------------------------------
+
+
+@pytest.fixture
+def replicas(redis_url: str) -> Iterator[tuple[Breakers, Breakers]]:
+    storage = BreakerStorageConfig(type="redis", url=redis_url, namespace=unique_namespace("unit"))
+    config = BreakerConfig(failures=2, reset_seconds=30)
+    pair = Breakers(config, storage), Breakers(config, storage)
+    yield pair
+    for breakers in pair:
+        if breakers._redis is not None:  # each replica's own connection pool
+            breakers._redis.close()
+
+
+def fail(breakers: Breakers) -> None:
+    with pytest.raises(UpstreamError), breakers.get(NAME).attempt():
+        raise UpstreamError("boom")
+
+
+def test_failures_through_one_replica_open_the_breaker_for_the_other(
+    replicas: tuple[Breakers, Breakers],
+) -> None:
+    one, other = replicas
+    fail(one)
+    assert other.get(NAME).snapshot().failures == 1, "the failure count is shared too"
+    fail(one)
+    assert one.get(NAME).state == OPEN
+    seen = other.get(NAME).snapshot()
+    assert seen.state == OPEN and seen.failures == 2
+    assert seen.retry_in is not None and 28 <= seen.retry_in <= 30
+
+    ran = False
+    with pytest.raises(BreakerOpen) as refused, other.get(NAME).attempt():
+        ran = True
+    assert not ran, "an open breaker does not run the block"
+    assert refused.value.name == NAME
+
+    other.get(NAME).reset()
+    assert one.get(NAME).state == CLOSED
+    assert one.get(NAME).snapshot().failures == 0
+    with one.get(NAME).attempt():
+        ran = True
+    assert ran
+
+
+def test_failures_counted_by_both_replicas_add_up(replicas: tuple[Breakers, Breakers]) -> None:
+    one, other = replicas
+    fail(one)
+    fail(other)
+    assert one.get(NAME).state == OPEN and other.get(NAME).state == OPEN
+
+
+def test_an_unreachable_redis_leaves_the_breakers_closed() -> None:
+    """What the storage promises: Redis down is not an outage of the gateway. Making a breaker
+    (at start-up, for every deployment) must not fail either."""
+    url = f"redis://127.0.0.1:{closed_port()}/0"
+    breakers = Breakers(BreakerConfig(failures=1), BreakerStorageConfig(type="redis", url=url))
+    breaker = breakers.get(NAME)
+    assert breaker.state == CLOSED
+    ran = False
+    with breaker.attempt():
+        ran = True
+    assert ran
+    assert breakers._redis is not None
+    breakers._redis.close()
+
+
+# --- two gateway processes -------------------------------------------------------------------
+
+
+def write_config(tmp_path: Path, fake_url: str, redis_url: str) -> Path:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        f"""
+server: {{access_log: false}}
+auth: {{admin_key_env: GATEWAY_ADMIN_KEY}}
+providers:
+  fake: {{type: openai, base_url: "{fake_url}", timeouts: {{connect: 1, read: 5, total: 5}}}}
+models:
+  - {{name: lonely, provider: fake, upstream_model: lonely-up}}
+cache: {{store: {{type: memory}}, defaults: {{enabled: false}}}}
+resilience:
+  retry: {{attempts: 1}}
+  breaker: {{failures: 2, reset_seconds: 30}}
+  breaker_storage:
+    type: redis
+    url: "{redis_url}"
+    namespace: {unique_namespace("e2e")}
+degradation:
+  unavailable: {{mode: answer}}
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+@contextmanager
+def gateway_process(config: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`python -m gateway serve --port 0`, its output in `log`; terminated when the block
+    ends, killed if it does not stop."""
+    env = {
+        **os.environ,
+        "GATEWAY_ADMIN_KEY": ADMIN_KEY,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    command = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "0"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=config.parent,
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+def listening_url(proc: subprocess.Popen[bytes], log: Path, timeout: float = 20) -> str:
+    """The address the gateway printed once it listens."""
+    deadline = time.monotonic() + timeout
+    while True:
+        output = log.read_text(encoding="utf-8", errors="replace")
+        found = LISTENING.search(output)
+        if found:
+            return found.group(1)
+        if proc.poll() is not None:
+            raise AssertionError(f"the gateway exited with {proc.returncode}:\n{output}")
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"the gateway did not listen within {timeout} s:\n{output}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def two_gateways(
+    tmp_path: Path, redis_url: str, fake_upstream: FakeUpstream
+) -> Iterator[tuple[str, str]]:
+    """Two gateway processes with one config: the same Redis, the same namespace."""
+    config = write_config(tmp_path, fake_upstream.url, redis_url)
+    with ExitStack() as stack:
+        logs = [tmp_path / "a.log", tmp_path / "b.log"]
+        procs = [stack.enter_context(gateway_process(config, log)) for log in logs]
+        yield listening_url(procs[0], logs[0]), listening_url(procs[1], logs[1])
+
+
+def ask(gateway: str, text: str = "hello") -> Any:
+    client = openai.OpenAI(base_url=gateway + "/v1", api_key="k", max_retries=0, timeout=10)
+    with client:
+        return client.chat.completions.with_raw_response.create(
+            model="lonely", messages=[{"role": "user", "content": text}]
+        )
+
+
+def calls(fake: FakeUpstream) -> int:
+    return sum(1 for r in upstream_requests(fake) if r["body"].get("model") == "lonely-up")
+
+
+def admin(gateway: str, path: str, method: str = "GET") -> Any:
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    resp = asyncio.run(request(method, gateway + path, headers=headers))
+    assert resp.status == 200, resp.text
+    return resp.json()
+
+
+def breaker(gateway: str) -> dict[str, Any]:
+    states: list[dict[str, Any]] = admin(gateway, "/admin/breakers")["breakers"]
+    return next(b for b in states if b["name"] == NAME)
+
+
+def test_a_breaker_opened_by_one_gateway_process_is_open_in_another(
+    two_gateways: tuple[str, str], fake_upstream: FakeUpstream
+) -> None:
+    a, b = two_gateways
+    fake_upstream.per_model["lonely-up"] = Knobs(status=500)
+    for sent in (1, 2):  # failures: 2, one attempt per request
+        raw = ask(a)
+        assert raw.status_code == 200
+        assert raw.headers["x-gateway-level"] == "4"
+        assert calls(fake_upstream) == sent
+    assert breaker(a)["state"] == "open"
+
+    before = calls(fake_upstream)
+    raw = ask(b)
+    assert raw.status_code == 200
+    assert raw.headers["x-gateway-level"] == "4"
+    assert raw.headers["x-gateway-degraded"] == "unavailable"
+    assert 1 <= int(raw.headers["retry-after"]) <= 30, "when the shared breaker allows a trial"
+    assert calls(fake_upstream) == before, "B refused without a network call"
+    seen = breaker(b)
+    assert seen["state"] == "open" and seen["failures"] == 2, seen
+    assert 28 <= seen["retry_in"] <= 30, seen
+
+    assert admin(b, f"/admin/breakers/{NAME}/reset", method="POST")["state"] == "closed"
+    fake_upstream.per_model.clear()
+    raw = ask(a, "back again")
+    assert "x-gateway-level" not in raw.headers
+    assert raw.parse().choices[0].message.content == "Echo: back again"
+    assert calls(fake_upstream) == before + 1, "A called the upstream again"
+    assert breaker(a)["state"] == "closed"
