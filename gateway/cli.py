@@ -151,12 +151,12 @@ def _kb_ingest(settings: Settings, name: str, source: Path, *, quiet: bool) -> i
 async def _run_ingest(
     settings: Settings, name: str, source: Path, *, progress: bool
 ) -> IngestReport:
-    from gateway.cache.factory import shared_embedder
+    from gateway.cache.factory import new_embedder
     from gateway.rag.embedded import kb_path
     from gateway.rag.ingest import ingest
 
     config = settings.knowledge_bases[name]
-    embedder = shared_embedder(settings.file.cache.embedder)  # the vectors the gateway compares
+    embedder = new_embedder(settings.file.cache.embedder)  # the vectors the gateway compares
     try:
         await embedder.start()
         return await ingest(name, config, kb_path(name, config), source, embedder, progress)

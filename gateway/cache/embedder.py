@@ -49,6 +49,11 @@ class Embedder(Protocol):
 
     async def close(self) -> None: ...
 
+    @property
+    def closed(self) -> bool:
+        """Closed embedders cannot embed again (their worker is gone)."""
+        ...
+
 
 def normalize_text(text: str, max_chars: int) -> str:
     """Collapse whitespace and cap the length: a 1 MB prompt must not cost a 1 MB tokenization.
@@ -103,6 +108,10 @@ class HashEmbedder:
 
     async def close(self) -> None:
         return None
+
+    @property
+    def closed(self) -> bool:
+        return False
 
 
 class _BatchedEmbedder(ABC):
@@ -165,6 +174,10 @@ class _BatchedEmbedder(ABC):
 
     async def close(self) -> None:
         await self.batcher.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.batcher.closed
 
 
 class SentenceTransformerEmbedder(_BatchedEmbedder):

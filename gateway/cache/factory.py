@@ -30,15 +30,22 @@ def build_cache(config: CacheConfig, routes: Iterable[ModelRoute]) -> SemanticCa
 
 
 def shared_embedder(config: EmbedderConfig) -> Embedder:
+    """The serving process's embedder for `config` (the cache and knowledge bases share it).
+    It is bound to the event loop it first runs on."""
+    embedder = _shared.get(config)
+    if embedder is None or embedder.closed:
+        embedder = _shared[config] = new_embedder(config)
+    return embedder
+
+
+def new_embedder(config: EmbedderConfig) -> Embedder:
+    """An embedder of its own, for one-shot work on its own event loop (`gateway kb ingest`)."""
     from gateway.cache.embedder import build_embedder
 
-    embedder = _shared.get(config)
-    if embedder is None:
-        options: dict[str, object] = {
-            "max_batch": config.max_batch,
-            "batch_window_ms": config.batch_window_ms,
-        }
-        if config.type == "sentence-transformers":
-            options.update(backend=config.backend, quantize=config.quantize)
-        embedder = _shared[config] = build_embedder(config.type, model=config.model, **options)
-    return embedder
+    options: dict[str, object] = {
+        "max_batch": config.max_batch,
+        "batch_window_ms": config.batch_window_ms,
+    }
+    if config.type == "sentence-transformers":
+        options.update(backend=config.backend, quantize=config.quantize)
+    return build_embedder(config.type, model=config.model, **options)

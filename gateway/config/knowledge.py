@@ -32,8 +32,10 @@ class KnowledgeBaseConfig(Strict):
     top_k: int = Field(4, ge=1, le=50, description="Chunks asked for.")
     min_chunks: int = Field(1, ge=1, le=50, description="Level 1 needs this many chunks...")
     min_score: float = Field(0.35, ge=-1, le=1, description="...scoring at least this.")
-    chunk_chars: int = Field(1000, ge=100, le=20_000, description="embedded: chunk size.")
-    overlap_chars: int = Field(150, ge=0, le=5_000, description="embedded: chunk overlap.")
+    chunk_chars: int = Field(
+        500, ge=100, le=20_000, description="embedded: chunk size (MiniLM reads ~500-700)."
+    )
+    overlap_chars: int = Field(80, ge=0, le=5_000, description="embedded: chunk overlap.")
     attach: AttachConfig = Field(default_factory=AttachConfig)
 
     @model_validator(mode="after")
