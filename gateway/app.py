@@ -61,4 +61,5 @@ async def _runtime_lifetime(app: web.Application) -> AsyncIterator[None]:
     await app[RUNTIME_REF].current.start()
     yield
     await app[RUNTIME_REF].current.close()
+    app[BREAKERS].close()
     app[ACCESS_LOG].flush()

@@ -27,6 +27,26 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway.breaker")
 
+
+class _OncePerInterval(logging.Filter):
+    """pybreaker logs a traceback for every failed Redis call (several per request while Redis
+    is down): let one through per interval, so the log says what is wrong without flooding."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self._seconds = seconds
+        self._next = 0.0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self._seconds
+        return True
+
+
+logging.getLogger("pybreaker").addFilter(_OncePerInterval(30.0))
+
 CLOSED, OPEN, HALF_OPEN = pybreaker.STATE_CLOSED, pybreaker.STATE_OPEN, pybreaker.STATE_HALF_OPEN
 STATE_VALUES = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}  # the metric's encoding
 
@@ -225,6 +245,11 @@ class Breakers:
         for name, breaker in self._breakers.items():
             if name not in self._own_config:
                 breaker.configure(config)
+
+    def close(self) -> None:
+        if self._redis is not None:
+            self._redis.close()
+            self._redis = None
 
     def find(self, name: str) -> Breaker | None:
         return self._breakers.get(name)
