@@ -14,7 +14,6 @@ instance has its own state.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import math
 import re
@@ -24,6 +23,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gateway.testing.cli import run_fake
 
 Json = dict[str, Any]
 
@@ -208,22 +209,11 @@ def _error(status: int, body: str) -> web.Response:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="A fake external retriever.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=9100)
-    args = parser.parse_args()
+    async def start(host: str, port: int) -> str:
+        fake = await FakeRetriever(host, port).start()
+        return f"fake retriever listening on {fake.url}"
 
-    async def run() -> None:
-        fake = await FakeRetriever(args.host, args.port).start()
-        print(f"fake retriever listening on {fake.url}", flush=True)
-        await asyncio.Event().wait()
-
-    try:
-        import uvloop
-
-        uvloop.run(run())
-    except KeyboardInterrupt:
-        pass
+    run_fake("A fake external retriever.", 9100, start)
 
 
 if __name__ == "__main__":

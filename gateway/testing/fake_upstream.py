@@ -17,7 +17,6 @@ content, and response extras. `GET /_fake/requests` returns the bodies and heade
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import hashlib
@@ -30,6 +29,8 @@ from typing import Any, Literal
 import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.testing.cli import run_fake
 
 Json = dict[str, Any]
 
@@ -416,22 +417,11 @@ def _error_response(knobs: Knobs) -> web.Response:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="A fake OpenAI-compatible upstream.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=9000)
-    args = parser.parse_args()
+    async def start(host: str, port: int) -> str:
+        fake = await FakeUpstream(host, port).start()
+        return f"fake upstream listening on http://{fake.host}:{fake.port}"
 
-    async def run() -> None:
-        fake = await FakeUpstream(args.host, args.port).start()
-        print(f"fake upstream listening on http://{fake.host}:{fake.port}", flush=True)
-        await asyncio.Event().wait()
-
-    try:
-        import uvloop
-
-        uvloop.run(run())
-    except KeyboardInterrupt:
-        pass
+    run_fake("A fake OpenAI-compatible upstream.", 9000, start)
 
 
 if __name__ == "__main__":
