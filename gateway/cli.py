@@ -86,7 +86,26 @@ def _check(settings: Settings) -> int:
             f"  note: embedder {embedder.type}:{embedder.model} has no calibrated similarity "
             "threshold; 0.95 applies unless set (calibrate with bench/cache_quality.py)"
         )
+    _check_knowledge_bases(settings)
     return 0
+
+
+def _check_knowledge_bases(settings: Settings) -> None:
+    from gateway.rag.embedded import VersionError, kb_path, read_current, reingest_hint
+
+    for name, kb in settings.knowledge_bases.items():
+        if kb.type != "embedded":
+            continue
+        try:
+            current = read_current(kb_path(name, kb))
+        except VersionError as exc:
+            print(f"  note: knowledge base '{name}' is unreadable ({exc}): {reingest_hint(name)}")
+            continue
+        if current is None:
+            print(
+                f"  note: knowledge base '{name}' is not ingested yet (its requests are answered "
+                f"at level 3 until it is): run {reingest_hint(name)}"
+            )
 
 
 def _cache_stats(settings: Settings) -> int:

@@ -126,6 +126,7 @@ async def readyz(request: web.Request) -> web.StreamResponse:
             "models": len(models),
             "providers": runtime.upstreams.names(),
             "cache": _cache_state(request.app[CACHE]),
+            "knowledge_bases": runtime.knowledge.state(),
         },
     )
 

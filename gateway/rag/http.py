@@ -62,6 +62,10 @@ class HttpKnowledgeBase:
         self._headers = headers
         self._session: aiohttp.ClientSession | None = None
 
+    @property
+    def breaker(self) -> Breaker:
+        return self._breaker
+
     async def start(self) -> None:
         """Nothing to open yet: the session is made on first use, on the loop that uses it."""
 

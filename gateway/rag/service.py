@@ -84,6 +84,19 @@ class Knowledge:
         ctx.degradation_level = grounding.level
         return grounding
 
+    def state(self) -> dict[str, str]:
+        """For /readyz: each base's version in force (embedded) or breaker state (http)."""
+        from gateway.rag.embedded import EmbeddedKnowledgeBase
+        from gateway.rag.http import HttpKnowledgeBase
+
+        states = {}
+        for name, base in self.bases.items():
+            if isinstance(base, EmbeddedKnowledgeBase):
+                states[name] = base.version or "not ingested"
+            elif isinstance(base, HttpKnowledgeBase):
+                states[name] = f"breaker {base.breaker.state}"
+        return states
+
     async def start(self) -> None:
         for base in self.bases.values():
             await base.start()

@@ -312,3 +312,12 @@ def _eventually(check: Any, tries: int = 50) -> bool:
 
 
 
+
+
+def test_readyz_reports_the_knowledge_bases(
+    kgw: GatewayServer, embedded_gateway: GatewayServer
+) -> None:
+    http_state = asyncio.run(request("GET", kgw.url + "/readyz")).json()["knowledge_bases"]
+    assert http_state == {"handbook": "breaker closed"}
+    embedded = asyncio.run(request("GET", embedded_gateway.url + "/readyz")).json()
+    assert embedded["knowledge_bases"]["shop-docs"].startswith("v")
