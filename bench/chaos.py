@@ -1,0 +1,1117 @@
+"""Chaos: chat completions through the gateway while its primary upstream and its knowledge base
+fail, slow down and recover on a timer; what the clients got, and how fast the breakers moved.
+
+    python bench/chaos.py                                  # defaults: 20,000 requests at c=100
+    python bench/chaos.py --requests 3000 --period 2       # a shorter run
+    python bench/chaos.py --stream-share 0.2 --json chaos.json
+    python bench/chaos.py --read-timeout 0.8               # primary with a per-attempt timeout
+
+Every server is its own process on 127.0.0.1: a primary fake upstream, a backup fake upstream
+(healthy, 40 ms), a fake retriever (an HTTP knowledge base) and the gateway
+(`python -m gateway serve`). The model `chat` runs on the primary, falls back to the model
+`backup` (on the backup upstream) and is grounded in the knowledge base `docs` (0.3 s timeout);
+the cache is off. A controller turns the primary healthy -> failing (HTTP 500) -> healthy ->
+slow (answers after the deadline) -> ..., and once, after the first cycle, takes both upstreams
+down for a short outage (level 4). The retriever flaps healthy -> 503 -> slow (beyond its
+timeout) on its own period. The load generator is this process (aiohttp on uvloop, one pooled
+connection per worker): it sends `--rate` requests per second (300 by default, so that 20,000
+requests span about five chaos cycles; 0 for as fast as it can), with at most `--concurrency`
+in flight, so a stalled gateway holds the senders back as it would real clients. Every
+response is checked (status, the x-gateway-* headers, a chat completion with text, or a stream
+of them ending in [DONE]) and `/admin/breakers` is polled every 50 ms. Requests are put in the
+window (the primary's and the retriever's) in which they were sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import math
+import os
+import random
+import re
+import secrets
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import uvloop
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+Json = dict[str, Any]
+HEADERS = {"Content-Type": "application/json"}
+
+MODEL, BACKUP_MODEL, KB = "chat", "backup", "docs"
+PRIMARY_BREAKER, BACKUP_BREAKER, KB_BREAKER = (
+    "primary/chat-primary",
+    "backup/chat-backup",
+    f"kb/{KB}",
+)
+# The primary's cycle; the outage (both upstreams down) comes once, after the first cycle.
+PRIMARY_CYCLE = ("healthy", "failing", "healthy", "slow")
+RETRIEVER_CYCLE = ("healthy", "error", "healthy", "slow")
+BAD_PRIMARY = ("failing", "slow", "outage")
+
+# Questions the fake retriever's corpus answers (word overlap well above min_score 0.35: level 1
+# when retrieval works), and one it does not (level 2). A ticket number makes each one distinct.
+ON_TOPIC = (
+    "Can items be returned within 30 days of delivery for a full refund?",
+    "Do orders ship within two business days and does express delivery take one day?",
+    "Does every device carry a two year warranty covering manufacturing defects?",
+    "Is support reachable by email around the clock and by phone on weekdays?",
+)
+OFF_TOPIC = "Write a short poem about autumn leaves and quiet rivers"
+OFF_TOPIC_EVERY = 5
+
+
+@dataclass(frozen=True)
+class Options:
+    requests: int
+    concurrency: int
+    rate: float  # requests per second; 0: as fast as the workers go
+    stream_share: float
+    period: float
+    retriever_period: float
+    outage_seconds: float
+    deadline: float
+    slow_ms: float
+    slow_kind: str  # "latency": before the headers; "first-byte": streams, after them
+    read_timeout: float | None
+    primary_latency_ms: float
+    backup_latency_ms: float
+    kb_timeout: float
+    retriever_slow_ms: float
+    retry_attempts: int
+    breaker_failures: int
+    reset_seconds: float
+    poll_ms: float
+    max_seconds: float
+    seed: int
+    json_out: Path | None
+    keep: bool
+
+
+# --- servers ---------------------------------------------------------------------------------
+
+
+class Server:
+    """A subprocess on a loopback port, its output in a log file, stopped in `stop()`."""
+
+    def __init__(
+        self, name: str, argv: list[str], workdir: Path, env: dict[str, str] | None = None
+    ) -> None:
+        self.name = name
+        self.log_path = workdir / f"{name}.log"
+        self._log = self.log_path.open("wb")
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        # Own session: stop() signals the group of this one child and nothing else.
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": path, **(env or {})},
+            cwd=workdir,
+            start_new_session=True,
+        )
+
+    def wait_ready(self, probe: Callable[[], str | None], timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited ({self.proc.returncode}):\n{self.tail()}")
+            url = probe()
+            if url:
+                return url
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name} not ready after {timeout:.0f} s:\n{self.tail()}")
+
+    def log_url(self) -> str | None:
+        match = re.search(rb"listening on (http://[\w.:\[\]]+)", self.log_path.read_bytes())
+        return match.group(1).decode() if match else None
+
+    def tail(self, lines: int = 20) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self._log.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+@dataclass
+class Setup:
+    primary: str  # base URLs (no /v1)
+    backup: str
+    retriever: str
+    gateway: str
+    gateway_pid: int
+    admin_key: str
+    gateway_log: Path
+
+
+def gateway_yaml(opts: Options, port: int, primary: str, backup: str, retriever: str) -> str:
+    read = f", timeouts: {{read: {opts.read_timeout}}}" if opts.read_timeout else ""
+    backoff = "initial_backoff_ms: 20, max_backoff_ms: 100, max_retry_after_seconds: 1"
+    breaker = f"{{failures: {opts.breaker_failures}, reset_seconds: {opts.reset_seconds}}}"
+    return f"""\
+server: {{host: 127.0.0.1, port: {port}, access_log: false}}
+auth: {{admin_key_env: GATEWAY_ADMIN_KEY}}
+providers:
+  primary: {{type: openai, base_url: "{primary}/v1"{read}}}
+  backup: {{type: openai, base_url: "{backup}/v1"}}
+models:
+  - name: {MODEL}
+    provider: primary
+    upstream_model: chat-primary
+    fallbacks: [{BACKUP_MODEL}]
+    deadline_seconds: {opts.deadline}
+    cache: {{enabled: false}}
+  - name: {BACKUP_MODEL}
+    provider: backup
+    upstream_model: chat-backup
+    deadline_seconds: {opts.deadline}
+    cache: {{enabled: false}}
+resilience:
+  retry: {{attempts: {opts.retry_attempts}, {backoff}}}
+  breaker: {breaker}
+  deadline_seconds: {opts.deadline}
+degradation:
+  unavailable: {{mode: answer, retry_after_seconds: 2}}
+knowledge_bases:
+  {KB}:
+    type: http
+    url: "{retriever}/search"
+    timeout_seconds: {opts.kb_timeout}
+    breaker: {breaker}
+    attach: {{models: [{MODEL}]}}
+"""
+
+
+def start_servers(opts: Options, workdir: Path, servers: list[Server]) -> Setup:
+    def fake(name: str, module: str) -> str:
+        server = Server(name, [sys.executable, "-m", module, "--port", "0"], workdir)
+        servers.append(server)
+        return server.wait_ready(server.log_url, 30)
+
+    primary = fake("primary", "gateway.testing.fake_upstream")
+    backup = fake("backup", "gateway.testing.fake_upstream")
+    retriever = fake("retriever", "gateway.testing.fake_retriever")
+    port = free_port()
+    config = workdir / "gateway.yaml"
+    config.write_text(gateway_yaml(opts, port, primary, backup, retriever))
+    admin_key = secrets.token_urlsafe(24)
+    gateway = Server(
+        "gateway",
+        [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(port)],
+        workdir,
+        {"GATEWAY_ADMIN_KEY": admin_key},
+    )
+    servers.append(gateway)
+    base = f"http://127.0.0.1:{port}"
+    gateway.wait_ready(lambda: base if http_ok(base + "/readyz") else None, 90)
+    for server in servers:
+        print(f"  {server.name}: pid {server.proc.pid}, log {server.log_path}")
+    return Setup(primary, backup, retriever, base, gateway.proc.pid, admin_key, gateway.log_path)
+
+
+# --- chaos -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Window:
+    target: str  # "primary" or "retriever"
+    kind: str
+    start: float  # unix time the fault was in force for new requests
+    end: float = math.inf
+
+
+def primary_knobs(kind: str, opts: Options) -> tuple[Json, Json]:
+    """Default knobs for the primary and the backup upstream in a window of this kind."""
+    primary: Json = {"latency_ms": opts.primary_latency_ms}
+    backup: Json = {"latency_ms": opts.backup_latency_ms}
+    if kind in ("failing", "outage"):
+        primary["status"] = 500
+    if kind == "slow":
+        knob = "latency_ms" if opts.slow_kind == "latency" else "first_byte_ms"
+        primary[knob] = opts.slow_ms
+    if kind == "outage":
+        backup["status"] = 500
+    return primary, backup
+
+
+def retriever_knobs(kind: str, opts: Options) -> Json:
+    knobs: dict[str, Json] = {
+        "healthy": {"status": None, "latency_ms": 0},
+        "error": {"status": 503, "latency_ms": 0},
+        "slow": {"status": None, "latency_ms": opts.retriever_slow_ms},
+    }
+    return knobs[kind]
+
+
+def primary_schedule(opts: Options) -> Iterator[tuple[str, float]]:
+    first = True
+    while True:
+        for kind in PRIMARY_CYCLE:
+            yield kind, opts.period
+        if first:
+            first = False
+            yield "healthy", opts.period
+            yield "outage", opts.outage_seconds
+
+
+def retriever_schedule(opts: Options) -> Iterator[tuple[str, float]]:
+    while True:
+        for kind in RETRIEVER_CYCLE:
+            yield kind, opts.retriever_period
+
+
+async def post(session: aiohttp.ClientSession, url: str, data: Json) -> None:
+    async with session.post(url, json=data) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"{url}: HTTP {resp.status}: {await resp.text()}")
+
+
+class Chaos:
+    def __init__(self, session: aiohttp.ClientSession, setup: Setup, opts: Options) -> None:
+        self.session, self.setup, self.opts = session, setup, opts
+        self.windows: list[Window] = []
+        self.stop = asyncio.Event()
+
+    async def apply_primary(self, kind: str) -> None:
+        primary, backup = primary_knobs(kind, self.opts)
+        await asyncio.gather(
+            post(self.session, self.setup.primary + "/_fake/config", {"defaults": primary}),
+            post(self.session, self.setup.backup + "/_fake/config", {"defaults": backup}),
+        )
+
+    async def apply_retriever(self, kind: str) -> None:
+        knobs = retriever_knobs(kind, self.opts)
+        await post(self.session, self.setup.retriever + "/_fake/config", knobs)
+
+    async def run(
+        self,
+        target: str,
+        schedule: Iterator[tuple[str, float]],
+        apply: Callable[[str], Any],
+        started: asyncio.Event | None = None,
+    ) -> None:
+        """Windows back to back; one ends when the next one's fault is in force."""
+        current: Window | None = None
+        for kind, seconds in schedule:
+            await apply(kind)
+            now = time.time()
+            if current is not None:
+                current.end = now
+            current = Window(target, kind, now)
+            self.windows.append(current)
+            if started is not None:
+                started.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), seconds)
+            if self.stop.is_set():
+                break
+        if current is not None:
+            current.end = time.time()
+
+    def of(self, target: str) -> list[Window]:
+        return [w for w in self.windows if w.target == target]
+
+
+@dataclass
+class Poll:
+    t: float
+    states: dict[str, tuple[str, float | None]]  # breaker -> (state, opened_at)
+
+
+async def poll_breakers(
+    session: aiohttp.ClientSession,
+    setup: Setup,
+    interval: float,
+    polls: list[Poll],
+    stop: asyncio.Event,
+) -> int:
+    """Breaker states every `interval` seconds until `stop`; returns how many polls failed."""
+    auth = {"Authorization": f"Bearer {setup.admin_key}"}
+    failed = 0
+    while not stop.is_set():
+        sent = time.time()
+        try:
+            async with session.get(setup.gateway + "/admin/breakers", headers=auth) as resp:
+                data = await resp.json()
+            states = {b["name"]: (b["state"], b["opened_at"]) for b in data["breakers"]}
+            polls.append(Poll((sent + time.time()) / 2, states))
+        except (aiohttp.ClientError, TimeoutError, KeyError, ValueError):
+            failed += 1
+        await asyncio.sleep(max(0.0, interval - (time.time() - sent)))
+    return failed
+
+
+# --- load ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Record:
+    i: int
+    start: float  # unix time sent
+    latency: float  # seconds to the last byte
+    stream: bool
+    status: int = 0  # 0: no HTTP answer (see error)
+    valid: bool = False
+    level: str | None = None
+    degraded: str | None = None
+    fallback: str | None = None
+    attempts: int = 1
+    error: str | None = None  # client-side: timeout, connection error
+    detail: str | None = None  # the start of a body that was not a valid answer
+
+
+def prompt(i: int) -> str:
+    if i % OFF_TOPIC_EVERY == OFF_TOPIC_EVERY - 1:
+        return f"{OFF_TOPIC}, variation {i}"
+    return f"{ON_TOPIC[i % len(ON_TOPIC)]} (ticket {i})"
+
+
+def request_body(i: int, stream: bool) -> bytes:
+    body: Json = {"model": MODEL, "messages": [{"role": "user", "content": prompt(i)}]}
+    if stream:
+        body["stream"] = True
+    return json.dumps(body).encode()
+
+
+def valid_completion(data: bytes) -> bool:
+    try:
+        obj = json.loads(data)
+        content = obj["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return False
+    return obj.get("object") == "chat.completion" and isinstance(content, str) and bool(content)
+
+
+def valid_stream(data: bytes) -> bool:
+    """SSE chunks with text, no error event, ending with [DONE] and nothing after it."""
+    text, done = [], False
+    for line in data.split(b"\n"):
+        line = line.rstrip(b"\r")
+        if not line.startswith(b"data:"):
+            continue
+        payload = line[5:].strip()
+        if done:
+            return False
+        if payload == b"[DONE]":
+            done = True
+            continue
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            return False
+        if not isinstance(event, dict) or "error" in event:
+            return False
+        for choice in event.get("choices") or []:
+            text.append((choice.get("delta") or {}).get("content") or "")
+    return done and bool("".join(text))
+
+
+async def one_request(session: aiohttp.ClientSession, url: str, i: int, stream: bool) -> Record:
+    started, t0 = time.time(), time.perf_counter()
+    record = Record(i, started, 0.0, stream)
+    try:
+        async with session.post(url, data=request_body(i, stream), headers=HEADERS) as resp:
+            data = await resp.read()
+            record.status = resp.status
+            h = resp.headers
+            record.level = h.get("x-gateway-level")
+            record.degraded = h.get("x-gateway-degraded")
+            record.fallback = h.get("x-gateway-fallback")
+            attempts = h.get("x-gateway-attempts", "1")
+            record.attempts = int(attempts) if attempts.isdigit() else -1  # -1: malformed
+    except TimeoutError:
+        record.error = "client_timeout"
+    except aiohttp.ClientError as exc:
+        record.error = type(exc).__name__
+    record.latency = time.perf_counter() - t0
+    if record.status:
+        ok_body = valid_stream(data) if stream else valid_completion(data)
+        record.valid = 200 <= record.status < 300 and ok_body
+        if not record.valid:
+            record.detail = data[:300].decode(errors="replace")
+    return record
+
+
+async def run_load(
+    session: aiohttp.ClientSession, url: str, opts: Options, streamed: list[bool]
+) -> tuple[list[Record], float]:
+    records: list[Record] = []
+    issued = 0
+    stop_at = time.monotonic() + opts.max_seconds
+    report_every = max(1, opts.requests // 10)
+
+    async def worker() -> None:
+        nonlocal issued
+        while issued < opts.requests and time.monotonic() < stop_at:
+            i = issued
+            issued += 1
+            if opts.rate:
+                # Request i is due at t0 + i / rate; a worker that is late sends at once.
+                await asyncio.sleep(t0 + i / opts.rate - time.monotonic())
+            records.append(await one_request(session, url, i, streamed[i]))
+            if len(records) % report_every == 0:
+                print(f"  {len(records):6d} done, {time.monotonic() - t0:5.1f} s", flush=True)
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(opts.concurrency)))
+    return records, time.monotonic() - t0
+
+
+async def check_setup(session: aiohttp.ClientSession, url: str) -> None:
+    """Before any chaos: an on-topic question is grounded (level 1) on the primary, an
+    off-topic one is level 2; otherwise the windows would not mean what they say."""
+    on = await one_request(session, url, 0, False)
+    off = await one_request(session, url, OFF_TOPIC_EVERY - 1, True)
+    for record, level in ((on, "1"), (off, "2")):
+        if not record.valid or record.level != level or record.fallback:
+            raise RuntimeError(f"setup check failed (expected level {level}): {record}")
+
+
+# --- analysis --------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Nearest-rank percentile, in milliseconds."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)] * 1000
+
+
+def window_of(windows: list[Window], t: float) -> Window | None:
+    for w in windows:
+        if w.start <= t < w.end:
+            return w
+    return None
+
+
+def state_at(polls: list[Poll], name: str, t: float) -> str:
+    """The breaker's state in the last poll before `t` (closed before it existed)."""
+    state = "closed"
+    for poll in polls:
+        if poll.t > t:
+            break
+        state = poll.states.get(name, ("closed", None))[0]
+    return state
+
+
+def first_poll(polls: list[Poll], name: str, start: float, end: float, state: str) -> Poll | None:
+    for poll in polls:
+        if start <= poll.t <= end and poll.states.get(name, ("closed", None))[0] == state:
+            return poll
+    return None
+
+
+@dataclass
+class Timing:
+    """Breaker reaction or recovery times over the windows of one kind."""
+
+    breaker: str
+    event: str
+    seconds: list[float] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)  # why a window was not measured
+
+
+def reactions(
+    windows: list[Window], polls: list[Poll], breaker: str, kind: str, grace: float
+) -> Timing:
+    """From the start of each `kind` window to the breaker open; windows where the breaker
+    was not closed at the start are skipped, as are those where it never opened."""
+    timing = Timing(breaker, f"opens after {kind} starts")
+    for k, w in enumerate(windows):
+        if w.kind != kind or not math.isfinite(w.end):
+            continue
+        if state_at(polls, breaker, w.start) != "closed":
+            timing.skipped["not closed at start"] += 1
+            continue
+        # An opening is this window's doing until the next fault starts.
+        later = [v.start for v in windows[k + 1 :] if v.kind != "healthy"]
+        until = min([w.end + grace, *later[:1]])
+        poll = first_poll(polls, breaker, w.start, until, "open")
+        if poll is None:
+            timing.skipped["never opened"] += 1
+            continue
+        opened_at = poll.states[breaker][1]
+        # opened_at is exact; the poll only bounds it (it re-opens no sooner than reset_seconds)
+        at = opened_at if opened_at is not None and opened_at >= w.start - 0.05 else poll.t
+        timing.seconds.append(max(0.0, at - w.start))
+    return timing
+
+
+def recoveries(
+    windows: list[Window], polls: list[Poll], breaker: str, after: tuple[str, ...]
+) -> Timing:
+    """From the start of each healthy window that follows an `after` window to the breaker
+    closed; skipped when it was already closed then, or did not close within the window."""
+    timing = Timing(breaker, f"closes after healthy follows {'/'.join(after)}")
+    for before, w in itertools.pairwise(windows):
+        if w.kind != "healthy" or before.kind not in after or not math.isfinite(w.end):
+            continue
+        if state_at(polls, breaker, w.start) == "closed":
+            timing.skipped["closed at start"] += 1
+            continue
+        poll = first_poll(polls, breaker, w.start, w.end, "closed")
+        if poll is None:
+            timing.skipped["not closed within the window"] += 1
+            continue
+        timing.seconds.append(poll.t - w.start)
+    return timing
+
+
+def transitions(polls: list[Poll]) -> list[Json]:
+    """State changes seen by the poller, per breaker."""
+    out: list[Json] = []
+    last: dict[str, str] = {}
+    for poll in polls:
+        for name, (state, _) in poll.states.items():
+            if last.get(name, "closed") != state:
+                out.append({"t": poll.t, "breaker": name, "state": state})
+                last[name] = state
+    return out
+
+
+def group_stats(rs: list[Record]) -> Json:
+    if not rs:
+        return {"requests": 0}
+    lat = [r.latency for r in rs]
+    return {
+        "requests": len(rs),
+        "p50_ms": percentile(lat, 50),
+        "p99_ms": percentile(lat, 99),
+        "max_ms": max(lat) * 1000,
+        "fallback_share": sum(1 for r in rs if r.fallback) / len(rs),
+        "level4_share": sum(1 for r in rs if r.level == "4") / len(rs),
+        "answered_share": sum(1 for r in rs if r.valid) / len(rs),
+    }
+
+
+def after_outage(windows: list[Window], records: list[Record]) -> Json | None:
+    """Once both upstreams are back: how long level-4 answers go on (breakers still open)."""
+    for before, w in itertools.pairwise(windows):
+        if before.kind == "outage" and w.kind == "healthy":
+            sent = [r for r in records if w.start <= r.start < w.end]
+            done = [r.start + r.latency - w.start for r in sent if r.valid and r.level != "4"]
+            first = min(done) if done else math.nan
+            level4 = [r.start - w.start for r in sent if r.level == "4"]
+            return {
+                "level4_answers": len(level4),
+                "first_model_answer_s": first,
+                "level4_sent_after_first_model_answer": sum(1 for t in level4 if t > first),
+            }
+    return None
+
+
+def fmt(value: float, spec: str) -> str:
+    return "-" if math.isnan(value) else format(value, spec)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def summarize(
+    records: list[Record],
+    seconds: float,
+    chaos: Chaos,
+    polls: list[Poll],
+    opts: Options,
+) -> Json:
+    total = len(records)
+    primary_windows, retriever_windows = chaos.of("primary"), chaos.of("retriever")
+    statuses = Counter(r.status for r in records)
+    answered = [r for r in records if r.valid]
+    levels = Counter(r.level or "none" for r in records)
+    summary: Json = {
+        "requests": total,
+        "streamed": sum(r.stream for r in records),
+        "seconds": seconds,
+        "rps": total / seconds if seconds else math.nan,
+        "answered": len(answered),
+        "answered_share": len(answered) / total if total else math.nan,
+        "answered_by_a_model": sum(1 for r in answered if r.level != "4"),
+        "status_5xx": sum(n for s, n in statuses.items() if s >= 500),
+        "other_non_2xx": sum(n for s, n in statuses.items() if s and not 200 <= s < 300),
+        "invalid_2xx": sum(1 for r in records if 200 <= r.status < 300 and not r.valid),
+        "client_errors": dict(Counter(r.error for r in records if r.error)),
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "fallbacks": sum(1 for r in records if r.fallback),
+        "retried": sum(1 for r in records if r.attempts > 1),
+        # x-gateway-attempts counts tries a breaker refused (no network call) too
+        "attempts": {str(k): v for k, v in sorted(Counter(r.attempts for r in records).items())},
+        "levels": {k: levels[k] for k in ("1", "2", "3", "4", "none") if levels[k]},
+        "degraded": dict(Counter(r.degraded for r in records if r.degraded)),
+    }
+
+    def retriever_kind(r: Record) -> str:
+        w = window_of(retriever_windows, r.start)
+        return w.kind if w else "outside"
+
+    by_kind: dict[str, list[Record]] = {}
+    for r in records:
+        w = window_of(primary_windows, r.start)
+        by_kind.setdefault(w.kind if w else "outside", []).append(r)
+    latency: Json = {}
+    for kind in ("healthy", "failing", "slow", "outage", "outside"):
+        rs = by_kind.get(kind, [])
+        if rs:
+            windows = sum(1 for w in primary_windows if w.kind == kind)
+            latency[kind] = {"windows": windows, **group_stats(rs)}
+            # The same, without the retriever's faults: requests sent while it was healthy.
+            calm = [r for r in rs if retriever_kind(r) == "healthy"]
+            lat = [r.latency for r in calm]
+            latency[kind]["kb_healthy_p50_ms"] = percentile(lat, 50)
+            latency[kind]["kb_healthy_p99_ms"] = percentile(lat, 99)
+    healthy = latency.get("healthy", {})
+    for kind in ("failing", "slow"):
+        if kind in latency and healthy:
+            for p in ("p50_ms", "p99_ms", "kb_healthy_p50_ms", "kb_healthy_p99_ms"):
+                latency[kind][f"{p.removesuffix('_ms')}_vs_healthy"] = latency[kind][p] / healthy[p]
+    summary["latency_by_primary_window"] = latency
+    t0 = min(w.start for w in chaos.windows)
+    summary["each_window"] = [
+        {
+            "target": w.target,
+            "kind": w.kind,
+            "from_s": w.start - t0,
+            "to_s": w.end - t0,
+            **group_stats([r for r in records if w.start <= r.start < w.end]),
+        }
+        for w in chaos.windows
+    ]
+    summary["after_outage"] = after_outage(primary_windows, records)
+    retrieval: Json = {}
+    for r in records:
+        w = window_of(retriever_windows, r.start)
+        kind = w.kind if w else "outside"
+        retrieval.setdefault(kind, Counter())[r.level or "none"] += 1
+    summary["levels_by_retriever_window"] = {k: dict(v) for k, v in retrieval.items()}
+    grace = opts.deadline + 0.5
+    timings = [
+        reactions(primary_windows, polls, PRIMARY_BREAKER, "failing", grace),
+        reactions(primary_windows, polls, PRIMARY_BREAKER, "slow", grace),
+        recoveries(primary_windows, polls, PRIMARY_BREAKER, ("failing",)),
+        recoveries(primary_windows, polls, PRIMARY_BREAKER, ("slow",)),
+        reactions(primary_windows, polls, BACKUP_BREAKER, "outage", grace),
+        recoveries(primary_windows, polls, BACKUP_BREAKER, ("outage",)),
+        reactions(retriever_windows, polls, KB_BREAKER, "error", grace),
+        reactions(retriever_windows, polls, KB_BREAKER, "slow", grace),
+        recoveries(retriever_windows, polls, KB_BREAKER, ("error",)),
+        recoveries(retriever_windows, polls, KB_BREAKER, ("slow",)),
+    ]
+    summary["breakers"] = [
+        {
+            "breaker": t.breaker,
+            "event": t.event,
+            "n": len(t.seconds),
+            "median_s": median(t.seconds),
+            "max_s": max(t.seconds) if t.seconds else math.nan,
+            "seconds": [round(s, 3) for s in t.seconds],
+            "skipped": dict(t.skipped),
+        }
+        for t in timings
+    ]
+    gaps = [b.t - a.t for a, b in itertools.pairwise(polls)]
+    summary["polls"] = {
+        "count": len(polls),
+        "gap_median_ms": median(gaps) * 1000,
+        "gap_max_ms": max(gaps) * 1000 if gaps else math.nan,
+    }
+    summary["windows"] = {
+        target: dict(Counter(w.kind for w in chaos.of(target)))
+        for target in ("primary", "retriever")
+    }
+    return summary
+
+
+def print_report(summary: Json, opts: Options) -> None:
+    s = summary
+    total = s["requests"]
+    levels = s["levels"]
+
+    def pct(n: float) -> str:
+        return f"{100 * n / total:.2f} %" if total else "-"
+
+    print(
+        f"\n{total} requests ({s['streamed']} streamed) at c={opts.concurrency} "
+        f"in {s['seconds']:.1f} s: {s['rps']:.0f} req/s\n"
+    )
+    rows = [
+        (
+            "answered (2xx, valid chat completion, any level)",
+            f"{s['answered']} ({pct(s['answered'])})",
+        ),
+        (
+            "... by a model (levels 1-3)",
+            f"{s['answered_by_a_model']} ({pct(s['answered_by_a_model'])})",
+        ),
+        ("5xx responses (target 0)", str(s["status_5xx"])),
+        ("other non-2xx responses", str(s["other_non_2xx"] - s["status_5xx"])),
+        ("2xx with an invalid body", str(s["invalid_2xx"])),
+        ("no response (client timeout / connection error)", str(sum(s["client_errors"].values()))),
+        ("answered by the fallback model", f"{s['fallbacks']} ({pct(s['fallbacks'])})"),
+        ("more than one attempt (x-gateway-attempts > 1)", f"{s['retried']} ({pct(s['retried'])})"),
+    ]
+    for level, name in (
+        ("1", "grounded"),
+        ("2", "general knowledge"),
+        ("3", "retrieval unavailable"),
+        ("4", "unavailable answer"),
+    ):
+        n = levels.get(level, 0)
+        rows.append((f"level {level} ({name})", f"{n} ({pct(n)})"))
+    if levels.get("none"):
+        rows.append(("no x-gateway-level header", str(levels["none"])))
+    print("| measure | value |\n|---|---|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+
+    print("\nLatency by the primary's window (requests by when they were sent):\n")
+    print(
+        "| window | windows | requests | p50 ms | p99 ms | max ms | p50 / healthy "
+        "| p99 / healthy | retriever healthy too: p50 ms | p99 ms | p50 / healthy "
+        "| p99 / healthy | fallback | level 4 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for kind, row in s["latency_by_primary_window"].items():
+        cells = [
+            kind,
+            str(row["windows"]),
+            str(row["requests"]),
+            fmt(row["p50_ms"], ".1f"),
+            fmt(row["p99_ms"], ".1f"),
+            fmt(row["max_ms"], ".0f"),
+            fmt(row.get("p50_vs_healthy", math.nan), ".2f"),
+            fmt(row.get("p99_vs_healthy", math.nan), ".2f"),
+            fmt(row["kb_healthy_p50_ms"], ".1f"),
+            fmt(row["kb_healthy_p99_ms"], ".1f"),
+            fmt(row.get("kb_healthy_p50_vs_healthy", math.nan), ".2f"),
+            fmt(row.get("kb_healthy_p99_vs_healthy", math.nan), ".2f"),
+            f"{100 * row['fallback_share']:.1f} %",
+            f"{100 * row['level4_share']:.1f} %",
+        ]
+        print("| " + " | ".join(cells) + " |")
+
+    print("\nLevels by the retriever's window:\n")
+    print("| retriever | requests | level 1 | level 2 | level 3 | level 4 |")
+    print("|---|---|---|---|---|---|")
+    for kind, counts in s["levels_by_retriever_window"].items():
+        n = sum(counts.values())
+        by_level = " | ".join(str(counts.get(level, 0)) for level in "1234")
+        print(f"| {kind} | {n} | {by_level} |")
+
+    print(
+        f"\nCircuit breakers (polled every {opts.poll_ms:.0f} ms: median gap "
+        f"{fmt(s['polls']['gap_median_ms'], '.0f')} ms, max {fmt(s['polls']['gap_max_ms'], '.0f')}"
+        " ms; open times from the breaker's own opened_at):\n"
+    )
+    print("| breaker | event | n | median s | max s | skipped |\n|---|---|---|---|---|---|")
+    for b in s["breakers"]:
+        print(
+            f"| {b['breaker']} | {b['event']} | {b['n']} | {fmt(b['median_s'], '.2f')} "
+            f"| {fmt(b['max_s'], '.2f')} "
+            f"| {', '.join(f'{n} {why}' for why, n in b['skipped'].items()) or '-'} |"
+        )
+    outage = s["after_outage"]
+    if outage:
+        print(
+            f"\nAfter the outage: first model answer {fmt(outage['first_model_answer_s'], '.2f')}"
+            f" s into the healthy window; {outage['level4_answers']} level-4 answers to requests"
+            f" sent in it, {outage['level4_sent_after_first_model_answer']} of them sent later"
+        )
+    print("\nEach window (t from the first window's start):")
+    for w in s["each_window"]:
+        line = f"  {w['target']:9} {w['kind']:8} {w['from_s']:6.1f}-{w['to_s']:6.1f} s"
+        if w["requests"]:
+            line += (
+                f"  n={w['requests']:5}  p50 {w['p50_ms']:7.1f}  p99 {w['p99_ms']:7.1f} ms"
+                f"  fallback {100 * w['fallback_share']:5.1f} %"
+                f"  level 4 {100 * w['level4_share']:5.1f} %"
+            )
+        print(line)
+    if s["client_errors"]:
+        print(f"\nclient errors: {s['client_errors']}")
+    print(
+        f"statuses: {s['statuses']}; x-gateway-degraded: {s['degraded']}; "
+        f"x-gateway-attempts: {s['attempts']}"
+    )
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> Options:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--requests", type=int, default=20_000)
+    p.add_argument("--concurrency", type=int, default=100)
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=300,
+        help="requests sent per second, at most `concurrency` in flight (0: unpaced); "
+        "paced so that a run spans several chaos cycles",
+    )
+    p.add_argument("--stream-share", type=float, default=0.0, help="fraction streamed (0..1)")
+    p.add_argument("--period", type=float, default=3.0, help="seconds per primary window")
+    p.add_argument(
+        "--retriever-period", type=float, default=2.3, help="seconds per retriever window"
+    )
+    p.add_argument(
+        "--outage-seconds",
+        type=float,
+        default=1.5,
+        help="the one window with both upstreams failing",
+    )
+    p.add_argument("--deadline", type=float, default=2.5, help="the model's deadline_seconds")
+    p.add_argument(
+        "--slow-ms", type=float, help="primary latency in slow windows (default: deadline + 1.5 s)"
+    )
+    p.add_argument(
+        "--slow-kind",
+        choices=("latency", "first-byte"),
+        default="latency",
+        help="slow windows delay the response headers, or (streams only) the first chunk",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        help="the primary provider's timeouts.read (default: unset, 60 s)",
+    )
+    p.add_argument("--primary-latency-ms", type=float, default=20)
+    p.add_argument("--backup-latency-ms", type=float, default=40)
+    p.add_argument("--kb-timeout", type=float, default=0.3)
+    p.add_argument("--retriever-slow-ms", type=float, default=600)
+    p.add_argument("--retry-attempts", type=int, default=2)
+    p.add_argument("--breaker-failures", type=int, default=5)
+    p.add_argument("--reset-seconds", type=float, default=2.0)
+    p.add_argument("--poll-ms", type=float, default=50)
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=300,
+        help="stop sending after this long, whatever is left",
+    )
+    p.add_argument("--seed", type=int, default=1, help="which requests are streamed")
+    p.add_argument("--json", type=Path, help="also write the summary and windows here")
+    p.add_argument("--keep", action="store_true", help="keep the servers' logs and config")
+    a = p.parse_args(argv)
+    return Options(
+        requests=a.requests,
+        concurrency=a.concurrency,
+        rate=a.rate,
+        stream_share=a.stream_share,
+        period=a.period,
+        retriever_period=a.retriever_period,
+        outage_seconds=a.outage_seconds,
+        deadline=a.deadline,
+        slow_ms=a.slow_ms or (a.deadline + 1.5) * 1000,
+        slow_kind=a.slow_kind,
+        read_timeout=a.read_timeout,
+        primary_latency_ms=a.primary_latency_ms,
+        backup_latency_ms=a.backup_latency_ms,
+        kb_timeout=a.kb_timeout,
+        retriever_slow_ms=a.retriever_slow_ms,
+        retry_attempts=a.retry_attempts,
+        breaker_failures=a.breaker_failures,
+        reset_seconds=a.reset_seconds,
+        poll_ms=a.poll_ms,
+        max_seconds=a.max_seconds,
+        seed=a.seed,
+        json_out=a.json,
+        keep=a.keep,
+    )
+
+
+async def bench(setup: Setup, opts: Options) -> tuple[list[Record], float, Chaos, list[Poll], int]:
+    rng = random.Random(opts.seed)
+    streamed = [rng.random() < opts.stream_share for _ in range(opts.requests)]
+    url = setup.gateway + "/v1/chat/completions"
+    connector = aiohttp.TCPConnector(limit=opts.concurrency)
+    # A request that outlives its deadline by this much is a hang, not a slow answer.
+    timeout = aiohttp.ClientTimeout(total=opts.deadline + 15)
+    jar = aiohttp.DummyCookieJar()
+    async with (
+        aiohttp.ClientSession(connector=connector, timeout=timeout, cookie_jar=jar) as load,
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as control,
+    ):
+        chaos = Chaos(control, setup, opts)
+        await chaos.apply_primary("healthy")
+        await chaos.apply_retriever("healthy")
+        await check_setup(load, url)
+        polls: list[Poll] = []
+        poll_stop = asyncio.Event()
+        poller = asyncio.create_task(
+            poll_breakers(control, setup, opts.poll_ms / 1000, polls, poll_stop)
+        )
+        started = asyncio.Event()
+        controllers = [
+            asyncio.create_task(
+                chaos.run("primary", primary_schedule(opts), chaos.apply_primary, started)
+            ),
+            asyncio.create_task(
+                chaos.run("retriever", retriever_schedule(opts), chaos.apply_retriever)
+            ),
+        ]
+        await started.wait()
+        try:
+            records, seconds = await run_load(load, url, opts, streamed)
+        finally:
+            chaos.stop.set()
+            await asyncio.gather(*controllers)
+            poll_stop.set()
+            failed_polls = await poller
+            await chaos.apply_primary("healthy")
+            await chaos.apply_retriever("healthy")
+    return records, seconds, chaos, polls, failed_polls
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def code_measured() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, check=True, text=True
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--", "gateway")
+    except (OSError, subprocess.CalledProcessError):
+        return "this checkout"
+    return f"checkout at {commit}" + (" + uncommitted changes in gateway/" if dirty else "")
+
+
+def log_problems(path: Path) -> Json:
+    """What the gateway's log says went wrong on its side (tracebacks, internal errors)."""
+    text = path.read_text(errors="replace")
+    return {
+        "lines": text.count("\n"),
+        "tracebacks": text.count("Traceback (most recent call last)"),
+        "internal_errors": len(re.findall(r"unhandled|internal error", text, re.IGNORECASE)),
+        "breaker_transitions_logged": len(re.findall(r"circuit breaker .*->", text)),
+        "kb_unavailable_warnings": text.count("unavailable:"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    print(
+        f"chaos bench: {opts.requests} requests at c={opts.concurrency}, "
+        f"{f'{opts.rate:g} req/s' if opts.rate else 'unpaced'}, stream share "
+        f"{opts.stream_share:g}; primary windows {opts.period:g} s "
+        f"({' -> '.join(PRIMARY_CYCLE)}, one {opts.outage_seconds:g} s outage), retriever "
+        f"windows {opts.retriever_period:g} s ({' -> '.join(RETRIEVER_CYCLE)})"
+    )
+    print(
+        f"  code measured: {code_measured()}; {os.cpu_count()} cpus, load average {load_average()}"
+    )
+    servers: list[Server] = []
+    wall = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        if opts.keep:
+            tmp = tempfile.mkdtemp(prefix="chaos-bench-")
+            print(f"  logs and config kept in {tmp}")
+        else:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="chaos-bench-"))
+        try:
+            setup = start_servers(opts, Path(tmp), servers)
+            cpu_before = cpu_seconds(setup.gateway_pid)
+            records, seconds, chaos, polls, failed_polls = uvloop.run(bench(setup, opts))
+            gateway_cpu = cpu_seconds(setup.gateway_pid) - cpu_before
+            upstream_stats = {
+                name: json.loads(urllib.request.urlopen(url + "/_fake/stats", timeout=5).read())
+                for name, url in (("primary", setup.primary), ("backup", setup.backup))
+            }
+            alive = servers[-1].proc.poll() is None
+        finally:
+            for server in reversed(servers):
+                server.stop()
+        problems = log_problems(setup.gateway_log)
+    summary = summarize(records, seconds, chaos, polls, opts)
+    summary["failed_polls"] = failed_polls
+    summary["gateway_cpu_ms_per_request"] = gateway_cpu * 1000 / max(1, len(records))
+    summary["gateway_alive_at_end"] = alive
+    summary["gateway_log"] = problems
+    summary["upstream_requests"] = {k: v["requests"] for k, v in upstream_stats.items()}
+    print(f"\ndone in {time.monotonic() - wall:.0f} s; load average {load_average()}")
+    print_report(summary, opts)
+    print(
+        f"gateway CPU {summary['gateway_cpu_ms_per_request']:.2f} ms/request; upstream calls "
+        f"{summary['upstream_requests']}; gateway log {problems}; failed polls {failed_polls}"
+    )
+    anomalies = [asdict(r) for r in records if not r.valid][:200]
+    for a in anomalies[:5]:
+        print(f"  not answered: {a}")
+    if opts.json_out:
+        opts.json_out.write_text(
+            json.dumps(
+                {
+                    "options": {k: str(v) for k, v in asdict(opts).items()},
+                    "summary": summary,
+                    "windows": [asdict(w) for w in chaos.windows],
+                    "breaker_transitions": transitions(polls),
+                    "anomalies": anomalies,
+                },
+                indent=1,
+            )
+        )
+    bad = summary["status_5xx"] + summary["invalid_2xx"] + sum(summary["client_errors"].values())
+    return 1 if bad or not alive else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
