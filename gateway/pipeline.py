@@ -59,7 +59,7 @@ class Pipeline:
             if hit is not None:
                 return await self._from_cache(ctx, request, hit)
         grounding = None
-        if knowledge_base is not None:
+        if knowledge_base is not None and self.executor.can_answer(route):
             grounding = await self.knowledge.ground(ctx, knowledge_base, body)
         try:
             reply = await self.executor.chat(

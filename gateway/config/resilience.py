@@ -52,6 +52,13 @@ class ResilienceConfig(Strict):
     deadline_seconds: float = Field(
         120, gt=0, le=3600, description="Longest a request may take to its first byte, in all."
     )
+    attempt_timeout_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=3600,
+        description="Longest one attempt may take to its first byte, so that a slow upstream "
+        "leaves time in the deadline for fallbacks (default: the rest of the deadline).",
+    )
 
 
 def _messages(en: str, zh: str) -> dict[str, str]:

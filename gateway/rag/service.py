@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ from gateway.resilience.breaker import Breakers
 log = logging.getLogger("gateway.rag")
 Json = dict[str, Any]
 NO_KNOWLEDGE_BASE = "none"
+WARN_INTERVAL_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,7 @@ class Knowledge:
             name: _build(name, config, settings, breakers)
             for name, config in settings.knowledge_bases.items()
         }
+        self._warned: dict[str, tuple[float, int]] = {}  # base -> (last warning, suppressed)
 
     def select(self, ctx: RequestContext, route: ModelRoute) -> str | None:
         asked = ctx.knowledge_directive
@@ -74,7 +77,7 @@ class Knowledge:
                 passages = await self.bases[name].search(query, ctx.embedding, config.top_k)
         except (RetrievalFailed, TimeoutError) as exc:
             reason = str(exc) or f"timed out after {config.timeout_seconds} s"
-            log.warning("knowledge base %s unavailable: %s", name, reason)
+            self._warn(name, reason)
             grounding = Grounding(3, error=reason)
         else:
             good = [p for p in passages if p.score >= config.min_score][: config.top_k]
@@ -83,6 +86,17 @@ class Knowledge:
         ctx.retrieval = {1: "grounded", 2: "insufficient", 3: "failed"}[grounding.level]
         ctx.degradation_level = grounding.level
         return grounding
+
+    def _warn(self, name: str, reason: str) -> None:
+        """One warning per base per interval while it is failing, not one per request."""
+        now = time.monotonic()
+        last, suppressed = self._warned.get(name, (-math.inf, 0))
+        if now - last < WARN_INTERVAL_SECONDS:
+            self._warned[name] = (last, suppressed + 1)
+            return
+        more = f" ({suppressed} more failures since the last warning)" if suppressed else ""
+        log.warning("knowledge base %s unavailable: %s%s", name, reason, more)
+        self._warned[name] = (now, 0)
 
     def state(self) -> dict[str, str]:
         """For /readyz: each base's version in force (embedded) or breaker state (http)."""

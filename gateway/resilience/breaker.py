@@ -123,6 +123,15 @@ class Breaker:
             retry_in=self._retry_in(opened) if state == OPEN else None,
         )
 
+    def may_try(self) -> bool:
+        """Whether a call now would be let through (without claiming the trial)."""
+        state = self._storage.state
+        if state == CLOSED:
+            return True
+        if state == OPEN and self._retry_in(self._storage.opened_at) > 0:
+            return False
+        return not self._trial_in_flight
+
     @contextmanager
     def attempt(self) -> Iterator[None]:
         """Guard one call: raises BreakerOpen at once when the breaker refuses it, otherwise

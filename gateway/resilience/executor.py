@@ -104,9 +104,8 @@ class UpstreamExecutor:
     async def _run(
         self, ctx: RequestContext, route: ModelRoute, body: Json, call: Call[T], *, fallbacks: bool
     ) -> T:
-        loop = asyncio.get_running_loop()
-        budget = ctx.deadline_seconds or route.deadline_seconds
-        deadline = loop.time() + (budget or self.settings.resilience.deadline_seconds)
+        deadline = self.deadline(ctx, route)
+        attempt_cap = self.settings.resilience.attempt_timeout_seconds or math.inf
         last: GatewayError | None = None
         waits: list[float] = []  # what upstreams and breakers said about when to come back
         for model in self._chain(route) if fallbacks else [route]:
@@ -114,16 +113,17 @@ class UpstreamExecutor:
                 breaker = self.breakers.get(deployment.key)
                 provider = self.upstreams.get(deployment.provider)
                 for attempt in range(1, self.settings.resilience.retry.attempts + 1):
-                    remaining = deadline - loop.time()
+                    remaining = deadline - time.perf_counter()
                     if remaining <= 0:
                         raise self._unavailable(last, waits, deadline_passed=True)
-                    ctx.attempts += 1
                     ctx.served_deployment = deployment
                     ctx.fallback_model = model.name if model is not route else None
                     try:
                         with breaker.attempt():
+                            ctx.attempts += 1  # only calls that go out count
                             upstream_body = {**body, "model": deployment.upstream_model}
-                            return await _within(remaining, call, provider, upstream_body)
+                            seconds = min(remaining, attempt_cap)
+                            return await _within(seconds, call, provider, upstream_body)
                     except BreakerOpen as err:
                         ctx.note_failure(deployment.key, "breaker_open")
                         if err.retry_in is not None:
@@ -139,11 +139,24 @@ class UpstreamExecutor:
                         if asked is not None:
                             waits.append(asked)
                         delay = self.backoff.delay(attempt, err)
-                        if delay is None or loop.time() + delay >= deadline:
+                        if delay is None or time.perf_counter() + delay >= deadline:
                             break
                         ctx.retries += 1
                         await asyncio.sleep(delay)
         raise self._unavailable(last, waits, deadline_passed=False)
+
+    def deadline(self, ctx: RequestContext, route: ModelRoute) -> float:
+        """When this request must have its first byte (perf_counter time). It counts from the
+        request's arrival, so time spent on retrieval comes out of it too."""
+        budget = ctx.deadline_seconds or route.deadline_seconds
+        return ctx.started + (budget or self.settings.resilience.deadline_seconds)
+
+    def can_answer(self, route: ModelRoute) -> bool:
+        """False when every deployment of the model and its fallbacks sits behind an open
+        breaker: the request will be answered at level 4, so retrieval can be skipped."""
+        return any(
+            self.breakers.get(d.key).may_try() for m in self._chain(route) for d in m.deployments
+        )
 
     def _chain(self, route: ModelRoute) -> Iterator[ModelRoute]:
         yield route

@@ -7,6 +7,7 @@ set per test; an embedded one is ingested from a temporary folder with the real 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +15,7 @@ import openai
 import pytest
 
 from gateway.config import build_settings, parse_config
+from gateway.http.keys import BREAKERS
 from gateway.testing.fake_retriever import FakeRetriever
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from tests.e2e.helpers import last_upstream_body, request, running_gateway, sse_json
@@ -242,6 +244,27 @@ def test_retrieval_down_and_every_model_down_is_level_4(
     assert raw.parse().choices[0].finish_reason == "stop"
 
 
+def test_the_deadline_counts_retrieval_time(kgw: GatewayServer, kb: FakeRetriever) -> None:
+    kb.configure(latency_ms=1000)  # the base's timeout is 0.3 s
+    started = time.monotonic()
+    raw = ask(kgw, RETURNS_QUESTION, extra_headers={"x-gateway-timeout": "0.25"})
+    assert time.monotonic() - started < 0.8
+    assert raw.headers["x-gateway-level"] == "4", "no time left for the model after retrieval"
+
+
+def test_retrieval_is_skipped_when_no_model_could_answer(
+    kgw: GatewayServer, kb: FakeRetriever
+) -> None:
+    breaker = kgw.app[BREAKERS].get("fake/helpdesk-up")
+    breaker.force_open()
+    try:
+        raw = ask(kgw, RETURNS_QUESTION)
+    finally:
+        breaker.reset()
+    assert raw.headers["x-gateway-level"] == "4"
+    assert not kb.received, "a level-4 answer does not wait for retrieval"
+
+
 def test_retrieval_metrics(kgw: GatewayServer, kb: FakeRetriever) -> None:
     ask(kgw, RETURNS_QUESTION)
     text = asyncio.run(request("GET", kgw.url + "/metrics")).text
@@ -309,9 +332,6 @@ def _eventually(check: Any, tries: int = 50) -> bool:
             return True
         time.sleep(0.05)
     return False
-
-
-
 
 
 def test_readyz_reports_the_knowledge_bases(

@@ -34,6 +34,7 @@ ADMIN_KEY = "admin-secret-for-tests"
 UNAVAILABLE = "Down for a moment, retry soon."
 UNAVAILABLE_ZH = "暂时不可用"
 RESET_SECONDS = 0.6
+ATTEMPT_CAP = 0.45
 
 
 def resilience_yaml(fake_url: str, mode: str = "answer") -> str:
@@ -48,6 +49,7 @@ models:
   - {{name: flaky, provider: fake, upstream_model: flaky-up, fallbacks: [steady]}}
   - {{name: steady, provider: backup, upstream_model: steady-up}}
   - {{name: lonely, provider: fake, upstream_model: lonely-up}}
+  - {{name: patient, provider: backup, upstream_model: patient-up, fallbacks: [steady]}}
   - {{name: unreachable, provider: dead, fallbacks: [steady]}}
   - name: balanced
     deployments:
@@ -63,6 +65,7 @@ resilience:
   retry: {{attempts: 3, initial_backoff_ms: 5, max_backoff_ms: 20, max_retry_after_seconds: 2}}
   breaker: {{failures: 3, reset_seconds: {RESET_SECONDS}}}
   deadline_seconds: 10
+  attempt_timeout_seconds: {ATTEMPT_CAP}
 degradation:
   unavailable:
     mode: {mode}
@@ -326,6 +329,26 @@ def test_the_request_deadline_header_bounds_retries_and_waits(
     raw = ask(gw, "lonely", extra_headers={"x-gateway-timeout": "0.5"})
     assert time.monotonic() - started < 0.9, "no retry starts past the deadline"
     assert raw.headers["x-gateway-level"] == "4"
+
+
+def test_a_slow_upstream_leaves_time_in_the_deadline_for_the_fallback(
+    gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    fault(fake_upstream, "patient-up", latency_ms=5000)  # its provider would wait 60 s
+    started = time.monotonic()
+    raw = ask(gw, "patient", extra_headers={"x-gateway-timeout": "2.5"})
+    assert raw.headers["x-gateway-fallback"] == "steady"
+    assert time.monotonic() - started < 2.5
+    assert raw.headers["x-gateway-attempts"] == "4", "three capped tries, then the fallback"
+
+
+def test_attempts_refused_by_an_open_breaker_are_not_counted(
+    gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    _admin(gw, "/admin/breakers/fake/flaky-up/open", method="POST")
+    raw = ask(gw, "flaky")
+    assert raw.headers["x-gateway-fallback"] == "steady"
+    assert "x-gateway-attempts" not in raw.headers, "one call went out"
 
 
 def test_a_bad_deadline_header_is_a_400(gw: GatewayServer) -> None:
