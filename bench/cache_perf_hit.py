@@ -33,7 +33,8 @@ from pathlib import Path
 
 import aiohttp
 from cache_questions import FILLER, PAIRS, miss_questions
-from overhead import ANSWER, Server, Workspace, cpu_seconds, percentile, post_json
+from overhead import ANSWER, Workspace
+from procs import Server, cpu_seconds, percentile, post_json
 
 MODEL = "bench-model"
 SYSTEM = "You are a helpful assistant. Answer in two or three sentences."
@@ -302,7 +303,7 @@ async def run_rounds(srv: Servers, opts: Options, stored: list[str],
 
 
 def percentile_ms(values: list[float], q: float) -> float:
-    return percentile([v / 1e3 for v in values], q)  # overhead.percentile takes seconds
+    return percentile([v / 1e3 for v in values], q)  # procs.percentile takes seconds
 
 
 def label(cell: Cell) -> str:

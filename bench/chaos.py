@@ -34,8 +34,6 @@ import os
 import random
 import re
 import secrets
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,6 +48,7 @@ from typing import Any
 
 import aiohttp
 import uvloop
+from procs import Server, cpu_seconds, fmt, free_port, http_ok, load_average, percentile, pythonpath
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -109,72 +108,6 @@ class Options:
 # --- servers ---------------------------------------------------------------------------------
 
 
-class Server:
-    """A subprocess on a loopback port, its output in a log file, stopped in `stop()`."""
-
-    def __init__(
-        self, name: str, argv: list[str], workdir: Path, env: dict[str, str] | None = None
-    ) -> None:
-        self.name = name
-        self.log_path = workdir / f"{name}.log"
-        self._log = self.log_path.open("wb")
-        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-        # Own session: stop() signals the group of this one child and nothing else.
-        self.proc = subprocess.Popen(
-            argv,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONPATH": path, **(env or {})},
-            cwd=workdir,
-            start_new_session=True,
-        )
-
-    def wait_ready(self, probe: Callable[[], str | None], timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited ({self.proc.returncode}):\n{self.tail()}")
-            url = probe()
-            if url:
-                return url
-            time.sleep(0.1)
-        raise RuntimeError(f"{self.name} not ready after {timeout:.0f} s:\n{self.tail()}")
-
-    def log_url(self) -> str | None:
-        match = re.search(rb"listening on (http://[\w.:\[\]]+)", self.log_path.read_bytes())
-        return match.group(1).decode() if match else None
-
-    def tail(self, lines: int = 20) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        self._log.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
 @dataclass
 class Setup:
     primary: str  # base URLs (no /v1)
@@ -225,8 +158,10 @@ knowledge_bases:
 
 
 def start_servers(opts: Options, workdir: Path, servers: list[Server]) -> Setup:
+    env = {"PYTHONPATH": pythonpath(ROOT)}
+
     def fake(name: str, module: str) -> str:
-        server = Server(name, [sys.executable, "-m", module, "--port", "0"], workdir)
+        server = Server(name, [sys.executable, "-m", module, "--port", "0"], workdir, env)
         servers.append(server)
         return server.wait_ready(server.log_url, 30)
 
@@ -241,7 +176,7 @@ def start_servers(opts: Options, workdir: Path, servers: list[Server]) -> Setup:
         "gateway",
         [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(port)],
         workdir,
-        {"GATEWAY_ADMIN_KEY": admin_key},
+        {**env, "GATEWAY_ADMIN_KEY": admin_key},
     )
     servers.append(gateway)
     base = f"http://127.0.0.1:{port}"
@@ -512,14 +447,6 @@ async def check_setup(session: aiohttp.ClientSession, url: str) -> None:
 # --- analysis --------------------------------------------------------------------------------
 
 
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile, in milliseconds."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)] * 1000
-
-
 def window_of(windows: list[Window], t: float) -> Window | None:
     for w in windows:
         if w.start <= t < w.end:
@@ -641,10 +568,6 @@ def after_outage(windows: list[Window], records: list[Record]) -> Json | None:
                 "level4_sent_after_first_model_answer": sum(1 for t in level4 if t > first),
             }
     return None
-
-
-def fmt(value: float, spec: str) -> str:
-    return "-" if math.isnan(value) else format(value, spec)
 
 
 def median(values: list[float]) -> float:
@@ -1004,21 +927,6 @@ async def bench(setup: Setup, opts: Options) -> tuple[list[Record], float, Chaos
             await chaos.apply_primary("healthy")
             await chaos.apply_retriever("healthy")
     return records, seconds, chaos, polls, failed_polls
-
-
-def cpu_seconds(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return math.nan
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def load_average() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "unknown"
 
 
 def code_measured() -> str:

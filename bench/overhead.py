@@ -19,27 +19,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import io
 import json
 import math
 import os
-import re
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import aiohttp
 import uvloop
+from procs import (
+    Server,
+    cpu_seconds,
+    fmt,
+    free_port,
+    http_ok,
+    load_average,
+    percentile,
+    post_json,
+    pythonpath,
+)
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_LITELLM = Path("/tmp/litellm-venv/bin/litellm")
@@ -137,75 +143,6 @@ class Results:
 # --- servers ---------------------------------------------------------------------------------
 
 
-class Server:
-    """A subprocess on a loopback port, its output in a log file, stopped in `stop()`."""
-
-    def __init__(
-        self, name: str, argv: list[str], workdir: Path, env: dict[str, str] | None = None
-    ) -> None:
-        self.name = name
-        self.log_path = workdir / f"{name}.log"
-        self._log = self.log_path.open("wb")
-        # Own session: stop() can signal the whole group of this one child and nothing else.
-        self.proc = subprocess.Popen(
-            argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})}, cwd=workdir, start_new_session=True,
-        )
-
-    def wait_ready(self, probe: Callable[[], str | None], timeout: float) -> str:
-        """Poll `probe` until it gives the server's base URL; fail with the log's tail."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited ({self.proc.returncode}):\n{self.tail()}")
-            url = probe()
-            if url:
-                return url
-            time.sleep(0.1)
-        raise RuntimeError(f"{self.name} not ready after {timeout:.0f} s:\n{self.tail()}")
-
-    def log_url(self) -> str | None:
-        """The URL from a 'listening on http://HOST:PORT' line, once printed."""
-        match = re.search(rb"listening on (http://[\w.:\[\]]+)", self.log_path.read_bytes())
-        return match.group(1).decode() if match else None
-
-    def tail(self, lines: int = 20) -> str:
-        text = self.log_path.read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        self._log.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
-def post_json(url: str, data: object) -> None:
-    req = urllib.request.Request(url, data=json.dumps(data).encode(), headers=HEADERS)
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        resp.read()
-
-
 @dataclass(frozen=True)
 class Workspace:
     """Where the servers keep config and logs, and which gateway checkout they run."""
@@ -216,9 +153,8 @@ class Workspace:
     def python(self, name: str, *argv: str) -> Server:
         """One of our Python servers, importing `gateway` from `gateway_root`."""
         # PYTHONPATH beats an editable install, so an exported older tree can be measured too.
-        path = os.pathsep.join(p for p in (str(self.gateway_root), os.environ.get("PYTHONPATH"))
-                               if p)
-        return Server(name, [sys.executable, *argv], self.dir, {"PYTHONPATH": path})
+        env = {"PYTHONPATH": pythonpath(self.gateway_root)}
+        return Server(name, [sys.executable, *argv], self.dir, env)
 
 
 def start_fake(ws: Workspace) -> tuple[Server, str]:
@@ -309,14 +245,6 @@ async def run_load(
                   percentile(latencies, 99))
 
 
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile, in milliseconds."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)] * 1000
-
-
 async def measure(target: Target, cell: Cell, opts: Options) -> Sample:
     # A fresh pool per measurement: every target starts from the same (warmed) state.
     connector = aiohttp.TCPConnector(limit=cell.concurrency, force_close=False)
@@ -331,16 +259,6 @@ async def measure(target: Target, cell: Cell, opts: Options) -> Sample:
         if sample.count:
             sample.cpu_ms = (cpu_seconds(target.pid) - cpu_before) * 1000 / sample.count
         return sample
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far. Unlike latency, this hardly moves when
-    other work shares the cores, so it shows each proxy's own cost per request."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return math.nan
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def check_target(target: Target, stats_url: str) -> str | None:
@@ -451,10 +369,6 @@ def summarize(results: Results, targets: list[str], cells: list[Cell]) -> list[R
                 errors=sum(s.errors for s in samples),
             ))
     return rows
-
-
-def fmt(value: float, spec: str) -> str:
-    return "-" if math.isnan(value) else format(value, spec)
 
 
 def table(rows: list[Row]) -> str:
@@ -624,14 +538,6 @@ def gateway_source(rev: str | None, tmp: Path) -> tuple[Path, str]:
     with tarfile.open(fileobj=io.BytesIO(git("archive", commit, "gateway"))) as archive:
         archive.extractall(tmp / "src", filter="data")
     return tmp / "src", f"commit {commit}"
-
-
-def load_average() -> str:
-    """Other work on the machine skews every path; printed so a reader can judge the noise."""
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
