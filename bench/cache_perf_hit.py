@@ -86,12 +86,14 @@ class Servers:
 
 
 def request_body(text: str, stream: bool) -> bytes:
-    return json.dumps({
-        "model": MODEL,
-        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}],
-        "temperature": 0.2,
-        "stream": stream,
-    }).encode()
+    return json.dumps(
+        {
+            "model": MODEL,
+            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}],
+            "temperature": 0.2,
+            "stream": stream,
+        }
+    ).encode()
 
 
 # --- servers ---------------------------------------------------------------------------------
@@ -172,8 +174,9 @@ async def send(session: aiohttp.ClientSession, url: str, body: bytes, stream: bo
     """One request, its body read to the end."""
     started = time.perf_counter()
     try:
-        async with session.post(url, data=body,
-                                headers={"Content-Type": "application/json"}) as resp:
+        async with session.post(
+            url, data=body, headers={"Content-Type": "application/json"}
+        ) as resp:
             data = await resp.read()
             ms = (time.perf_counter() - started) * 1e3
             similarity = float(resp.headers.get("x-gateway-cache-similarity", "nan"))
@@ -183,8 +186,14 @@ async def send(session: aiohttp.ClientSession, url: str, body: bytes, stream: bo
         return Answer(math.nan, None, math.nan, False)
 
 
-async def run_cell(session: aiohttp.ClientSession, url: str, cell: Cell, bodies: Iterator[bytes],
-                   count: int, pid: int) -> Sample:
+async def run_cell(
+    session: aiohttp.ClientSession,
+    url: str,
+    cell: Cell,
+    bodies: Iterator[bytes],
+    count: int,
+    pid: int,
+) -> Sample:
     """`count` requests from `cell.concurrency` workers, each taking the next body."""
     latencies: list[float] = []
     wrong = 0
@@ -218,8 +227,10 @@ async def fill(session: aiohttp.ClientSession, srv: Servers, texts: list[str]) -
     deadline = time.monotonic() + 30
     while cache_entries(srv.gateway) < misses and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
-    print(f"filled: {len(texts)} questions sent, {misses} misses, "
-          f"{cache_entries(srv.gateway)} entries stored")
+    print(
+        f"filled: {len(texts)} questions sent, {misses} misses, "
+        f"{cache_entries(srv.gateway)} entries stored"
+    )
     if misses != len(texts):
         raise RuntimeError(f"fill: expected only misses, got {sorted(set(headers), key=str)}")
 
@@ -237,9 +248,11 @@ async def probe_paraphrases(session: aiohttp.ClientSession, srv: Servers) -> lis
             similarity.append(answer.similarity)
         else:
             others[str(answer.cache)] = others.get(str(answer.cache), 0) + 1
-    print(f"paraphrases served as hit-semantic: {len(hits)} of {len(PAIRS)} (similarity min "
-          f"{min(similarity, default=math.nan):.3f}, median {median(similarity):.3f}); "
-          f"others: {others}")
+    print(
+        f"paraphrases served as hit-semantic: {len(hits)} of {len(PAIRS)} (similarity min "
+        f"{min(similarity, default=math.nan):.3f}, median {median(similarity):.3f}); "
+        f"others: {others}"
+    )
     return hits
 
 
@@ -252,20 +265,32 @@ def cells() -> list[Cell]:
         out += [
             Cell("exact hit", stream, "hit-exact"),
             Cell("semantic hit", stream, "hit-semantic"),
-            Cell(f"semantic hit, {SPARSE_GAP_MS:.0f} ms apart", stream, "hit-semantic",
-                 gap_ms=SPARSE_GAP_MS),
+            Cell(
+                f"semantic hit, {SPARSE_GAP_MS:.0f} ms apart",
+                stream,
+                "hit-semantic",
+                gap_ms=SPARSE_GAP_MS,
+            ),
             Cell("miss, upstream 0 ms", stream, "miss"),
             Cell(f"miss, upstream {UPSTREAM_MS:.0f} ms", stream, "miss", upstream_ms=UPSTREAM_MS),
-            Cell(f"upstream direct, {UPSTREAM_MS:.0f} ms", stream, None, upstream_ms=UPSTREAM_MS,
-                 direct=True),
+            Cell(
+                f"upstream direct, {UPSTREAM_MS:.0f} ms",
+                stream,
+                None,
+                upstream_ms=UPSTREAM_MS,
+                direct=True,
+            ),
         ]
-    out += [Cell("exact hit", False, "hit-exact", 32),
-            Cell("semantic hit", False, "hit-semantic", 32)]
+    out += [
+        Cell("exact hit", False, "hit-exact", 32),
+        Cell("semantic hit", False, "hit-semantic", 32),
+    ]
     return out
 
 
-def cell_load(cell: Cell, opts: Options, stored: list[str], hits: list[str],
-              fresh: Iterator[str]) -> tuple[Iterator[bytes], int]:
+def cell_load(
+    cell: Cell, opts: Options, stored: list[str], hits: list[str], fresh: Iterator[str]
+) -> tuple[Iterator[bytes], int]:
     """The bodies a cell sends and how many: misses draw new questions from `fresh`."""
     if cell.expect == "hit-exact":
         texts: Iterator[str] = cycle(stored)
@@ -279,8 +304,9 @@ def cell_load(cell: Cell, opts: Options, stored: list[str], hits: list[str],
     return (request_body(t, cell.stream) for t in texts), count
 
 
-async def run_rounds(srv: Servers, opts: Options, stored: list[str],
-                     hits: list[str]) -> dict[Cell, list[Sample]]:
+async def run_rounds(
+    srv: Servers, opts: Options, stored: list[str], hits: list[str]
+) -> dict[Cell, list[Sample]]:
     results: dict[Cell, list[Sample]] = {}
     fresh = iter(miss_questions())
     limits = aiohttp.TCPConnector(limit=32)
@@ -294,10 +320,13 @@ async def run_rounds(srv: Servers, opts: Options, stored: list[str],
                     await run_cell(s, url, cell, bodies, 2 * cell.concurrency, srv.gateway_pid)
                 sample = await run_cell(s, url, cell, bodies, count, srv.gateway_pid)
                 results.setdefault(cell, []).append(sample)
-                print(f"  round {round_no + 1}: {label(cell):40s} p50 "
-                      f"{percentile_ms(sample.latencies, 50):8.2f} p99 "
-                      f"{percentile_ms(sample.latencies, 99):8.2f} ms  {sample.rps:7.1f} req/s"
-                      f"  n={len(sample.latencies)} wrong={sample.wrong}", flush=True)
+                print(
+                    f"  round {round_no + 1}: {label(cell):40s} p50 "
+                    f"{percentile_ms(sample.latencies, 50):8.2f} p99 "
+                    f"{percentile_ms(sample.latencies, 99):8.2f} ms  {sample.rps:7.1f} req/s"
+                    f"  n={len(sample.latencies)} wrong={sample.wrong}",
+                    flush=True,
+                )
         set_upstream_latency(srv.fake, 0.0)
     return results
 
@@ -331,13 +360,14 @@ def summary(samples: list[Sample]) -> dict[str, float]:
 
 def report(results: dict[Cell, list[Sample]], opts: Options) -> None:
     print(f"\nMedians over {opts.rounds} rounds (ms; req/s; gateway CPU ms per request):")
-    print(f"{'cell':42s} {'p50':>8s} {'p99':>8s} {'req/s':>8s} {'cpu':>6s} {'n':>6s} "
-          f"{'wrong':>5s}")
+    print(f"{'cell':42s} {'p50':>8s} {'p99':>8s} {'req/s':>8s} {'cpu':>6s} {'n':>6s} {'wrong':>5s}")
     rows = {cell: summary(samples) for cell, samples in results.items()}
     for cell, r in rows.items():
         cpu = "" if cell.direct else f"{r['cpu']:6.2f}"
-        print(f"{label(cell):42s} {r['p50']:8.2f} {r['p99']:8.2f} {r['rps']:8.1f} {cpu:>6s} "
-              f"{r['n']:6.0f} {r['wrong']:5.0f}")
+        print(
+            f"{label(cell):42s} {r['p50']:8.2f} {r['p99']:8.2f} {r['rps']:8.1f} {cpu:>6s} "
+            f"{r['n']:6.0f} {r['wrong']:5.0f}"
+        )
     print()
     for stream in (False, True):
         mode = "stream" if stream else "plain"
@@ -346,9 +376,11 @@ def report(results: dict[Cell, list[Sample]], opts: Options) -> None:
         direct = find[f"upstream direct, {UPSTREAM_MS:.0f} ms"]["p50"]
         for kind in ("exact hit", "semantic hit", f"semantic hit, {SPARSE_GAP_MS:.0f} ms apart"):
             p50 = find[kind]["p50"]
-            print(f"{mode:6s} {kind:28s} p50 {p50:6.2f} ms = {p50 / slow:.3f} of a miss through "
-                  f"the gateway ({slow:.1f} ms), {p50 / direct:.3f} of the upstream direct "
-                  f"({direct:.1f} ms)")
+            print(
+                f"{mode:6s} {kind:28s} p50 {p50:6.2f} ms = {p50 / slow:.3f} of a miss through "
+                f"the gateway ({slow:.1f} ms), {p50 / direct:.3f} of the upstream direct "
+                f"({direct:.1f} ms)"
+            )
         for kind in ("semantic hit", f"semantic hit, {SPARSE_GAP_MS:.0f} ms apart"):
             sem = find[kind]["p50"]
             verdict = "PASS" if sem <= HIT_P50_TARGET_MS else "FAIL"
@@ -362,9 +394,9 @@ def scrape(base: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for line in text.splitlines():
         name, _, value = line.partition(" ")
-        if name.startswith(("gateway_cache_lookup_duration_seconds_",
-                            "gateway_embedding_duration_seconds_")) and name.endswith(
-                                ("_sum", "_count")):
+        if name.startswith(
+            ("gateway_cache_lookup_duration_seconds_", "gateway_embedding_duration_seconds_")
+        ) and name.endswith(("_sum", "_count")):
             out[name] = float(value)
     return out
 
@@ -385,16 +417,23 @@ async def breakdown(session: aiohttp.ClientSession, srv: Servers, hits: list[str
 
 
 def machine() -> str:
-    return (f"date {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, {os.cpu_count()} "
-            f"cores, python {platform.python_version()}, load {os.getloadavg()[0]:.2f}")
+    return (
+        f"date {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, {os.cpu_count()} "
+        f"cores, python {platform.python_version()}, load {os.getloadavg()[0]:.2f}"
+    )
 
 
 async def section_hit(args: argparse.Namespace) -> None:
     print(machine())
     quick = args.quick
-    opts = Options(rounds=1 if quick else 3, hits=100 if quick else 400,
-                   misses=30 if quick else 100, slow=8 if quick else 20,
-                   burst=480 if quick else 1600, sparse=10 if quick else 40)
+    opts = Options(
+        rounds=1 if quick else 3,
+        hits=100 if quick else 400,
+        misses=30 if quick else 100,
+        slow=8 if quick else 20,
+        burst=480 if quick else 1600,
+        sparse=10 if quick else 40,
+    )
     root = Path(__file__).resolve().parent.parent
     servers: list[Server] = []
     with tempfile.TemporaryDirectory(prefix="cache-hit-bench-") as tmp:

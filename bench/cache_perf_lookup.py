@@ -80,8 +80,10 @@ class Data:
 def clustered(n: int, seed: int = 0) -> Data:
     rng = np.random.default_rng(seed)
     shared = unit_rows(rng.standard_normal((1, DIM), dtype=np.float32))
-    centres = unit_rows(rng.standard_normal((CLUSTERS, DIM), dtype=np.float32) / math.sqrt(DIM)
-                        + CENTRE_SHARED * shared)
+    centres = unit_rows(
+        rng.standard_normal((CLUSTERS, DIM), dtype=np.float32) / math.sqrt(DIM)
+        + CENTRE_SHARED * shared
+    )
     weights = rng.lognormal(0.0, 1.0, CLUSTERS)
     labels = rng.choice(CLUSTERS, size=n, p=weights / weights.sum())
     vectors = np.empty((n, DIM), dtype=np.float32)
@@ -98,8 +100,9 @@ def near_repeats(data: Data, count: int, seed: int = 1) -> np.ndarray:
     rng = np.random.default_rng(seed)
     n = len(data.vectors)
     sources = rng.choice(n, size=count, replace=False)
-    mates = np.array([rng.choice(np.flatnonzero(data.labels == data.labels[s])[:512])
-                      for s in sources])
+    mates = np.array(
+        [rng.choice(np.flatnonzero(data.labels == data.labels[s])[:512]) for s in sources]
+    )
     v = data.vectors[sources]
     toward = unit_rows(data.vectors[mates] - v + 1e-6)
     direction = toward + unit_rows(rng.standard_normal((count, DIM), dtype=np.float32))
@@ -141,8 +144,13 @@ def faiss_bytes(index: HnswIndex) -> int:
     """What the faiss arrays hold: vectors, graph links, offsets, levels and the id map."""
     hnsw = index._hnsw.hnsw  # benchmark only: sizes of faiss's own arrays
     n = index._hnsw.ntotal
-    return int(n * DIM * 4 + hnsw.neighbors.size() * 4 + hnsw.offsets.size() * 8
-               + hnsw.levels.size() * 4 + n * 8)
+    return int(
+        n * DIM * 4
+        + hnsw.neighbors.size() * 4
+        + hnsw.offsets.size() * 8
+        + hnsw.levels.size() * 4
+        + n * 8
+    )
 
 
 def pct(values: list[float], q: float) -> float:
@@ -157,8 +165,12 @@ class Pass:
     recall_k: float  # true best among the K returned
 
 
-def search_pass(search: Callable[[np.ndarray], list[tuple[int, float]]], queries: np.ndarray,
-                best: np.ndarray, best_score: np.ndarray) -> Pass:
+def search_pass(
+    search: Callable[[np.ndarray], list[tuple[int, float]]],
+    queries: np.ndarray,
+    best: np.ndarray,
+    best_score: np.ndarray,
+) -> Pass:
     for q in queries[:100]:  # warm-up
         search(q)
     latencies, first, anywhere = [], 0, 0
@@ -175,8 +187,12 @@ def search_pass(search: Callable[[np.ndarray], list[tuple[int, float]]], queries
 
 def best_of(passes: list[Pass]) -> Pass:
     """Median latency over passes (the cores are shared); recall is the same every pass."""
-    return Pass(statistics.median(p.p50 for p in passes), statistics.median(p.p99 for p in passes),
-                passes[0].recall, passes[0].recall_k)
+    return Pass(
+        statistics.median(p.p50 for p in passes),
+        statistics.median(p.p99 for p in passes),
+        passes[0].recall,
+        passes[0].recall_k,
+    )
 
 
 @contextmanager
@@ -236,8 +252,9 @@ class Built:
     faiss_bytes: int  # of that, faiss's arrays (0 for a flat index)
 
 
-def fill_and_build(data: Data, flat_queries: np.ndarray, truth: tuple[np.ndarray, np.ndarray],
-                   rounds: int) -> tuple[Built, list[tuple[str, Pass]]]:
+def fill_and_build(
+    data: Data, flat_queries: np.ndarray, truth: tuple[np.ndarray, np.ndarray], rounds: int
+) -> tuple[Built, list[tuple[str, Pass]]]:
     """Add every vector as the store does, search the flat index once, then build HNSW if the
     size is past approximate_above (what the gateway's background build does)."""
     n = len(data.vectors)
@@ -249,8 +266,9 @@ def fill_and_build(data: Data, flat_queries: np.ndarray, truth: tuple[np.ndarray
         scoped.add(SCOPE, i, v)
     fill_s = time.perf_counter() - t
     flat_bytes = rss_bytes() - rss0
-    flat = thread_variants(lambda q: scoped.search(SCOPE, q, K), flat_queries, truth, rounds,
-                           blas_threads, "BLAS")
+    flat = thread_variants(
+        lambda q: scoped.search(SCOPE, q, K), flat_queries, truth, rounds, blas_threads, "BLAS"
+    )
     build_s = 0.0
     if n > APPROXIMATE_ABOVE:
         scoped.approximate_above = APPROXIMATE_ABOVE
@@ -262,17 +280,25 @@ def fill_and_build(data: Data, flat_queries: np.ndarray, truth: tuple[np.ndarray
     return Built(scoped, fill_s, build_s, flat_bytes, rss_bytes() - rss0, held), flat
 
 
-def thread_variants(search: Callable[[np.ndarray], list[tuple[int, float]]],
-                    queries: np.ndarray, truth: tuple[np.ndarray, np.ndarray], rounds: int,
-                    limit: Callable[[int], AbstractContextManager[None]],
-                    pool: str) -> list[tuple[str, Pass]]:
+def thread_variants(
+    search: Callable[[np.ndarray], list[tuple[int, float]]],
+    queries: np.ndarray,
+    truth: tuple[np.ndarray, np.ndarray],
+    rounds: int,
+    limit: Callable[[int], AbstractContextManager[None]],
+    pool: str,
+) -> list[tuple[str, Pass]]:
     """The library's default threads vs 1 thread, on a quiet machine and with the other core
     kept busy (as the embedder's thread keeps it under load); busy runs: 500 queries, once."""
     best, score = truth
 
     def run(times: int, count: int) -> Pass:
-        return best_of([search_pass(search, queries[:count], best[:count], score[:count])
-                        for _ in range(times)])
+        return best_of(
+            [
+                search_pass(search, queries[:count], best[:count], score[:count])
+                for _ in range(times)
+            ]
+        )
 
     out = [("default threads", run(rounds, len(queries)))]
     with limit(1):
@@ -307,8 +333,11 @@ def single_adds(scoped: ScopedIndex, data: Data, count: int) -> float:
 
 
 def print_pass(label: str, p: Pass) -> None:
-    print(f"  {label:58s} p50 {p.p50:8.3f} ms  p99 {p.p99:8.3f} ms  recall {p.recall:.4f}  "
-          f"in {K} {p.recall_k:.4f}", flush=True)
+    print(
+        f"  {label:58s} p50 {p.p50:8.3f} ms  p99 {p.p99:8.3f} ms  recall {p.recall:.4f}  "
+        f"in {K} {p.recall_k:.4f}",
+        flush=True,
+    )
 
 
 def verdict(p: Pass) -> str:
@@ -329,9 +358,11 @@ def workload(n: int, n_queries: int) -> Workload:
     data = clustered(n)
     queries = near_repeats(data, n_queries)
     best, score = true_best(data.vectors, queries)
-    print(f"\n{n:,} entries: data and ground truth in {time.perf_counter() - started:.0f} s; "
-          f"true best >= {THRESHOLD}: {np.mean(score >= THRESHOLD):.3f} of {n_queries} queries",
-          flush=True)
+    print(
+        f"\n{n:,} entries: data and ground truth in {time.perf_counter() - started:.0f} s; "
+        f"true best >= {THRESHOLD}: {np.mean(score >= THRESHOLD):.3f} of {n_queries} queries",
+        flush=True,
+    )
     return Workload(data, queries, best, score)
 
 
@@ -345,32 +376,37 @@ def measure_size(n: int, n_queries: int, rounds: int, ef_values: tuple[int, ...]
         print_pass(f"flat (exact), {few} q, {label}", p)
     kind = "hnsw" if built.build_s else "flat"
     default = flat[0][1] if kind == "flat" else hnsw_passes(built.scoped, w, rounds, ef_values)
-    print(f"  target p99 <= {LATENCY_P99_TARGET_MS} ms and recall >= {RECALL_TARGET} "
-          f"({kind}, defaults, no spinner): {verdict(default)}")
+    print(
+        f"  target p99 <= {LATENCY_P99_TARGET_MS} ms and recall >= {RECALL_TARGET} "
+        f"({kind}, defaults, no spinner): {verdict(default)}"
+    )
     if kind == "hnsw":
-        print(f"  add() into the built index: {single_adds(built.scoped, w.data, 300):.3f} ms "
-              "each", flush=True)
+        print(
+            f"  add() into the built index: {single_adds(built.scoped, w.data, 300):.3f} ms each",
+            flush=True,
+        )
     print(f"  ({time.perf_counter() - started:.0f} s for this size)", flush=True)
     return w
 
 
 def print_build(built: Built, n: int) -> None:
-    print(f"  fill (add() x {n:,}) {built.fill_s:.1f} s; flat RSS +{built.flat_bytes / 2**20:.0f} "
-          f"MiB ({built.flat_bytes / n:.0f} B/entry); " + (
-              f"HNSW build {built.build_s:.1f} s; " if built.build_s else "") +
-          f"final RSS +{built.total_bytes / 2**20:.0f} MiB ({built.total_bytes / n:.0f} B/entry"
-          + (f", faiss arrays {built.faiss_bytes / n:.0f})" if built.faiss_bytes else ")"))
+    print(
+        f"  fill (add() x {n:,}) {built.fill_s:.1f} s; flat RSS +{built.flat_bytes / 2**20:.0f} "
+        f"MiB ({built.flat_bytes / n:.0f} B/entry); "
+        + (f"HNSW build {built.build_s:.1f} s; " if built.build_s else "")
+        + f"final RSS +{built.total_bytes / 2**20:.0f} MiB ({built.total_bytes / n:.0f} B/entry"
+        + (f", faiss arrays {built.faiss_bytes / n:.0f})" if built.faiss_bytes else ")")
+    )
 
 
-def hnsw_passes(scoped: ScopedIndex, w: Workload, rounds: int,
-                ef_values: tuple[int, ...]) -> Pass:
+def hnsw_passes(scoped: ScopedIndex, w: Workload, rounds: int, ef_values: tuple[int, ...]) -> Pass:
     """The defaults under each thread setting, then other efSearch values on 1 thread; returns
     the defaults' pass with faiss's own threads and no spinner."""
+
     def search(q: np.ndarray) -> list[tuple[int, float]]:
         return scoped.search(SCOPE, q, K)
 
-    variants = thread_variants(search, w.queries, (w.best, w.score), rounds, omp_threads,
-                               "OpenMP")
+    variants = thread_variants(search, w.queries, (w.best, w.score), rounds, omp_threads, "OpenMP")
     for label, p in variants:
         print_pass(f"hnsw, index.py defaults, {label}", p)
     with omp_threads(1):
@@ -382,8 +418,9 @@ def hnsw_passes(scoped: ScopedIndex, w: Workload, rounds: int,
     return variants[0][1]
 
 
-def other_builds(w: Workload, rounds: int, params: tuple[tuple[int, int], ...],
-                 ef_values: tuple[int, ...]) -> None:
+def other_builds(
+    w: Workload, rounds: int, params: tuple[tuple[int, int], ...], ef_values: tuple[int, ...]
+) -> None:
     """(M, efConstruction) alternatives on the same data, each searched at several efSearch:
     build time, memory, latency, recall."""
     n = len(w.data.vectors)
@@ -396,13 +433,20 @@ def other_builds(w: Workload, rounds: int, params: tuple[tuple[int, int], ...],
             index = HnswIndex(DIM, ids, w.data.vectors)
             build_s = time.perf_counter() - t
         grown = rss_bytes() - rss0
-        print(f"  M {m}, efConstruction {ef_c}: build {build_s:.0f} s, RSS +{grown / n:.0f} "
-              f"B/entry (faiss arrays {faiss_bytes(index) / n:.0f})", flush=True)
+        print(
+            f"  M {m}, efConstruction {ef_c}: build {build_s:.0f} s, RSS +{grown / n:.0f} "
+            f"B/entry (faiss arrays {faiss_bytes(index) / n:.0f})",
+            flush=True,
+        )
         for ef in ef_values:
             index._hnsw.hnsw.efSearch = ef  # benchmark only, see set_ef_search
             with omp_threads(1):
-                p = best_of([search_pass(partial(index.search, k=K), w.queries, w.best, w.score)
-                             for _ in range(rounds)])
+                p = best_of(
+                    [
+                        search_pass(partial(index.search, k=K), w.queries, w.best, w.score)
+                        for _ in range(rounds)
+                    ]
+                )
             print_pass(f"M {m}, efC {ef_c}, efSearch {ef}", p)
             print(f"    target: {verdict(p)}", flush=True)
         del index
@@ -422,8 +466,11 @@ async def store_at(n: int, n_queries: int) -> None:
         await seed.close()
         t = time.perf_counter()
         bulk_insert(path, data.vectors)
-        print(f"\nEmbeddedStore at {n:,} entries (SQLite file, bulk-written in "
-              f"{time.perf_counter() - t:.1f} s):", flush=True)
+        print(
+            f"\nEmbeddedStore at {n:,} entries (SQLite file, bulk-written in "
+            f"{time.perf_counter() - t:.1f} s):",
+            flush=True,
+        )
         store = EmbeddedStore(path, max_entries=10 * n, approximate_above=APPROXIMATE_ABOVE)
         await open_with_stall_probe(store)
         try:
@@ -440,22 +487,41 @@ def bulk_insert(path: str, vectors: np.ndarray) -> None:
 
     response = orjson.dumps(completion("x" * 600))
     now = time.time()
-    rows = ((f"exact-{i}", SCOPE, "local", "bench-model", f"question {i}", response,
-             "bench-embedder", v.tobytes(), now, now + 86_400, now)
-            for i, v in enumerate(vectors))
+    rows = (
+        (
+            f"exact-{i}",
+            SCOPE,
+            "local",
+            "bench-model",
+            f"question {i}",
+            response,
+            "bench-embedder",
+            v.tobytes(),
+            now,
+            now + 86_400,
+            now,
+        )
+        for i, v in enumerate(vectors)
+    )
     db = sqlite3.connect(path)
     with db:
         db.executemany(
             "INSERT INTO entries (exact_key, scope, tenant, model, text, response, embedder, "
-            "vector, created_at, expires_at, last_used) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+            "vector, created_at, expires_at, last_used) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            rows,
+        )
     db.close()
 
 
 def completion(text: str) -> dict[str, object]:
     return {
-        "id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": "bench",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                     "finish_reason": "stop"}],
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "bench",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
         "usage": {"prompt_tokens": 30, "completion_tokens": 150, "total_tokens": 180},
     }
 
@@ -478,9 +544,12 @@ async def open_with_stall_probe(store: EmbeddedStore) -> None:
     await store.wait_for_index_builds()
     built = time.perf_counter() - t
     tick.cancel()
-    print(f"  open() {opened:.1f} s; background build done "
-          f"{built:.1f} s after start; longest loop stall after open(): "
-          f"{max(stalls, default=0) / 1e3:.1f} s", flush=True)
+    print(
+        f"  open() {opened:.1f} s; background build done "
+        f"{built:.1f} s after start; longest loop stall after open(): "
+        f"{max(stalls, default=0) / 1e3:.1f} s",
+        flush=True,
+    )
 
 
 async def time_store_calls(store: EmbeddedStore, queries: np.ndarray, n: int) -> None:
@@ -499,8 +568,11 @@ async def time_store_calls(store: EmbeddedStore, queries: np.ndarray, n: int) ->
             found = await call(i)
             times.append((time.perf_counter() - t) * 1e3)
             assert found, label
-        print(f"  {label:20s} p50 {pct(times, 50):.3f} ms  p99 {pct(times, 99):.3f} ms  "
-              f"({len(times)} calls)", flush=True)
+        print(
+            f"  {label:20s} p50 {pct(times, 50):.3f} ms  p99 {pct(times, 99):.3f} ms  "
+            f"({len(times)} calls)",
+            flush=True,
+        )
 
 
 # --- the section -----------------------------------------------------------------------------
@@ -512,13 +584,19 @@ async def section_lookup(args: argparse.Namespace) -> None:
     sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
     rounds = 1 if args.quick else 3
     print(machine())
-    print(f"{DIM}-d, {CLUSTERS} clusters, one scope, k={K}; approximate_above "
-          f"{APPROXIMATE_ABOVE:,}; HNSW M {index_module.HNSW_NEIGHBOURS}, efConstruction "
-          f"{index_module.HNSW_EF_CONSTRUCTION}, efSearch {index_module.HNSW_EF_SEARCH}; "
-          f"faiss {faiss.__version__}, {faiss.omp_get_max_threads()} OpenMP threads by default")
+    print(
+        f"{DIM}-d, {CLUSTERS} clusters, one scope, k={K}; approximate_above "
+        f"{APPROXIMATE_ABOVE:,}; HNSW M {index_module.HNSW_NEIGHBOURS}, efConstruction "
+        f"{index_module.HNSW_EF_CONSTRUCTION}, efSearch {index_module.HNSW_EF_SEARCH}; "
+        f"faiss {faiss.__version__}, {faiss.omp_get_max_threads()} OpenMP threads by default"
+    )
     for n in sizes:
-        largest = measure_size(n, 1000 if n >= 500_000 else 2000, rounds,
-                               (64, 128) if args.quick else (48, 64, 128, 192, 256, 512))
+        largest = measure_size(
+            n,
+            1000 if n >= 500_000 else 2000,
+            rounds,
+            (64, 128) if args.quick else (48, 64, 128, 192, 256, 512),
+        )
     if not args.quick:  # the defaults miss recall at 1M: the alternative that meets both
         other_builds(largest, rounds, ALTERNATIVES, (96, 128))
         del largest

