@@ -14,6 +14,14 @@ from gateway.config.cache import (
     EmbedderConfig,
     calibrated_threshold,
 )
+from gateway.config.guard import (
+    ArgumentRule,
+    CompressionConfig,
+    GuardConfig,
+    LoopGuardConfig,
+    ToolGuardConfig,
+    ToolRule,
+)
 from gateway.config.knowledge import AttachConfig, KnowledgeBaseConfig
 from gateway.config.loading import DEFAULT_CONFIG_PATH, ConfigError, load_settings, parse_config
 from gateway.config.resilience import (
@@ -48,6 +56,7 @@ __all__ = [
     "CALIBRATED_THRESHOLDS",
     "DEFAULT_CONFIG_PATH",
     "ApiKeyConfig",
+    "ArgumentRule",
     "AttachConfig",
     "AuthConfig",
     "BreakerConfig",
@@ -56,13 +65,16 @@ __all__ = [
     "CachePolicy",
     "CachePolicyOverride",
     "CacheStoreConfig",
+    "CompressionConfig",
     "ConfigError",
     "ConfigFile",
     "DegradationConfig",
     "Deployment",
     "DeploymentConfig",
     "EmbedderConfig",
+    "GuardConfig",
     "KnowledgeBaseConfig",
+    "LoopGuardConfig",
     "ModelConfig",
     "ModelRoute",
     "Pricing",
@@ -73,6 +85,8 @@ __all__ = [
     "ServerConfig",
     "Settings",
     "TimeoutConfig",
+    "ToolGuardConfig",
+    "ToolRule",
     "UnavailableConfig",
     "build_settings",
     "calibrated_threshold",

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from gateway.config.base import Strict
 from gateway.config.cache import CacheConfig, CachePolicyOverride
+from gateway.config.guard import GuardConfig
 from gateway.config.knowledge import KnowledgeBaseConfig
 from gateway.config.resilience import DegradationConfig, ResilienceConfig
 
@@ -117,6 +118,7 @@ class ConfigFile(Strict):
     resilience: ResilienceConfig = Field(default_factory=ResilienceConfig)
     degradation: DegradationConfig = Field(default_factory=DegradationConfig)
     knowledge_bases: dict[str, KnowledgeBaseConfig] = Field(default_factory=dict)
+    guard: GuardConfig = Field(default_factory=GuardConfig)
 
     @model_validator(mode="after")
     def _cross_references(self) -> ConfigFile:
@@ -149,6 +151,11 @@ class ConfigFile(Strict):
                 raise ValueError(f"auth.keys: environment variable {key.env!r} is listed twice")
             tenants_by_env[key.env] = key.tenant
         self._check_attachments(kinds)
+        summarizer = self.guard.compression.summarizer_model
+        if summarizer is not None and kinds.get(summarizer) != "chat":
+            raise ValueError(
+                f"guard.compression.summarizer_model: {summarizer!r} is not a chat model"
+            )
         return self
 
     def _check_attachments(self, kinds: dict[str, str]) -> None:

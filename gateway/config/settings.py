@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pydantic import SecretStr
 
 from gateway.config.cache import CachePolicy
+from gateway.config.guard import GuardConfig
 from gateway.config.knowledge import KnowledgeBaseConfig
 from gateway.config.resilience import DegradationConfig, ResilienceConfig
 from gateway.config.schema import (
@@ -95,6 +96,10 @@ class Settings:
     @property
     def degradation(self) -> DegradationConfig:
         return self.file.degradation
+
+    @property
+    def guard(self) -> GuardConfig:
+        return self.file.guard
 
     @property
     def knowledge_bases(self) -> Mapping[str, KnowledgeBaseConfig]:
