@@ -1,0 +1,175 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.guard.schemas import (
+    MAX_ERRORS,
+    UnusableSchema,
+    ValidatorCache,
+    compile_schema,
+    schema_key,
+)
+
+
+def errors(schema: Any, instance: Any) -> list[str]:
+    return compile_schema(schema).errors(instance)
+
+
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        "amount": {"type": "number"},
+    },
+    "required": ["city"],
+    "additionalProperties": False,
+}
+
+
+def test_valid_arguments_have_no_errors() -> None:
+    assert errors(WEATHER, {"city": "Paris", "unit": "celsius"}) == []
+
+
+def test_messages_carry_the_json_path() -> None:
+    assert errors(WEATHER, {"amount": "abc", "unit": "kelvin", "foo": 1}) == [
+        "$: 'city' is a required property",
+        "$: additional property 'foo' is not allowed (properties: city, unit, amount)",
+        "$.amount: 'abc' is not of type 'number'",
+        "$.unit: 'kelvin' is not one of ['celsius', 'fahrenheit']",
+    ]
+
+
+def test_a_misspelled_property_gets_a_suggestion() -> None:
+    assert errors(WEATHER, {"cty": "Paris"}) == [
+        "$: 'city' is a required property",
+        "$: additional property 'cty' is not allowed (did you mean 'city'?)",
+    ]
+
+
+def test_extra_properties_are_allowed_unless_the_schema_forbids_them() -> None:
+    schema = {k: v for k, v in WEATHER.items() if k != "additionalProperties"}
+    assert errors(schema, {"city": "Paris", "foo": 1}) == []
+
+
+def test_pattern_properties_are_not_extra() -> None:
+    schema = {"type": "object", "patternProperties": {"^x_": {}}, "additionalProperties": False}
+    assert errors(schema, {"x_a": 1, "b": 2}) == ["$: additional property 'b' is not allowed"]
+
+
+def test_nested_paths() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "items": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"qty": {"type": "integer", "minimum": 1}},
+                    "required": ["qty"],
+                },
+            }
+        },
+    }
+    assert errors(schema, {"items": [{"qty": 1}, {"qty": 0}, {}]}) == [
+        "$.items[1].qty: 0 is less than the minimum of 1",
+        "$.items[2]: 'qty' is a required property",
+    ]
+
+
+def test_formats_are_checked_with_a_hint() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "day": {"type": "string", "format": "date"},
+            "at": {"type": "string", "format": "date-time"},
+            "mail": {"type": "string", "format": "email"},
+            "site": {"type": "string", "format": "uri"},
+        },
+    }
+    good = {"day": "2024-01-31", "at": "2024-01-31T10:00:00Z", "mail": "a@b.c", "site": "x"}
+    assert errors(schema, good) == []
+    assert errors(schema, {"day": "01/31/2024", "at": "2024-01-31T10:00:00", "mail": "ab"}) == [
+        "$.at: '2024-01-31T10:00:00' is not a 'date-time' (expected RFC 3339 with an offset, "
+        "e.g. 2024-01-31T09:30:00Z)",
+        "$.day: '01/31/2024' is not a 'date' (expected YYYY-MM-DD)",
+        "$.mail: 'ab' is not a 'email'",
+    ]
+
+
+def test_any_of_names_the_closest_alternative() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"x": {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 2}]}},
+    }
+    [line] = errors(schema, {"x": "abc"})
+    assert line.startswith("$.x: 'abc' is not valid under any of the given schemas; closest")
+
+
+def test_errors_are_capped() -> None:
+    schema = {"type": "array", "items": {"type": "integer"}}
+    lines = errors(schema, ["x"] * (MAX_ERRORS + 5))
+    assert len(lines) == MAX_ERRORS + 1
+    assert lines[-1] == "... and 5 more errors"
+
+
+def test_long_values_are_cut() -> None:
+    [line] = errors({"type": "integer"}, "x" * 1000)
+    assert len(line) <= 300
+    assert line.endswith("...")
+
+
+@pytest.mark.parametrize(
+    "schema", [{"type": "dict"}, {"properties": {"a": {"pattern": "[unclosed"}}}, "object", 12]
+)
+def test_invalid_schemas_are_unusable_not_errors(schema: Any) -> None:
+    compiled = compile_schema(schema)
+    assert compiled.validator is None
+    assert compiled.unusable
+    with pytest.raises(UnusableSchema):
+        compiled.errors({})
+
+
+def test_unresolvable_refs_are_unusable_at_validation_without_network() -> None:
+    for ref in ("#/$defs/missing", "https://example.invalid/schema.json"):
+        compiled = compile_schema({"properties": {"a": {"$ref": ref}}})
+        with pytest.raises(UnusableSchema):
+            compiled.errors({"a": 1})
+
+
+def test_an_older_draft_named_by_dollar_schema_is_honoured() -> None:
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "array",
+        "items": [{"type": "integer"}],
+    }
+    assert errors(schema, [1, "extra"]) == []
+    assert errors(schema, ["x"]) == ["$[0]: 'x' is not of type 'integer'"]
+
+
+def test_the_key_ignores_key_order() -> None:
+    assert schema_key({"a": 1, "b": [1, 2]}) == schema_key({"b": [1, 2], "a": 1})
+    assert schema_key({"a": 1}) != schema_key({"a": 2})
+    assert schema_key({"a": {1, 2}}) is None
+
+
+def test_cache_reuses_compiled_validators_and_stays_bounded() -> None:
+    cache = ValidatorCache(max_entries=2)
+    first = cache.get({"type": "object", "properties": {"a": {"type": "integer"}}})
+    again = cache.get({"properties": {"a": {"type": "integer"}}, "type": "object"})
+    assert again is first
+    assert (cache.hits, cache.misses) == (1, 1)
+    cache.get({"type": "string"})
+    cache.get({"type": "integer"})  # evicts the least recently used: the first
+    assert len(cache) == 2
+    assert cache.get({"type": "object", "properties": {"a": {"type": "integer"}}}) is not first
+
+
+def test_the_cache_keeps_its_own_copy_of_the_schema() -> None:
+    cache = ValidatorCache()
+    schema: dict[str, Any] = {"type": "object", "required": ["a"]}
+    compiled = cache.get(schema)
+    schema["required"].append("b")
+    assert compiled.errors({"a": 1}) == []
