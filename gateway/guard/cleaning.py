@@ -219,13 +219,20 @@ def _convert(value: str, json_type: str) -> Any:
 
 
 def strict_loads(text: str) -> Any:
-    """JSON as the standard has it: Python's json also reads NaN and Infinity, which are not
-    JSON and which no tool's client could parse back."""
-    return json.loads(text, parse_constant=_reject_constant)
+    """JSON as the standard has it: Python's json also reads NaN and Infinity, and turns 1e400
+    into infinity; none of them is JSON, and no tool's client could parse them back."""
+    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(literal: str) -> float:
+    number = float(literal)
+    if not math.isfinite(number):  # 1e400: would be re-serialized as Infinity
+        raise ValueError(f"the number {literal} is out of range")
+    return number
 
 
 def _types(schema: Schema) -> frozenset[str] | None:

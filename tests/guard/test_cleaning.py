@@ -57,6 +57,7 @@ def test_values_take_the_type_the_schema_names(schema: Any, value: Any, cleaned:
         ({"type": "array"}, '{"a": 1}'),
         ({"type": "object"}, "[1]"),
         ({"type": "array"}, "[NaN]"),
+        ({"type": "array"}, "[1e400]"),
         ({"type": "string", "format": "date"}, "01/02/2024"),
         ({"type": "string", "format": "date"}, "2024-02-30"),
         ({"type": "string", "format": "date-time"}, "2024-01-01 10:00"),

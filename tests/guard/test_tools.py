@@ -177,6 +177,7 @@ def test_no_tools_declared() -> None:
         ('{"amount": 1,', "arguments are not valid JSON: Expecting property name"),
         ("{'amount': 1}", "near \"{'amount': 1}\""),
         ('{"amount": NaN, "to": "x"}', "NaN is not JSON"),
+        ('{"amount": 1e400, "to": "x"}', "the number 1e400 is out of range"),
         ({"amount": 1}, "arguments must be a string holding a JSON object"),
     ],
 )
