@@ -49,12 +49,23 @@ class RequestContext:
     retrieval_seconds: float | None = None
     sources: int | None = None
     degradation_level: int | None = None  # 1-4, when a knowledge base or level 4 was involved
+    # guards
+    loop_stop: str | None = None  # why the agent loop guard stepped in
+    compression: str | None = None  # summarized, cached, failed
+    compressed_turns: int = 0
+    tool_guard: str | None = None  # what the tool-call guard did: cleaned, repaired, stripped...
+    guard_usage: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
     def note_failure(self, deployment: str, reason: str) -> None:
         self.upstream_failures.append((deployment, reason))
+
+    def add_guard_usage(self, purpose: str, model: str, usage: Any) -> None:
+        """Tokens the gateway spent on the request's behalf (summaries, repairs)."""
+        if isinstance(usage, dict):
+            self.guard_usage.append((purpose, model, usage))
 
     def record_usage(self, usage: Any) -> None:
         if isinstance(usage, dict):

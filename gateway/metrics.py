@@ -198,6 +198,24 @@ class Metrics:
             ["knowledge_base", "outcome"],
             registry=r,
         )
+        self.loop_stops = Counter(
+            "gateway_loop_stops",
+            "Agent loops stopped, by rule and action (finalize or error).",
+            ["model", "reason", "action"],
+            registry=r,
+        )
+        self.compressions = Counter(
+            "gateway_compressions",
+            "Long histories compressed: summarized, cached (summary reused), failed.",
+            ["model", "result"],
+            registry=r,
+        )
+        self.guard_tokens = Counter(
+            "gateway_guard_tokens",
+            "Tokens the gateway spent on a request's behalf (summaries, tool-call repairs).",
+            ["model", "purpose", "direction"],
+            registry=r,
+        )
         self.build_info = Gauge(
             "gateway_build_info",
             "Always 1; labels name the running build.",
@@ -250,6 +268,19 @@ class Metrics:
                 )
         if ctx.degradation_level is not None:
             self._child(self.degradations, model, str(ctx.degradation_level)).inc()
+        self._observe_guards(ctx, model)
+
+    def _observe_guards(self, ctx: RequestContext, model: str) -> None:
+        if ctx.loop_stop is not None:
+            action = "error" if ctx.status == 400 else "finalize"
+            self._child(self.loop_stops, model, ctx.loop_stop, action).inc()
+        if ctx.compression is not None:
+            self._child(self.compressions, model, ctx.compression).inc()
+        for purpose, used_model, usage in ctx.guard_usage:
+            for direction, key in (("input", "prompt_tokens"), ("output", "completion_tokens")):
+                self._child(self.guard_tokens, used_model, purpose, direction).inc(
+                    _count(usage.get(key))
+                )
 
     def _observe_resilience(self, ctx: RequestContext, model: str) -> None:
         for deployment, reason in ctx.upstream_failures:

@@ -1,6 +1,7 @@
 """The request flow, stage by stage, and nothing else.
 
-    resolve the model -> choose a knowledge base -> cache lookup (exact, then semantic)
+    resolve the model -> stop runaway agent loops -> compress a long history
+    -> choose a knowledge base -> cache lookup (exact, then semantic)
         hit -> answer from the cache
     -> retrieve from the knowledge base: level 1 (grounded), 2 (too little), 3 (failed)
     -> upstreams: breakers, retries, fallbacks (a plain answer, or a stream whose first chunk
@@ -8,7 +9,7 @@
     -> finish the answer for its level (sources, disclaimer); the cache stores it in the
        background once complete
 
-Later stages (policy, rate limit, loop guard, routing, tool-call guard) slot in here in the
+Later stages (policy, rate limit, routing, tool-call guard) slot in here in the
 order of docs/ARCHITECTURE.md. Nothing in this module knows HTTP: it takes wire types and a
 RequestContext and returns JSON or a chunk stream.
 """
@@ -25,6 +26,7 @@ from gateway.cache.service import CacheHit, CachePlan, SemanticCache
 from gateway.config import ModelRoute, Settings
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest, ModelNotFound
+from gateway.guard.conversation import ConversationGuard
 from gateway.rag.grounding import grounded_messages, sources_field
 from gateway.rag.service import Grounding, Knowledge
 from gateway.resilience.executor import AllUpstreamsUnavailable, UpstreamExecutor
@@ -41,10 +43,12 @@ class Pipeline:
         settings: Settings,
         executor: UpstreamExecutor,
         knowledge: Knowledge,
+        conversation: ConversationGuard,
         cache: SemanticCache | None = None,
     ) -> None:
         self.settings = settings
         self.executor = executor
+        self.conversation = conversation
         self.knowledge = knowledge
         self.cache = cache
 
@@ -52,6 +56,8 @@ class Pipeline:
         self, ctx: RequestContext, request: ChatCompletionRequest, body: Json
     ) -> Json | ChunkStream:
         route = ctx.route = self.resolve(request.model, "chat")
+        body = self.conversation.stop_loops(ctx, body)
+        body = await self.conversation.compress(ctx, route, body)
         knowledge_base = self.knowledge.select(ctx, route)
         plan = self._cache_plan(ctx, route, body, knowledge_base)
         if self.cache and plan:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from gateway.cache.service import SemanticCache
 from gateway.config import Settings
+from gateway.guard.conversation import ConversationGuard
 from gateway.pipeline import Pipeline
 from gateway.rag.service import Knowledge
 from gateway.resilience.breaker import Breakers
@@ -33,7 +34,9 @@ class Runtime:
                 breakers.get(deployment.key)  # exported (and on the admin API) from the start
         knowledge = Knowledge(settings, breakers)
         executor = UpstreamExecutor(settings, upstreams, breakers)
-        return cls(settings, upstreams, knowledge, Pipeline(settings, executor, knowledge, cache))
+        conversation = ConversationGuard(settings, executor)
+        pipeline = Pipeline(settings, executor, knowledge, conversation, cache)
+        return cls(settings, upstreams, knowledge, pipeline)
 
     async def start(self) -> None:
         await self.knowledge.start()

@@ -95,4 +95,10 @@ def _headers(ctx: RequestContext) -> dict[str, str]:
             headers[degradation.HEADER] = degradation.REASONS[level]
     if ctx.knowledge_base is not None:
         headers["x-gateway-knowledge-base"] = ctx.knowledge_base
+    if ctx.loop_stop is not None:
+        headers["x-gateway-loop-stop"] = ctx.loop_stop
+    if ctx.compression is not None:
+        headers["x-gateway-compression"] = f"{ctx.compression}; turns={ctx.compressed_turns}"
+    if ctx.tool_guard is not None:
+        headers["x-gateway-tool-guard"] = ctx.tool_guard
     return headers

@@ -1,0 +1,149 @@
+"""The agent-loop guard and context compression, end to end with the OpenAI SDK: what the
+upstream receives, and what the client sees."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from gateway.guard.compression import SUMMARY_PREFIX
+from gateway.guard.summarizer import INSTRUCTION
+from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from tests.e2e.helpers import running_gateway, upstream_requests
+from tests.servers import GatewayServer, ServerThread, settings_for
+
+Json = dict[str, Any]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+
+
+def guard_yaml(action: str) -> str:
+    return f"""
+guard:
+  loops: {{action: {action}, max_identical_calls: 3}}
+  compression: {{enabled: true, max_turns: 8, keep_turns: 2, summarizer_model: mapped}}
+"""
+
+
+@pytest.fixture(scope="module")
+def finalize_gw(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
+    with running_gateway(server_thread, settings_for(fake.url, guard_yaml("finalize"))) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="module")
+def error_gw(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
+    with running_gateway(server_thread, settings_for(fake.url, guard_yaml("error"))) as gw:
+        yield gw
+
+
+def client(gw: GatewayServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0, timeout=20)
+
+
+def looping_history(rounds: int) -> list[Json]:
+    messages: list[Json] = [{"role": "user", "content": "Weather in Paris?"}]
+    for i in range(rounds):
+        call = {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})},
+        }
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": "sunny, 21C"})
+    return messages
+
+
+def test_a_normal_agent_turn_passes_untouched(
+    finalize_gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    raw = client(finalize_gw).chat.completions.with_raw_response.create(
+        model="fake-model", messages=looping_history(1), tools=TOOLS
+    )
+    assert "x-gateway-loop-stop" not in raw.headers
+    assert upstream_requests(fake_upstream)[-1]["body"]["tools"] == TOOLS
+
+
+def test_identical_calls_are_finalized_with_tools_off(
+    finalize_gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    raw = client(finalize_gw).chat.completions.with_raw_response.create(
+        model="fake-model", messages=looping_history(3), tools=TOOLS, tool_choice="auto"
+    )
+    assert raw.headers["x-gateway-loop-stop"] == "identical_calls"
+    assert raw.parse().choices[0].message.content
+    sent = upstream_requests(fake_upstream)[-1]["body"]
+    assert "tools" not in sent and "tool_choice" not in sent
+    assert "get_weather" in sent["messages"][-1]["content"]
+    assert sent["messages"][:7] == looping_history(3), "the history itself is kept"
+
+
+def test_the_error_policy_answers_400_saying_why(
+    error_gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client(error_gw).chat.completions.create(
+            model="fake-model", messages=looping_history(3), tools=TOOLS
+        )
+    assert info.value.code == "agent_loop_detected"
+    assert "get_weather" in info.value.message and "3" in info.value.message
+    assert not upstream_requests(fake_upstream), "nothing was sent upstream"
+
+
+def long_conversation(turns: int, topic: str = "squared") -> list[Json]:
+    messages: list[Json] = [{"role": "system", "content": "You are helpful."}]
+    for i in range(turns // 2):
+        messages.append({"role": "user", "content": f"Question {i}: what is {i} {topic}?"})
+        messages.append({"role": "assistant", "content": f"{i} squared is {i * i}."})
+    messages.append({"role": "user", "content": "And what did I ask first?"})
+    return messages
+
+
+def test_a_long_history_is_summarized_once_then_reused(
+    finalize_gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    messages = long_conversation(10)
+    raw = client(finalize_gw).chat.completions.with_raw_response.create(
+        model="fake-model", messages=messages
+    )
+    assert raw.headers["x-gateway-compression"].startswith("summarized")
+    summary_call, main_call = upstream_requests(fake_upstream)
+    assert summary_call["body"]["model"] == "upstream-name", "the summarizer model was used"
+    assert summary_call["body"]["messages"][0]["content"] == INSTRUCTION
+    sent = main_call["body"]["messages"]
+    assert sent[0] == messages[0]
+    assert sent[1]["role"] == "system" and sent[1]["content"].startswith(SUMMARY_PREFIX)
+    assert sent[-1] == messages[-1]
+    assert len(sent) < len(messages)
+
+    again = client(finalize_gw).chat.completions.with_raw_response.create(
+        model="fake-model", messages=messages
+    )
+    assert again.headers["x-gateway-compression"].startswith("cached")
+    assert len(upstream_requests(fake_upstream)) == 3, "no second summary call"
+
+
+def test_a_failing_summarizer_keeps_the_last_turns(
+    finalize_gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.per_model["upstream-name"] = Knobs(status=500)
+    messages = long_conversation(12, topic="cubed")  # a prefix never summarized before
+    raw = client(finalize_gw).chat.completions.with_raw_response.create(
+        model="fake-model", messages=messages
+    )
+    assert raw.headers["x-gateway-compression"].startswith("failed")
+    sent = [r for r in upstream_requests(fake_upstream) if r["body"]["model"] == "fake-model"]
+    kept = sent[-1]["body"]["messages"]
+    assert kept[0] == messages[0] and kept[-1] == messages[-1]
+    assert len(kept) <= 1 + 2 + 1, "the system prompt, the last turns, the question"
