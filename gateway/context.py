@@ -54,6 +54,8 @@ class RequestContext:
     compression: str | None = None  # summarized, cached, failed
     compressed_turns: int = 0
     tool_guard: str | None = None  # what the tool-call guard did: cleaned, repaired, stripped...
+    tool_repairs: int = 0
+    tool_problems: list[str] = field(default_factory=list)  # kinds of what stayed wrong
     guard_usage: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
 
     def elapsed(self) -> float:

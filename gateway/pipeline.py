@@ -6,10 +6,11 @@
     -> retrieve from the knowledge base: level 1 (grounded), 2 (too little), 3 (failed)
     -> upstreams: breakers, retries, fallbacks (a plain answer, or a stream whose first chunk
        has arrived); nothing answered -> level 4
+    -> check the answer's tool calls (repair them with the model, or strip them)
     -> finish the answer for its level (sources, disclaimer); the cache stores it in the
        background once complete
 
-Later stages (policy, rate limit, routing, tool-call guard) slot in here in the
+Later stages (policy, rate limit, routing) slot in here in the
 order of docs/ARCHITECTURE.md. Nothing in this module knows HTTP: it takes wire types and a
 RequestContext and returns JSON or a chunk stream.
 """
@@ -27,6 +28,7 @@ from gateway.config import ModelRoute, Settings
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.guard.conversation import ConversationGuard
+from gateway.guard.tool_guard import ToolCallGuard
 from gateway.rag.grounding import grounded_messages, sources_field
 from gateway.rag.service import Grounding, Knowledge
 from gateway.resilience.executor import AllUpstreamsUnavailable, UpstreamExecutor
@@ -44,11 +46,13 @@ class Pipeline:
         executor: UpstreamExecutor,
         knowledge: Knowledge,
         conversation: ConversationGuard,
+        tool_guard: ToolCallGuard,
         cache: SemanticCache | None = None,
     ) -> None:
         self.settings = settings
         self.executor = executor
         self.conversation = conversation
+        self.tool_guard = tool_guard
         self.knowledge = knowledge
         self.cache = cache
 
@@ -74,11 +78,27 @@ class Pipeline:
                 _prompt(body, grounding),
                 stream=bool(request.stream),
                 wants_usage=request.wants_usage_in_stream,
-                on_complete=self._store(ctx, plan, grounding),
             )
         except AllUpstreamsUnavailable as err:
             return await self._unavailable(ctx, request, body, err)
+        reply = await self._guard_tool_calls(ctx, route, body, reply)
+        store = self._store(ctx, plan, grounding)
+        if store is not None and ctx.fallback_model is None:  # a fallback's answer is not ours
+            if isinstance(reply, ChunkStream):
+                reply.on_complete(store)
+            else:
+                store(reply)
         return self._finish(ctx, request, body, reply, grounding)
+
+    async def _guard_tool_calls(
+        self, ctx: RequestContext, route: ModelRoute, body: Json, reply: Json | ChunkStream
+    ) -> Json | ChunkStream:
+        if not self.tool_guard.applies(body):
+            return reply
+        if isinstance(reply, ChunkStream):
+            self.tool_guard.hold(ctx, route, body, reply)
+            return reply
+        return await self.tool_guard.review(ctx, route, body, reply)
 
     def _cache_plan(
         self, ctx: RequestContext, route: ModelRoute, body: Json, knowledge_base: str | None

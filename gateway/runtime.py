@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from gateway.cache.service import SemanticCache
 from gateway.config import Settings
 from gateway.guard.conversation import ConversationGuard
+from gateway.guard.tool_guard import ToolCallGuard
 from gateway.pipeline import Pipeline
 from gateway.rag.service import Knowledge
 from gateway.resilience.breaker import Breakers
@@ -35,7 +36,8 @@ class Runtime:
         knowledge = Knowledge(settings, breakers)
         executor = UpstreamExecutor(settings, upstreams, breakers)
         conversation = ConversationGuard(settings, executor)
-        pipeline = Pipeline(settings, executor, knowledge, conversation, cache)
+        tool_guard = ToolCallGuard(settings, executor)
+        pipeline = Pipeline(settings, executor, knowledge, conversation, tool_guard, cache)
         return cls(settings, upstreams, knowledge, pipeline)
 
     async def start(self) -> None:

@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.chunks import Accumulator
 from gateway.context import RequestContext
 from gateway.errors import GatewayError
 
 Json = dict[str, Any]
+
+
+class ChunkFilter(Protocol):
+    """Sits between the upstream and the client: changes, holds or adds chunks."""
+
+    def feed(self, chunk: Json) -> Json | None: ...
+
+    async def finish(self) -> list[Json]: ...
 
 
 class ChunkStream:
@@ -34,6 +42,7 @@ class ChunkStream:
         self._on_complete = on_complete
         self._on_break = on_break
         self._accumulator = Accumulator() if on_complete else None
+        self._filter: ChunkFilter | None = None
 
     @classmethod
     async def open(
@@ -59,6 +68,14 @@ class ChunkStream:
         ctx.first_token_seconds = time.perf_counter() - started
         return cls(ctx, source, first, client_wants_usage, on_complete, on_break)
 
+    def on_complete(self, callback: Callable[[Json], None]) -> None:
+        """Hear of the whole completion once the stream has ended normally (set before relay)."""
+        self._on_complete = callback
+        self._accumulator = Accumulator()
+
+    def set_filter(self, chunk_filter: ChunkFilter) -> None:
+        self._filter = chunk_filter
+
     def annotate_first(self, fields: Json) -> None:
         """Add fields to the first chunk the client receives (the sources of a grounded answer)."""
         if self._first:
@@ -76,10 +93,10 @@ class ChunkStream:
         try:
             if self._first is not None:
                 batch, self._first = self._first, None
-                yield [chunk for chunk in batch if self._relay(chunk)]
+                yield self._outgoing(batch)
             try:
                 async for batch in self._source:
-                    yield [chunk for chunk in batch if self._relay(chunk)]
+                    yield self._outgoing(batch)
             except GatewayError:
                 # After the first byte there is no falling back: the client gets an SSE error
                 # event; the stream is counted as broken and never cached.
@@ -87,6 +104,8 @@ class ChunkStream:
                 if self._on_break:
                     self._on_break()
                 raise
+            if self._filter is not None:
+                yield [chunk for chunk in await self._filter.finish() if self._relay(chunk)]
             if self._on_complete and self._accumulator:
                 self._on_complete(self._accumulator.completion())
         finally:
@@ -94,6 +113,11 @@ class ChunkStream:
                 time.perf_counter() - started
             )
             await self._source.aclose()
+
+    def _outgoing(self, batch: list[Json]) -> list[Json]:
+        if self._filter is not None:
+            batch = [c for c in map(self._filter.feed, batch) if c is not None]
+        return [chunk for chunk in batch if self._relay(chunk)]
 
     def _relay(self, chunk: Json) -> bool:
         """Account usage; hide it (and usage-only chunks) when only the gateway asked for it."""

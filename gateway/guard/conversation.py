@@ -61,7 +61,7 @@ class ConversationGuard:
             sub.tenant = ctx.tenant
             request = summary_request(summarizer.name, messages)
             reply = await self.executor.chat(
-                sub, summarizer, request, stream=False, wants_usage=False, on_complete=None
+                sub, summarizer, request, stream=False, wants_usage=False
             )
             ctx.add_guard_usage("summary", summarizer.name, sub.usage)
             assert isinstance(reply, dict)

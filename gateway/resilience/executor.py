@@ -59,15 +59,11 @@ class UpstreamExecutor:
         *,
         stream: bool,
         wants_usage: bool,
-        on_complete: Callable[[Json], None] | None,
     ) -> Json | ChunkStream:
-        """A completion, or a stream whose first chunk has arrived. Only the requested model's
-        own answer goes to `on_complete` (the cache): a fallback's answer is not its answer."""
+        """A completion, or a stream whose first chunk has arrived. `ctx.fallback_model` says
+        whether a fallback answered."""
         if not stream:
-            reply = await self._timed(ctx, self._run(ctx, route, body, _chat, fallbacks=True))
-            if on_complete is not None and ctx.fallback_model is None:
-                on_complete(reply)
-            return reply
+            return await self._timed(ctx, self._run(ctx, route, body, _chat, fallbacks=True))
 
         async def open_stream(provider: Provider, upstream_body: Json) -> ChunkStream:
             if provider.settings.stream_usage and not wants_usage:
@@ -80,7 +76,6 @@ class UpstreamExecutor:
                 ctx,
                 provider.stream(upstream_body),
                 wants_usage,
-                on_complete if ctx.fallback_model is None else None,
                 on_break=breaker.record_failure if breaker else None,
             )
 

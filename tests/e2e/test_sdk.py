@@ -181,7 +181,8 @@ def run_turn(sdk: Sdk, streamed: bool, **call: Any) -> tuple[str | None, list[Js
                 for choice in c.choices
                 for f in choice.delta.tool_calls or []
             ]
-            assert len(fragments) > 2 * len(calls), "arguments must arrive in fragments"
+            # The tool-call guard holds a call's fragments until it is complete and checked.
+            assert len(fragments) == len(calls), "each call arrives whole, once checked"
         return stream_text(result.chunks) or None, calls, reasons[0]
     choice = sdk.chat(**call).choices[0]
     tool_calls = choice.message.tool_calls or []

@@ -1,0 +1,123 @@
+"""Settling a model's tool calls: check them, send the invalid ones back to the model with what
+is wrong, and when that does not fix them, apply the policy (strip, pass, or fail).
+
+Works on one assistant message (a plain answer's, or a stream's once its calls are complete),
+so plain and streamed answers are judged by the same code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gateway.config import ToolGuardConfig
+from gateway.guard.problems import MODEL_FIXABLE, Problem
+from gateway.guard.tools import CheckedCall, ToolCatalog, check_tool_choice
+
+Json = dict[str, Any]
+Outcome = Literal["ok", "cleaned", "repaired", "stripped", "passed", "failed"]
+AskAgain = Callable[[list[Json]], Awaitable[Json]]
+"""Sends the conversation plus the given messages back to the model; returns its new message."""
+
+STRIPPED_TEXT = (
+    "I could not make a valid tool call for this request, so I did not call any tool. "
+    "Please rephrase or give more detail."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    message: Json  # the assistant message to send: content and valid (cleaned) tool calls
+    outcome: Outcome
+    problems: list[Problem] = field(default_factory=list)  # what remained wrong, if anything
+    repairs: int = 0  # times the model was asked again
+
+    @property
+    def finish_reason(self) -> str:
+        return "tool_calls" if self.message.get("tool_calls") else "stop"
+
+
+async def settle(
+    message: Json,
+    catalog: ToolCatalog,
+    tool_choice: Any,
+    config: ToolGuardConfig,
+    ask_again: AskAgain,
+) -> Settled:
+    current, repairs = message, 0
+    while True:
+        checked, problems = _check(current, catalog, tool_choice)
+        if not problems:
+            cleaned = any(c.changes for c in checked)
+            outcome: Outcome = "repaired" if repairs else "cleaned" if cleaned else "ok"
+            return Settled(_with_calls(current, [c.call for c in checked]), outcome, [], repairs)
+        fixable = all(p.kind in MODEL_FIXABLE for p in problems)
+        if not fixable or repairs >= config.repair_attempts:
+            return _give_up(current, checked, problems, config, repairs)
+        repairs += 1
+        current = await ask_again(feedback(current, checked, problems))
+
+
+def feedback(message: Json, checked: list[CheckedCall], problems: list[Problem]) -> list[Json]:
+    """The assistant's answer and one `tool` message per call saying what is wrong with it
+    (every call needs an answer for the conversation to stay valid)."""
+    calls = [dict(c.call) for c in checked]
+    for i, call in enumerate(calls):
+        call.setdefault("id", None)
+        call["id"] = call["id"] or f"call_gateway_{i}"
+    out: list[Json] = [
+        {"role": "assistant", "content": message.get("content"), "tool_calls": calls}
+    ]
+    if not calls:
+        out = [{"role": "assistant", "content": message.get("content") or ""}]
+    for call, result in zip(calls, checked, strict=True):
+        if result.problems:
+            text = "Error, the call was not executed: " + "; ".join(map(str, result.problems))
+            text += ". Send the call again, corrected."
+        else:
+            text = (
+                "Not executed, because another call in the same answer was invalid. Send it again."
+            )
+        out.append({"role": "tool", "tool_call_id": call["id"], "content": text})
+    choice_problems = [p for p in problems if p.kind == "tool_choice"]
+    if choice_problems:
+        wrong = "; ".join(map(str, choice_problems))
+        out.append({"role": "user", "content": f"Your answer does not follow the rules: {wrong}."})
+    return out
+
+
+def _check(
+    message: Json, catalog: ToolCatalog, tool_choice: Any
+) -> tuple[list[CheckedCall], list[Problem]]:
+    calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+    checked = [catalog.check(call) for call in calls]
+    problems = [p for c in checked for p in c.problems]
+    content = message.get("content") if isinstance(message.get("content"), str) else None
+    problems += check_tool_choice(tool_choice, [c.call for c in checked], content)
+    return checked, problems
+
+
+def _give_up(
+    message: Json,
+    checked: list[CheckedCall],
+    problems: list[Problem],
+    config: ToolGuardConfig,
+    repairs: int,
+) -> Settled:
+    if config.on_failure == "pass":
+        return Settled(message, "passed", problems, repairs)
+    if config.on_failure == "error":
+        return Settled(message, "failed", problems, repairs)
+    valid = [c.call for c in checked if c.ok]
+    stripped = _with_calls(message, valid)
+    if not valid and not (stripped.get("content") or "").strip():
+        stripped["content"] = STRIPPED_TEXT
+    return Settled(stripped, "stripped", problems, repairs)
+
+
+def _with_calls(message: Json, calls: list[Any]) -> Json:
+    out = {k: v for k, v in message.items() if k != "tool_calls"}
+    if calls:
+        out["tool_calls"] = [dict(c) for c in calls]
+    return out

@@ -1,0 +1,104 @@
+"""The tool-call guard stage: every tool call a model answers with is checked against the
+request's `tools` (and `tool_choice`) before the client sees it, repaired with the model when
+it is wrong, and otherwise handled by policy. Plain answers are reviewed whole; streams have
+their tool-call deltas held (guard/held_calls.py) and reviewed once complete."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gateway.config import ModelRoute, Settings
+from gateway.context import RequestContext
+from gateway.errors import GatewayError
+from gateway.guard.held_calls import HeldToolCalls
+from gateway.guard.repair import Settled, settle
+from gateway.guard.tools import ToolCatalog
+from gateway.resilience.executor import UpstreamExecutor
+from gateway.streaming import ChunkStream
+
+log = logging.getLogger("gateway.guard")
+Json = dict[str, Any]
+_PROBLEMS_HEADER_CHARS = 512
+
+
+class ToolCallFailed(GatewayError):
+    """The model's tool calls stayed invalid after repair, and the policy says fail."""
+
+    status = 502
+    type = "upstream_error"
+    code = "invalid_tool_call"
+
+
+class ToolCallGuard:
+    def __init__(self, settings: Settings, executor: UpstreamExecutor) -> None:
+        self.settings = settings
+        self.executor = executor
+
+    def applies(self, body: Json) -> bool:
+        """Requests that declare tools, with one choice (n > 1 answers pass unchecked)."""
+        config = self.settings.guard.tools
+        return config.enabled and bool(body.get("tools")) and (body.get("n") or 1) == 1
+
+    async def review(self, ctx: RequestContext, route: ModelRoute, body: Json, reply: Json) -> Json:
+        """A plain answer with its tool calls settled."""
+        choices = reply.get("choices") or []
+        if len(choices) != 1 or not isinstance(choices[0].get("message"), dict):
+            return reply
+        settled = await self._settle(ctx, route, body, choices[0]["message"])
+        choice = {**choices[0], "message": settled.message}
+        if choices[0].get("finish_reason") in ("tool_calls", "stop", None):
+            choice["finish_reason"] = settled.finish_reason
+        return {**reply, "choices": [choice]}
+
+    def hold(self, ctx: RequestContext, route: ModelRoute, body: Json, stream: ChunkStream) -> None:
+        """A stream: content flows on; tool calls are sent once complete and settled."""
+
+        async def settle_message(message: Json) -> Settled:
+            return await self._settle(ctx, route, body, message)
+
+        stream.set_filter(HeldToolCalls(settle_message))
+
+    async def _settle(
+        self, ctx: RequestContext, route: ModelRoute, body: Json, message: Json
+    ) -> Settled:
+        config = self.settings.guard.tools
+        catalog = ToolCatalog.from_request(body.get("tools"), config.rules, config.clean)
+        answering = self.settings.routes.get(ctx.fallback_model or route.name, route)
+
+        async def ask_again(extra: list[Json]) -> Json:
+            repair = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+            repair["messages"] = [*body["messages"], *extra]
+            sub = RequestContext(request_id=f"{ctx.request_id}-repair", endpoint="chat")
+            sub.tenant = ctx.tenant
+            reply = await self.executor.chat(
+                sub, answering, repair, stream=False, wants_usage=False
+            )
+            assert isinstance(reply, dict)
+            ctx.add_guard_usage("repair", answering.name, sub.usage)
+            choices = reply.get("choices") or [{}]
+            return dict(choices[0].get("message") or {})
+
+        settled = await settle(message, catalog, body.get("tool_choice"), config, ask_again)
+        ctx.tool_guard = settled.outcome
+        ctx.tool_repairs = settled.repairs
+        ctx.tool_problems = [p.kind for p in settled.problems]
+        if settled.problems:
+            log.info(
+                "request %s: tool calls %s after %d repair(s): %s",
+                ctx.request_id,
+                settled.outcome,
+                settled.repairs,
+                "; ".join(map(str, settled.problems)),
+            )
+        if settled.outcome == "failed":
+            raise ToolCallFailed(
+                "The model's tool calls are invalid and could not be repaired: "
+                + "; ".join(map(str, settled.problems))
+            )
+        if settled.outcome == "passed":
+            text = "; ".join(map(str, settled.problems))[:_PROBLEMS_HEADER_CHARS]
+            ctx.response_headers["x-gateway-tool-problems"] = text.encode(
+                "ascii", "replace"
+            ).decode()
+        return settled
