@@ -210,6 +210,26 @@ class Metrics:
             ["model", "result"],
             registry=r,
         )
+        self.tool_calls = Counter(
+            "gateway_tool_calls",
+            "Answers to requests with tools, by what the tool-call guard did: ok, cleaned, "
+            "repaired, stripped, passed, failed.",
+            ["model", "outcome"],
+            registry=r,
+        )
+        self.tool_call_problems = Counter(
+            "gateway_tool_call_problems",
+            "Problems left after repair, by kind (unknown_tool, invalid_json, schema, rule, "
+            "tool_choice, policy_error).",
+            ["kind"],
+            registry=r,
+        )
+        self.tool_repairs = Counter(
+            "gateway_tool_repairs",
+            "Times a model was asked again to fix its tool calls.",
+            ["model"],
+            registry=r,
+        )
         self.guard_tokens = Counter(
             "gateway_guard_tokens",
             "Tokens the gateway spent on a request's behalf (summaries, tool-call repairs).",
@@ -276,6 +296,12 @@ class Metrics:
             self._child(self.loop_stops, model, ctx.loop_stop, action).inc()
         if ctx.compression is not None:
             self._child(self.compressions, model, ctx.compression).inc()
+        if ctx.tool_guard is not None:
+            self._child(self.tool_calls, model, ctx.tool_guard).inc()
+            for kind in ctx.tool_problems:
+                self._child(self.tool_call_problems, kind).inc()
+            if ctx.tool_repairs:
+                self._child(self.tool_repairs, model).inc(ctx.tool_repairs)
         for purpose, used_model, usage in ctx.guard_usage:
             for direction, key in (("input", "prompt_tokens"), ("output", "completion_tokens")):
                 self._child(self.guard_tokens, used_model, purpose, direction).inc(

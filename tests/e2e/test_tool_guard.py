@@ -1,0 +1,216 @@
+"""The tool-call guard end to end, with the OpenAI SDK and the fake upstream scripted to
+hallucinate tools, send bad arguments, fix them on feedback or refuse to, plain and streamed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from gateway.testing.fake_upstream import FakeUpstream
+from tests.e2e.helpers import request, running_gateway, upstream_requests
+from tests.e2e.sdk import Sdk
+from tests.servers import GatewayServer, ServerThread, settings_for
+
+Json = dict[str, Any]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "transfer",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "amount": {"type": "number", "minimum": 0},
+                    "to": {"type": "string"},
+                    "currency": {"type": "string", "enum": ["EUR", "USD"]},
+                    "on": {"type": "string", "format": "date"},
+                },
+                "required": ["amount", "to"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {"name": "balance", "parameters": {"type": "object", "properties": {}}},
+    },
+]
+GOOD = {"name": "transfer", "arguments": {"amount": 10, "to": "Bob", "currency": "EUR"}}
+HALLUCINATED = {"name": "transfer_money", "arguments": {"amount": 10, "to": "Bob"}}
+BAD_ARGS = {"name": "transfer", "arguments": {"amount": "lots", "to": "Bob", "currency": "GBP"}}
+
+
+def ask(sdk: Sdk, replies: list[Json], streamed: bool, **kw: Any) -> tuple[Any, list[Json]]:
+    """(content, tool calls as plain dicts) of one turn whose upstream answers are scripted."""
+    call = {
+        "model": "fake-model",
+        "messages": [{"role": "user", "content": "Send Bob 10 euros."}],
+        "tools": TOOLS,
+        "extra_body": {"fake": {"replies": replies}},
+        **kw,
+    }
+    if not streamed:
+        message = sdk.chat(**call).choices[0].message
+        calls = [c.model_dump() for c in message.tool_calls or []]
+        return message.content, [{"name": c["function"]["name"], **c} for c in calls]
+    result = sdk.stream(**call)
+    assert result.error is None, result.error
+    text = "".join(c.choices[0].delta.content or "" for c in result.chunks if c.choices)
+    calls: dict[int, Json] = {}
+    for chunk in result.chunks:
+        for choice in chunk.choices:
+            for delta in choice.delta.tool_calls or []:
+                calls[delta.index] = {
+                    "name": delta.function.name,
+                    "id": delta.id,
+                    "function": {"arguments": delta.function.arguments},
+                }
+    return text or None, [calls[i] for i in sorted(calls)]
+
+
+def args(call: Json) -> Json:
+    import json
+
+    parsed: Json = json.loads(call["function"]["arguments"])
+    return parsed
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_a_valid_call_passes_untouched(sdk: Sdk, fake_upstream: FakeUpstream, streamed: bool):
+    _, calls = ask(sdk, [{"tool_calls": [GOOD]}], streamed)
+    assert [c["name"] for c in calls] == ["transfer"]
+    assert args(calls[0]) == GOOD["arguments"]
+    assert len(upstream_requests(fake_upstream)) == 1
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("bad", [HALLUCINATED, BAD_ARGS], ids=["hallucinated", "bad-arguments"])
+def test_an_invalid_call_is_repaired_with_the_model(
+    sdk: Sdk, fake_upstream: FakeUpstream, streamed: bool, bad: Json
+) -> None:
+    _, calls = ask(sdk, [{"tool_calls": [bad]}, {"tool_calls": [GOOD]}], streamed)
+    assert [c["name"] for c in calls] == ["transfer"] and args(calls[0]) == GOOD["arguments"]
+    _, repair = upstream_requests(fake_upstream)
+    feedback = repair["body"]["messages"][-1]
+    assert feedback["role"] == "tool"
+    assert feedback["tool_call_id"] == repair["body"]["messages"][-2]["tool_calls"][0]["id"]
+    if bad is HALLUCINATED:
+        assert "'transfer_money' does not exist" in feedback["content"]
+        assert "transfer" in feedback["content"]
+    else:
+        assert "amount" in feedback["content"] and "GBP" in feedback["content"]
+    assert repair["body"].get("stream") is not True, "repairs are plain calls"
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_a_model_that_will_not_fix_it_has_the_call_stripped(
+    sdk: Sdk, fake_upstream: FakeUpstream, streamed: bool
+) -> None:
+    content, calls = ask(sdk, [{"tool_calls": [HALLUCINATED]}], streamed)
+    assert calls == [], "the client never sees an undeclared tool"
+    assert content and "valid tool call" in content
+    assert len(upstream_requests(fake_upstream)) == 3, "the answer and two repair attempts"
+
+
+def test_only_the_bad_call_of_parallel_calls_is_stripped(
+    sdk: Sdk, fake_upstream: FakeUpstream
+) -> None:
+    balance = {"name": "balance", "arguments": {}}
+    _, calls = ask(sdk, [{"tool_calls": [balance, HALLUCINATED]}], streamed=False)
+    assert [c["name"] for c in calls] == ["balance"]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_cleaning_fixes_what_is_deterministic_without_a_repair(
+    sdk: Sdk, fake_upstream: FakeUpstream, streamed: bool
+) -> None:
+    sloppy = {
+        "name": "transfer",
+        "arguments": {"amount": " 12.50 ", "to": "Bob", "on": "Jan 5, 2030"},
+    }
+    _, calls = ask(sdk, [{"tool_calls": [sloppy]}], streamed)
+    assert args(calls[0]) == {"amount": 12.5, "to": "Bob", "on": "2030-01-05"}
+    assert len(upstream_requests(fake_upstream)) == 1
+
+
+def test_streamed_content_still_flows_before_the_held_calls(
+    sdk: Sdk, fake_upstream: FakeUpstream
+) -> None:
+    content, calls = ask(sdk, [{"content": "Let me do that.", "tool_calls": [GOOD]}], True)
+    assert content == "Let me do that." and [c["name"] for c in calls] == ["transfer"]
+
+
+def test_tool_choice_required_is_enforced(sdk: Sdk, fake_upstream: FakeUpstream) -> None:
+    _, calls = ask(
+        sdk,
+        [{"content": "I'd rather chat."}, {"tool_calls": [GOOD]}],
+        False,
+        tool_choice="required",
+    )
+    assert [c["name"] for c in calls] == ["transfer"]
+    repair = upstream_requests(fake_upstream)[-1]["body"]["messages"][-1]
+    assert repair["role"] == "user" and "required" in repair["content"]
+
+
+def test_headers_and_metrics_say_what_happened(gw: GatewayServer, fake_upstream: FakeUpstream):
+    body = {
+        "model": "fake-model",
+        "messages": [{"role": "user", "content": "Send Bob 10 euros."}],
+        "tools": TOOLS,
+        "fake": {"replies": [{"tool_calls": [BAD_ARGS]}, {"tool_calls": [GOOD]}]},
+    }
+    resp = asyncio.run(request("POST", gw.url + "/v1/chat/completions", body=body))
+    assert resp.headers["x-gateway-tool-guard"] == "repaired"
+    text = asyncio.run(request("GET", gw.url + "/metrics")).text
+    assert 'gateway_tool_calls_total{model="fake-model",outcome="repaired"}' in text
+    assert (
+        'gateway_guard_tokens_total{direction="input",model="fake-model",purpose="repair"}' in text
+    )
+
+
+@pytest.fixture(scope="module")
+def pass_gw(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
+    settings = settings_for(fake.url, "guard: {tools: {on_failure: pass, repair_attempts: 1}}")
+    with running_gateway(server_thread, settings) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def error_gw(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
+    settings = settings_for(fake.url, "guard: {tools: {on_failure: error, repair_attempts: 0}}")
+    with running_gateway(server_thread, settings) as server:
+        yield server
+
+
+def _client(gw: GatewayServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+
+
+def test_the_pass_policy_forwards_with_a_warning(
+    pass_gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    raw = _client(pass_gw).chat.completions.with_raw_response.create(
+        model="fake-model",
+        messages=[{"role": "user", "content": "x"}],
+        tools=TOOLS,
+        extra_body={"fake": {"replies": [{"tool_calls": [HALLUCINATED]}]}},
+    )
+    assert raw.headers["x-gateway-tool-guard"] == "passed"
+    assert "transfer_money" in raw.headers["x-gateway-tool-problems"]
+    assert raw.parse().choices[0].message.tool_calls[0].function.name == "transfer_money"
+
+
+def test_the_error_policy_answers_502(error_gw: GatewayServer, fake_upstream: FakeUpstream):
+    with pytest.raises(openai.APIStatusError) as info:
+        _client(error_gw).chat.completions.create(
+            model="fake-model",
+            messages=[{"role": "user", "content": "x"}],
+            tools=TOOLS,
+            extra_body={"fake": {"replies": [{"tool_calls": [BAD_ARGS]}]}},
+        )
+    assert info.value.status_code == 502
+    assert info.value.code == "invalid_tool_call" and "GBP" in info.value.message
