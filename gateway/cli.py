@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(settings: Settings) -> int:
+    if _check_hooks(settings):
+        return 1
     served = settings.served_models()
     providers = len(settings.providers)
     print(f"{settings.source}: OK ({len(served)} servable models, {providers} providers)")
@@ -88,6 +90,22 @@ def _check(settings: Settings) -> int:
         )
     _check_knowledge_bases(settings)
     return 0
+
+
+def _check_hooks(settings: Settings) -> int:
+    """Tool-rule hooks are imported here, so a typo fails the check rather than requests."""
+    from gateway.guard.rules import HookError, load_hook
+
+    broken = 0
+    for tool, rule in settings.guard.tools.rules.items():
+        if rule.hook is None:
+            continue
+        try:
+            load_hook(rule.hook)
+        except HookError as exc:
+            broken += 1
+            print(f"  error: guard.tools.rules.{tool}.hook {rule.hook!r}: {exc}", file=sys.stderr)
+    return 1 if broken else 0
 
 
 def _check_knowledge_bases(settings: Settings) -> None:

@@ -57,3 +57,14 @@ def test_serve_prints_where_it_listens_serves_and_stops_on_sigterm(tmp_path: Pat
             assert proc.wait(timeout=15) == 0
         finally:
             proc.kill()
+
+
+def test_check_imports_tool_rule_hooks(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "providers: {d: {type: demo}}\nmodels: [{name: m, provider: d}]\n"
+        'guard: {tools: {rules: {t: {hook: "nowhere.module:fn"}}}}\n'
+    )
+    result = _gateway("check", "--config", str(config))
+    assert result.returncode == 1
+    assert "nowhere.module:fn" in result.stderr and "No module named" in result.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -17,6 +18,15 @@ class ArgumentRule(Strict):
     maximum: float | None = None
     enum: list[Any] | None = Field(None, description="Allowed values (narrower than the schema).")
     not_in_past: bool = Field(False, description="A date or date-time that must not be past.")
+
+    @model_validator(mode="after")
+    def _pattern_compiles(self) -> ArgumentRule:
+        if self.pattern is not None:
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern is not a valid regular expression: {exc}") from None
+        return self
 
 
 class ToolRule(Strict):
