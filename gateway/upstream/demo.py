@@ -54,8 +54,12 @@ class DemoProvider(Provider):
         out += [make({"content": word if i == 0 else " " + word}) for i, word in enumerate(words)]
         for index, call in enumerate(message.get("tool_calls", [])):
             fn, args = call["function"], call["function"]["arguments"]
-            opening = {"index": index, "id": call["id"], "type": "function",
-                       "function": {"name": fn["name"], "arguments": ""}}
+            opening = {
+                "index": index,
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": fn["name"], "arguments": ""},
+            }
             out.append(make({"tool_calls": [opening]}))
             out += [
                 make({"tool_calls": [{"index": index, "function": {"arguments": args[i : i + 8]}}]})

@@ -106,8 +106,11 @@ def _entity(a: _Features, b: _Features) -> str | None:
 
 
 def _qualifies(prev: _Span | None, sp: _Span, text: str, other: frozenset[str]) -> bool:
-    return (prev is not None and any(t in other for t in prev.tokens)
-            and text[prev.end : sp.start].strip() in {",", "(", "-", ""})
+    return (
+        prev is not None
+        and any(t in other for t in prev.tokens)
+        and text[prev.end : sp.start].strip() in {",", "(", "-", ""}
+    )
 
 
 def _first_inversion(a: tuple[_Span, ...], b: tuple[_Span, ...]) -> tuple[_Span, _Span] | None:
@@ -129,8 +132,10 @@ def _first_inversion(a: tuple[_Span, ...], b: tuple[_Span, ...]) -> tuple[_Span,
 def _order(a: _Features, b: _Features) -> str | None:
     """Same names, other roles: "Indian women like Pakistani men" vs the reverse,
     "北京到上海" vs "上海到北京". Swapping around "and" / "vs" / "和" keeps the meaning."""
-    for spans_a, spans_b, text in ((a.entity_spans, b.entity_spans, a.entity_text),
-                                   (a.zh_entities, b.zh_entities, a.zh_text)):
+    for spans_a, spans_b, text in (
+        (a.entity_spans, b.entity_spans, a.entity_text),
+        (a.zh_entities, b.zh_entities, a.zh_text),
+    ):
         if len(spans_a) < 2 or {s.key for s in spans_a} != {s.key for s in spans_b}:
             continue
         pair = _first_inversion(spans_a, spans_b)
@@ -168,7 +173,7 @@ def _zh_swap(a: _Features, b: _Features) -> str | None:
 
 
 def _zh_pronoun_order(a: _Features, b: _Features) -> str | None:
-    """"她说我爱她" / "我说她爱我": the same people in other roles."""
+    """ "她说我爱她" / "我说她爱我": the same people in other roles."""
     pa = [u for u in a.zh_units if u in _ZH_PERSONS]
     pb = [u for u in b.zh_units if u in _ZH_PERSONS]
     return "order" if len(set(pa)) > 1 and set(pa) == set(pb) and pa != pb else None

@@ -50,8 +50,11 @@ def _extract_dates(low: str, words: list[str], has_cjk: bool) -> frozenset[str]:
             elif day:
                 found.add(f"day:{_as_number(day)}")
             elif dow:
-                found.add("rel:weekend0" if dow == "末" else
-                          f"dow:{'一二三四五六日天'.index(dow) + 1 if dow != '天' else 7}")
+                found.add(
+                    "rel:weekend0"
+                    if dow == "末"
+                    else f"dow:{'一二三四五六日天'.index(dow) + 1 if dow != '天' else 7}"
+                )
             elif rel:
                 found.add(f"rel:{_ZH_RELATIVE[rel]}")
     return frozenset(found)

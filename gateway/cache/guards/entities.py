@@ -68,8 +68,11 @@ def _is_title_case(tokens: list[str]) -> bool:
     """Headline Style Capitalizes Common Words too; a sentence full of names does not."""
     long_words = [w for w in tokens[1:] if len(w) > 3]
     caps = [w for w in long_words if w[0].isupper()]
-    return (len(long_words) >= 3 and len(caps) >= 0.8 * len(long_words)
-            and any(w.casefold() in _EN_STOP for w in caps))
+    return (
+        len(long_words) >= 3
+        and len(caps) >= 0.8 * len(long_words)
+        and any(w.casefold() in _EN_STOP for w in caps)
+    )
 
 
 def _entity_spans(text: str, low: str) -> tuple[_Span, ...]:
@@ -108,8 +111,9 @@ def _entity_spans(text: str, low: str) -> tuple[_Span, ...]:
     return tuple(spans)
 
 
-def _entity_kind(tok: str, key: str, shouting: bool, title: bool, text: str,
-                 pos: int) -> str | None:
+def _entity_kind(
+    tok: str, key: str, shouting: bool, title: bool, text: str, pos: int
+) -> str | None:
     if key in _EN_ENTITIES or (not tok.isalpha() and tok.casefold() in _EN_ENTITIES):
         return "strong"
     if tok.islower() or shouting:
@@ -136,5 +140,9 @@ def _zh_entities(low: str) -> tuple[_Span, ...]:
     found = [e for e in _ZH_ENTITIES if e in low]
     # Keep the longest name at each place: 中国银行, not also 中国.
     kept = [e for e in found if not any(e != o and e in o for o in found)]
-    return tuple(sorted((_Span((e,), True, low.find(e), low.find(e) + len(e)) for e in kept),
-                        key=lambda sp: sp.start))
+    return tuple(
+        sorted(
+            (_Span((e,), True, low.find(e), low.find(e) + len(e)) for e in kept),
+            key=lambda sp: sp.start,
+        )
+    )

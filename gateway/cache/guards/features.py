@@ -68,8 +68,9 @@ class _Features:
 
 def _extract_identifiers(text: str) -> frozenset[str]:
     found: set[str] = set()
-    matches = [m.group(1) for cue, pattern in _IDENT_RULES if cue in text
-               for m in pattern.finditer(text)]
+    matches = [
+        m.group(1) for cue, pattern in _IDENT_RULES if cue in text for m in pattern.finditer(text)
+    ]
     matches += [m for m in _INNER_CAPITAL_RE.findall(text) if len(m) >= _MIN_INNER_CAPITAL]
     for ident in matches:
         ident = ident.strip().rstrip(".").removesuffix("()")
@@ -96,8 +97,10 @@ def _direction(low: str, has_cjk: bool) -> tuple[frozenset[str], frozenset[str]]
     if m and (m.group(1) != "to" or _EN_DIRECTION_CUE_RE.search(low)):
         left = [_stem(w) for w in _WORD_RE.findall(low[: m.start()])]
         right = [_stem(w) for w in _WORD_RE.findall(low[m.end() :])]
-        return (frozenset([w for w in left if w not in _EN_STOP][-_DIRECTION_WINDOW:]),
-                frozenset([w for w in right if w not in _EN_STOP][:_DIRECTION_WINDOW]))
+        return (
+            frozenset([w for w in left if w not in _EN_STOP][-_DIRECTION_WINDOW:]),
+            frozenset([w for w in right if w not in _EN_STOP][:_DIRECTION_WINDOW]),
+        )
     if has_cjk:
         m = _ZH_DIRECTION_RE.search(low)
         if m:
@@ -126,8 +129,10 @@ def _features(text: str) -> _Features:
         numbers=frozenset(q.numbers),
         soft_numbers=frozenset(q.soft),
         negations=_count_negations(low, words, has_cjk),
-        words=frozenset(_canon(_stem(t)) for t in (
-            tokens if entity_text is text else (*tokens, *_TOKEN_RE.findall(entity_text)))),
+        words=frozenset(
+            _canon(_stem(t))
+            for t in (tokens if entity_text is text else (*tokens, *_TOKEN_RE.findall(entity_text)))
+        ),
         tokens=frozenset(t.casefold() for t in tokens),
         direction=_direction(low, has_cjk),
         genders=_genders(words, low, has_cjk),

@@ -30,10 +30,12 @@ _UNIT_OF = {spelling: canon for canon, spellings in _UNITS.items() for spelling 
 # in _UNIT_OF ("5 km", "5km", "五公里", "3.5%", "20°C", "10 个月", "3 and half days" no).
 _AFTER_RE = re.compile(r"\s?([a-z]+(?:/[a-z])?|°[cf]?|[%$€£¥₹]|[\u3400-\u9fff]{1,3})")
 # Spellings that name a unit wherever they stand ("in miles", "多少公里").
-_UNIT_WORDS = {u: c for u, c in _UNIT_OF.items() if u not in _UNIT_SHORT and u.isalpha()
-               and u.isascii()}
-_ZH_UNIT_ANY_RE = re.compile(_alternation(
-    [u for u in _UNIT_OF if u not in _UNIT_SHORT and not u.isascii() and u.isalpha()]))
+_UNIT_WORDS = {
+    u: c for u, c in _UNIT_OF.items() if u not in _UNIT_SHORT and u.isalpha() and u.isascii()
+}
+_ZH_UNIT_ANY_RE = re.compile(
+    _alternation([u for u in _UNIT_OF if u not in _UNIT_SHORT and not u.isascii() and u.isalpha()])
+)
 _UNIT_SYMBOL_RE = re.compile(r"[%$€£¥₹]|°[cf]?")
 _HOW_MANY_UNIT_RE = re.compile(
     r"\bhow (?:many|much|long)(?: \w+)? (seconds|minutes|hours|days|weeks|months|years)\b|"
@@ -79,7 +81,8 @@ _ZH_NEG_CHARS = frozenset("不没沒无無未别勿莫非否")
 # (cue characters, pattern): a pattern runs only when one of its cues is in the text.
 # re.ASCII: a CJK character next to an identifier is a boundary ("getUserName方法").
 _IDENT_RULES: list[tuple[str, re.Pattern[str]]] = [
-    (cue, re.compile(pattern, re.ASCII)) for cue, pattern in [
+    (cue, re.compile(pattern, re.ASCII))
+    for cue, pattern in [
         ("`", r"`([^`\n]+)`"),
         ("(", r"(?<![\w.])([A-Za-z_][\w.]*)(?=\()"),  # a call: foo_bar(, os.path.join(
         ("_", r"\b([A-Za-z0-9]*[A-Za-z][A-Za-z0-9]*(?:_\w+)+|_+[A-Za-z]\w*)\b"),  # snake_case
@@ -109,7 +112,8 @@ _JOINER_RE = re.compile(
 # Directional frames: "convert X to Y", "from X to Y", "X better than Y", "X比Y", "X换成Y".
 _EN_DIRECTION_CUE_RE = re.compile(
     r"\b(?:convert\w*|translat\w*|transform\w*|switch\w*|migrat\w*|mov\w*|transfer\w*|"
-    r"chang\w*|from|fly|flights?|drive|travel\w*)\b")
+    r"chang\w*|from|fly|flights?|drive|travel\w*)\b"
+)
 _EN_DIRECTION_RE = re.compile(r"\b(than|into|to)\b")
 _ZH_DIRECTION_RE = re.compile(
     r"(?<!对)比(?!较|赛|例|如|分|率)|换成|转成|变成|翻译成|转换成|转为|到"
