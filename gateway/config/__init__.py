@@ -32,6 +32,13 @@ from gateway.config.resilience import (
     RetryConfig,
     UnavailableConfig,
 )
+from gateway.config.routing import (
+    AliasConfig,
+    EscalationConfig,
+    RoutingConfig,
+    ScoringConfig,
+    TierConfig,
+)
 from gateway.config.schema import (
     ApiKeyConfig,
     AuthConfig,
@@ -55,6 +62,7 @@ from gateway.config.settings import (
 __all__ = [
     "CALIBRATED_THRESHOLDS",
     "DEFAULT_CONFIG_PATH",
+    "AliasConfig",
     "ApiKeyConfig",
     "ArgumentRule",
     "AttachConfig",
@@ -72,6 +80,7 @@ __all__ = [
     "Deployment",
     "DeploymentConfig",
     "EmbedderConfig",
+    "EscalationConfig",
     "GuardConfig",
     "KnowledgeBaseConfig",
     "LoopGuardConfig",
@@ -82,8 +91,11 @@ __all__ = [
     "ProviderSettings",
     "ResilienceConfig",
     "RetryConfig",
+    "RoutingConfig",
+    "ScoringConfig",
     "ServerConfig",
     "Settings",
+    "TierConfig",
     "TimeoutConfig",
     "ToolGuardConfig",
     "ToolRule",

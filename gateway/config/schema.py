@@ -12,6 +12,7 @@ from gateway.config.cache import CacheConfig, CachePolicyOverride
 from gateway.config.guard import GuardConfig
 from gateway.config.knowledge import KnowledgeBaseConfig
 from gateway.config.resilience import DegradationConfig, ResilienceConfig
+from gateway.config.routing import RoutingConfig
 
 
 class ServerConfig(Strict):
@@ -119,6 +120,7 @@ class ConfigFile(Strict):
     degradation: DegradationConfig = Field(default_factory=DegradationConfig)
     knowledge_bases: dict[str, KnowledgeBaseConfig] = Field(default_factory=dict)
     guard: GuardConfig = Field(default_factory=GuardConfig)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
 
     @model_validator(mode="after")
     def _cross_references(self) -> ConfigFile:
@@ -151,12 +153,30 @@ class ConfigFile(Strict):
                 raise ValueError(f"auth.keys: environment variable {key.env!r} is listed twice")
             tenants_by_env[key.env] = key.tenant
         self._check_attachments(kinds)
+        self._check_routing(kinds)
         summarizer = self.guard.compression.summarizer_model
         if summarizer is not None and kinds.get(summarizer) != "chat":
             raise ValueError(
                 f"guard.compression.summarizer_model: {summarizer!r} is not a chat model"
             )
         return self
+
+    def _check_routing(self, kinds: dict[str, str]) -> None:
+        for alias, config in self.routing.aliases.items():
+            where = f"routing.aliases.{alias}"
+            if alias in kinds:
+                raise ValueError(f"{where}: {alias!r} is already a model name or alias")
+            for tier in config.tiers:
+                if kinds.get(tier.model) != "chat":
+                    raise ValueError(
+                        f"{where}.tiers: {tier.model!r} is not a configured chat model"
+                    )
+            highest = len(config.tiers) - 1
+            escalate = config.escalate
+            floors = [escalate.tools, escalate.images, escalate.long_context_tier]
+            floors += list(escalate.tenants.values())
+            if any(floor is not None and floor > highest for floor in floors):
+                raise ValueError(f"{where}.escalate: a tier above the highest ({highest})")
 
     def _check_attachments(self, kinds: dict[str, str]) -> None:
         """Each model or tenant gets at most one knowledge base, and only chat models get one."""

@@ -18,6 +18,7 @@ from gateway.config.cache import CachePolicy
 from gateway.config.guard import GuardConfig
 from gateway.config.knowledge import KnowledgeBaseConfig
 from gateway.config.resilience import DegradationConfig, ResilienceConfig
+from gateway.config.routing import RoutingConfig
 from gateway.config.schema import (
     ConfigFile,
     ModelConfig,
@@ -96,6 +97,10 @@ class Settings:
     @property
     def degradation(self) -> DegradationConfig:
         return self.file.degradation
+
+    @property
+    def routing(self) -> RoutingConfig:
+        return self.file.routing
 
     @property
     def guard(self) -> GuardConfig:

@@ -1,0 +1,66 @@
+"""The `routing:` section: aliases that route by task complexity to tiers of models."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from gateway.config.base import Strict
+
+
+class TierConfig(Strict):
+    model: str = Field(description="A configured chat model.")
+    max_score: float | None = Field(
+        None, ge=0, le=1, description="Scores up to this go here; the last tier takes the rest."
+    )
+
+
+class EscalationConfig(Strict):
+    """Requests that need at least a given tier (0 = the cheapest), whatever their score."""
+
+    tools: int | None = Field(None, ge=0, description="Minimum tier when tools are declared.")
+    images: int | None = Field(None, ge=0, description="Minimum tier when a message has images.")
+    long_context_tokens: int | None = Field(None, ge=1, description="Above this many tokens...")
+    long_context_tier: int = Field(1, ge=0, description="...at least this tier.")
+    tenants: dict[str, int] = Field(default_factory=dict, description="Tenant -> minimum tier.")
+
+
+class AliasConfig(Strict):
+    tiers: list[TierConfig] = Field(min_length=1, description="Cheapest first.")
+    escalate: EscalationConfig = Field(default_factory=EscalationConfig)
+    sticky: bool = Field(
+        True, description="A conversation once escalated does not drop to a weaker tier."
+    )
+    when_open: Literal["up", "down"] = Field(
+        "up", description="When the chosen tier's breakers are open: try stronger, or weaker."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AliasConfig:
+        bounds = [t.max_score for t in self.tiers[:-1]]
+        if any(b is None for b in bounds):
+            raise ValueError("every tier but the last needs max_score")
+        if bounds != sorted(bounds):  # type: ignore[type-var]
+            raise ValueError("tiers must go from cheap to strong: max_score increasing")
+        return self
+
+
+class ScoringConfig(Strict):
+    """How the complexity score in [0, 1] is made: weighted features plus exemplar votes."""
+
+    weights: dict[str, float] = Field(
+        default_factory=dict, description="Feature name -> weight; unset ones use the defaults."
+    )
+    exemplars: str | None = Field(
+        None, description="YAML file of labelled prompts; default: the shipped set."
+    )
+    neighbours: int = Field(7, ge=1, le=50, description="Exemplars that vote.")
+    exemplar_weight: float = Field(
+        0.5, ge=0, le=1, description="Share of the score from exemplar votes (0: features only)."
+    )
+
+
+class RoutingConfig(Strict):
+    aliases: dict[str, AliasConfig] = Field(default_factory=dict)
+    scoring: ScoringConfig = Field(default_factory=ScoringConfig)
