@@ -18,7 +18,8 @@ from gateway.guard.tools import CheckedCall, ToolCatalog, check_tool_choice
 Json = dict[str, Any]
 Outcome = Literal["ok", "cleaned", "repaired", "stripped", "passed", "failed"]
 AskAgain = Callable[[list[Json]], Awaitable[Json]]
-"""Sends the conversation plus the given messages back to the model; returns its new message."""
+"""Sends the conversation plus the given messages (the failed attempts and their feedback so
+far) back to the model; returns its new message."""
 
 STRIPPED_TEXT = (
     "I could not make a valid tool call for this request, so I did not call any tool. "
@@ -46,6 +47,7 @@ async def settle(
     ask_again: AskAgain,
 ) -> Settled:
     current, repairs = message, 0
+    conversation: list[Json] = []  # every failed attempt and its feedback, oldest first
     while True:
         checked, problems = _check(current, catalog, tool_choice)
         if not problems:
@@ -56,7 +58,9 @@ async def settle(
         if not fixable or repairs >= config.repair_attempts:
             return _give_up(current, checked, problems, config, repairs)
         repairs += 1
-        current = await ask_again(feedback(current, checked, problems))
+        # The model sees all its failed attempts, so it cannot go back to an earlier mistake.
+        conversation += feedback(current, checked, problems)
+        current = await ask_again(conversation)
 
 
 def feedback(message: Json, checked: list[CheckedCall], problems: list[Problem]) -> list[Json]:

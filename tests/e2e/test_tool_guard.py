@@ -214,3 +214,15 @@ def test_the_error_policy_answers_502(error_gw: GatewayServer, fake_upstream: Fa
         )
     assert info.value.status_code == 502
     assert info.value.code == "invalid_tool_call" and "GBP" in info.value.message
+
+
+def test_each_repair_carries_the_earlier_attempts(sdk: Sdk, fake_upstream: FakeUpstream) -> None:
+    wrong_type = {"name": "transfer", "arguments": {"amount": "ten", "to": "Bob"}}
+    _, calls = ask(
+        sdk,
+        [{"tool_calls": [HALLUCINATED]}, {"tool_calls": [wrong_type]}, {"tool_calls": [GOOD]}],
+        False,
+    )
+    assert [c["name"] for c in calls] == ["transfer"] and args(calls[0]) == GOOD["arguments"]
+    last = upstream_requests(fake_upstream)[-1]["body"]["messages"]
+    assert [m["role"] for m in last] == ["user", "assistant", "tool", "assistant", "tool"]

@@ -129,10 +129,14 @@ def test_absent_arguments_are_not_checked() -> None:
     assert messages(ArgumentRule(minimum=1), "not an object") == []
 
 
-def test_an_invalid_policy_pattern_is_a_policy_error() -> None:
-    problems = check_rules(
-        "t", ToolRule(arguments={"x": ArgumentRule(pattern="[")}), {"x": "a"}, now=NOW
-    )
+def test_an_invalid_policy_pattern_is_refused_by_the_config() -> None:
+    with pytest.raises(ValueError, match="not a valid regular expression"):
+        ArgumentRule(pattern="[")
+
+
+def test_an_invalid_pattern_that_got_past_the_config_is_a_policy_error() -> None:
+    broken = ArgumentRule.model_construct(pattern="[")  # as if validation were skipped
+    problems = check_rules("t", ToolRule(arguments={"x": broken}), {"x": "a"}, now=NOW)
     assert [p.kind for p in problems] == ["policy_error"]
 
 
