@@ -136,7 +136,8 @@ def test_an_invalid_policy_pattern_is_refused_by_the_config() -> None:
 
 def test_an_invalid_pattern_that_got_past_the_config_is_a_policy_error() -> None:
     broken = ArgumentRule.model_construct(pattern="[")  # as if validation were skipped
-    problems = check_rules("t", ToolRule(arguments={"x": broken}), {"x": "a"}, now=NOW)
+    rule = ToolRule.model_construct(arguments={"x": broken}, hook=None)
+    problems = check_rules("t", rule, {"x": "a"}, now=NOW)
     assert [p.kind for p in problems] == ["policy_error"]
 
 
