@@ -1,0 +1,1 @@
+"""Complexity routing: explainable prompt features and exemplar votes make a score in [0, 1]."""

@@ -1,0 +1,180 @@
+"""The complexity score in [0, 1]: weighted prompt features, mixed with exemplar votes.
+
+Feature part: each feature's count is squashed onto [0, 1] by `log(1 + count) / log(1 +
+saturation)` (capped at 1), so the first code block or reasoning marker counts most and a
+hundred numbers do not drown everything else; the weighted sum plus `bias` goes through a
+logistic. Every term is in `Score.parts`, so a routing decision can be read back.
+
+Exemplar part: the cosine of the request's embedding (the one the cache computes: nothing is
+embedded here at request time) with each labelled exemplar; the `neighbours` nearest vote with
+their difficulty, weighted by similarity. The two parts mix as
+`(1 - exemplar_weight) * features + exemplar_weight * exemplars`; with no embedding, the
+feature part alone.
+
+The default weights are set by what each feature means (explicit reasoning asks and code weigh
+most; chit-chat openers pull down), not fitted to a benchmark; `routing.scoring.weights`
+overrides any of them by name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gateway.config.routing import ScoringConfig
+from gateway.routing.exemplars import Exemplar, load_exemplars
+from gateway.routing.features import SCORED, Features
+
+if TYPE_CHECKING:
+    from gateway.cache.embedder import Embedder
+
+BIAS = "bias"
+DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType(
+    {
+        BIAS: -2.5,
+        "last_user_tokens": 1.5,
+        "total_tokens": 0.5,
+        "code_blocks": 1.0,
+        "identifiers": 0.8,
+        "code_task": 1.0,
+        "math": 1.2,
+        "numbers": 0.6,
+        "relations": 0.6,
+        "reasoning": 2.0,
+        "multi_step": 0.8,
+        "questions": 0.3,
+        "constraints": 0.6,
+        "simple": -1.0,
+        "tools": 0.8,
+        "depth": 0.4,
+        "images": 0.8,
+    }
+)
+# The count at which a feature's part is full (its weight); log-scaled below that.
+SATURATION: Mapping[str, float] = MappingProxyType(
+    {
+        "last_user_tokens": 1000,
+        "total_tokens": 16000,
+        "code_blocks": 3,
+        "identifiers": 20,
+        "code_task": 4,
+        "math": 8,
+        "numbers": 16,
+        "relations": 8,
+        "reasoning": 3,
+        "multi_step": 6,
+        "questions": 4,
+        "constraints": 6,
+        "simple": 1,
+        "tools": 8,
+        "depth": 12,
+        "images": 2,
+    }
+)
+
+FEATURES_PART = "features"
+EXEMPLARS_PART = "exemplars"
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    text: str
+    domain: str
+    difficulty: float
+    similarity: float
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """`value` in [0, 1]. `parts`: `bias` and each weighted feature term that is not zero (their
+    sum goes through the logistic), `features` (the feature part), and `exemplars` (the vote)
+    when exemplars voted. `neighbours`: the voters, nearest first."""
+
+    value: float
+    parts: dict[str, float]
+    neighbours: tuple[Neighbour, ...] = field(default=())
+
+
+def resolve_weights(overrides: Mapping[str, float]) -> dict[str, float]:
+    """The defaults with `overrides` applied; an unknown name is an error that lists the known."""
+    unknown = sorted(set(overrides) - set(DEFAULT_WEIGHTS))
+    if unknown:
+        raise ValueError(
+            f"unknown routing weight(s) {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(DEFAULT_WEIGHTS))}"
+        )
+    return {**DEFAULT_WEIGHTS, **overrides}
+
+
+class ComplexityScorer:
+    def __init__(self, config: ScoringConfig) -> None:
+        self.weights = resolve_weights(config.weights)
+        self.exemplars: tuple[Exemplar, ...] = load_exemplars(config.exemplars)
+        self.neighbours = min(config.neighbours, len(self.exemplars))
+        self.exemplar_weight = config.exemplar_weight
+        self._terms = tuple(
+            (name, self.weights[name], math.log1p(SATURATION[name]))
+            for name in SCORED
+            if self.weights[name] != 0
+        )
+        self._difficulty = np.array([e.difficulty for e in self.exemplars], dtype=np.float32)
+        self._matrix: np.ndarray | None = None
+
+    @property
+    def prepared(self) -> bool:
+        return self._matrix is not None
+
+    async def prepare(self, embedder: Embedder) -> None:
+        """Embed the exemplars once, with the embedder whose vectors `score` will be given."""
+        vectors = await embedder.embed_many([e.text for e in self.exemplars])
+        self._matrix = np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def score(self, features: Features, vector: np.ndarray | None = None) -> Score:
+        """The score of a request; `vector` is its embedding (L2-normalized), if there is one.
+        Before `prepare`, or with no vector, the feature part alone."""
+        parts = {BIAS: self.weights[BIAS]}
+        raw = parts[BIAS]
+        for name, weight, log_saturation in self._terms:
+            count = getattr(features, name)
+            if count > 0:
+                part = weight * min(1.0, math.log1p(count) / log_saturation)
+                parts[name] = part
+                raw += part
+        by_features = 1.0 / (1.0 + math.exp(-raw))
+        parts[FEATURES_PART] = by_features
+        if vector is None or self._matrix is None or self.exemplar_weight == 0:
+            return Score(by_features, parts)
+        vote, neighbours = self._vote(vector)
+        parts[EXEMPLARS_PART] = vote
+        value = (1 - self.exemplar_weight) * by_features + self.exemplar_weight * vote
+        return Score(min(1.0, max(0.0, value)), parts, neighbours)
+
+    def _vote(self, vector: np.ndarray) -> tuple[float, tuple[Neighbour, ...]]:
+        assert self._matrix is not None
+        if vector.shape != (self._matrix.shape[1],):
+            raise ValueError(
+                f"a vector of shape {vector.shape}, but the exemplars were embedded "
+                f"with dimension {self._matrix.shape[1]}: use the same embedder"
+            )
+        similarities = self._matrix @ vector.astype(np.float32, copy=False)
+        k = self.neighbours
+        nearest = np.argpartition(-similarities, k - 1)[:k] if k < len(similarities) else None
+        if nearest is None:
+            nearest = np.arange(len(similarities))
+        nearest = nearest[np.argsort(-similarities[nearest])]
+        weights = np.maximum(similarities[nearest], 0.0)
+        difficulty = self._difficulty[nearest]
+        total = float(weights.sum())
+        vote = float(weights @ difficulty) / total if total > 1e-6 else float(difficulty.mean())
+        neighbours = tuple(
+            Neighbour(e.text, e.domain, e.difficulty, float(s))
+            for e, s in zip(
+                (self.exemplars[i] for i in nearest), similarities[nearest], strict=True
+            )
+        )
+        return vote, neighbours
