@@ -1,4 +1,4 @@
-"""`gateway serve | check | cache stats | kb ingest` (also `python -m gateway`)."""
+"""`gateway serve | check | cache stats | kb ingest | route` (also `python -m gateway`)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     kb_ingest.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
     kb_ingest.add_argument("--quiet", action="store_true", help="no progress bar")
 
+    route = commands.add_parser("route", help="explain how a prompt would be routed")
+    route.add_argument("prompt")
+    route.add_argument("--alias", help="a routing alias (default: the first configured)")
+    route.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
+
     args = parser.parse_args(argv)
     try:
         settings = load_settings(args.config)
@@ -68,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         return _check(settings)
     if args.command == "cache":
         return _cache_stats(settings)
+    if args.command == "route":
+        return _route(settings, args.prompt, args.alias)
     if args.command == "kb":
         return _kb_ingest(settings, args.name, args.path, quiet=args.quiet)
     return _serve(settings, args.host, args.port)
@@ -124,6 +131,19 @@ def _check_knowledge_bases(settings: Settings) -> None:
                 f"  note: knowledge base '{name}' is not ingested yet (its requests are answered "
                 f"at level 3 until it is): run {reingest_hint(name)}"
             )
+
+
+def _route(settings: Settings, prompt: str, alias: str | None) -> int:
+    from gateway.routing.explain import explain
+
+    aliases = settings.routing.aliases
+    name = alias or next(iter(aliases), None)
+    if name is None or name not in aliases:
+        known = ", ".join(aliases) or "none configured (routing.aliases)"
+        print(f"unknown routing alias {alias!r}; aliases: {known}", file=sys.stderr)
+        return 2
+    print(asyncio.run(explain(settings, prompt, name)))
+    return 0
 
 
 def _cache_stats(settings: Settings) -> int:

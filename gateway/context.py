@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.config import Deployment, ModelRoute
+
+if TYPE_CHECKING:
+    from gateway.routing.router import RouteDecision
 
 
 @dataclass(slots=True)
@@ -34,6 +37,10 @@ class RequestContext:
     embed_seconds: float | None = None
     embedding: Any = None  # the last user turn's vector, computed once, reused by later stages
     saved_usage: dict[str, Any] | None = None  # usage of the upstream call a hit avoided
+    # routing stage
+    routing: RouteDecision | None = None  # set when the request named a routed alias
+    prompt_tokens_estimate: int | None = None  # for cost when a stream reports no usage
+    streamed_chars: int = 0  # content characters relayed to the client
     # resilience stage
     deadline_seconds: float | None = None  # from the x-gateway-timeout header
     attempts: int = 0

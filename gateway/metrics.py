@@ -23,6 +23,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gateway import __version__
+from gateway.config import Pricing
 from gateway.context import RequestContext
 from gateway.resilience.breaker import STATE_VALUES, Breaker
 
@@ -198,6 +199,27 @@ class Metrics:
             ["knowledge_base", "outcome"],
             registry=r,
         )
+        self.routing_decisions = Counter(
+            "gateway_routing_decisions",
+            "Requests for a routed alias, by the model chosen, its tier and why (score, "
+            "escalated:<rule>, sticky, moved-up, moved-down).",
+            ["alias", "model", "tier", "reason"],
+            registry=r,
+        )
+        self.routing_score = Histogram(
+            "gateway_routing_score",
+            "Complexity scores of requests for a routed alias.",
+            ["alias"],
+            buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+            registry=r,
+        )
+        self.cost = Counter(
+            "gateway_cost",
+            "Upstream cost spent (price-table currency), from usage or, for streams without "
+            "usage, an estimate.",
+            ["model"],
+            registry=r,
+        )
         self.loop_stops = Counter(
             "gateway_loop_stops",
             "Agent loops stopped, by rule and action (finalize or error).",
@@ -289,6 +311,25 @@ class Metrics:
         if ctx.degradation_level is not None:
             self._child(self.degradations, model, str(ctx.degradation_level)).inc()
         self._observe_guards(ctx, model)
+        self._observe_cost(ctx, model)
+
+    def _observe_cost(self, ctx: RequestContext, model: str) -> None:
+        decision = ctx.routing
+        if decision is not None:
+            tier = str(decision.tier)
+            self._child(self.routing_decisions, decision.alias, model, tier, decision.reason).inc()
+            self._child(self.routing_score, decision.alias).observe(decision.score)
+        usage = ctx.usage or _estimated_usage(ctx)
+        pricing = ctx.route.pricing if ctx.route else None
+        if usage is None or pricing is None or ctx.cache_result in ("hit-exact", "hit-semantic"):
+            return
+        spent = _cost(usage, pricing)
+        self._child(self.cost, model).inc(spent)
+        strongest = decision.strongest_pricing if decision else None
+        if decision is not None and strongest is not None:
+            saved = _cost(usage, strongest) - spent
+            if saved > 0:
+                self._child(self.saved_cost, decision.alias, "routing").inc(saved)
 
     def _observe_guards(self, ctx: RequestContext, model: str) -> None:
         if ctx.loop_stop is not None:
@@ -367,6 +408,21 @@ class _BreakerStates(Collector):
         for breaker in self._breakers:
             family.add_metric([breaker.name], STATE_VALUES.get(breaker.state, 2))
         yield family
+
+
+def _cost(usage: dict[str, Any], pricing: Pricing) -> float:
+    prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+    return (prompt * pricing.input_per_million + completion * pricing.output_per_million) / 1e6
+
+
+def _estimated_usage(ctx: RequestContext) -> dict[str, Any] | None:
+    """For a stream whose upstream reported no usage: the local estimate."""
+    if not ctx.stream or ctx.prompt_tokens_estimate is None:
+        return None
+    return {
+        "prompt_tokens": ctx.prompt_tokens_estimate,
+        "completion_tokens": (ctx.streamed_chars + 3) // 4,
+    }
 
 
 def _count(value: object) -> int:

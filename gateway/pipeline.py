@@ -1,7 +1,8 @@
 """The request flow, stage by stage, and nothing else.
 
     resolve the model -> stop runaway agent loops -> compress a long history
-    -> choose a knowledge base -> cache lookup (exact, then semantic)
+    -> route an alias to a tier by complexity -> choose a knowledge base
+    -> cache lookup (exact, then semantic)
         hit -> answer from the cache
     -> retrieve from the knowledge base: level 1 (grounded), 2 (too little), 3 (failed)
     -> upstreams: breakers, retries, fallbacks (a plain answer, or a stream whose first chunk
@@ -10,7 +11,7 @@
     -> finish the answer for its level (sources, disclaimer); the cache stores it in the
        background once complete
 
-Later stages (policy, rate limit, routing) slot in here in the
+Later stages (policy, rate limit) slot in here in the
 order of docs/ARCHITECTURE.md. Nothing in this module knows HTTP: it takes wire types and a
 RequestContext and returns JSON or a chunk stream.
 """
@@ -32,7 +33,9 @@ from gateway.guard.tool_guard import ToolCallGuard
 from gateway.rag.grounding import grounded_messages, sources_field
 from gateway.rag.service import Grounding, Knowledge
 from gateway.resilience.executor import AllUpstreamsUnavailable, UpstreamExecutor
+from gateway.routing.router import Router
 from gateway.streaming import ChunkStream
+from gateway.tokens import estimate_prompt_tokens
 from gateway.wire import ChatCompletionRequest, EmbeddingRequest
 
 Json = dict[str, Any]
@@ -47,9 +50,11 @@ class Pipeline:
         knowledge: Knowledge,
         conversation: ConversationGuard,
         tool_guard: ToolCallGuard,
+        router: Router,
         cache: SemanticCache | None = None,
     ) -> None:
         self.settings = settings
+        self.router = router
         self.executor = executor
         self.conversation = conversation
         self.tool_guard = tool_guard
@@ -59,9 +64,15 @@ class Pipeline:
     async def chat(
         self, ctx: RequestContext, request: ChatCompletionRequest, body: Json
     ) -> Json | ChunkStream:
-        route = ctx.route = self.resolve(request.model, "chat")
+        alias = self.router.alias(request.model)
+        route = ctx.route = self.resolve(alias.tiers[0].model if alias else request.model, "chat")
         body = self.conversation.stop_loops(ctx, body)
         body = await self.conversation.compress(ctx, route, body)
+        if alias is not None:
+            decision = ctx.routing = await self.router.decide(ctx, request.model, body)
+            route = ctx.route = self.resolve(decision.model, "chat")
+        if request.stream:
+            ctx.prompt_tokens_estimate = estimate_prompt_tokens(body["messages"])
         knowledge_base = self.knowledge.select(ctx, route)
         plan = self._cache_plan(ctx, route, body, knowledge_base)
         if self.cache and plan:

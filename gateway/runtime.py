@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.cache.factory import shared_embedder
 from gateway.cache.service import SemanticCache
 from gateway.config import Settings
 from gateway.guard.conversation import ConversationGuard
@@ -15,6 +16,7 @@ from gateway.pipeline import Pipeline
 from gateway.rag.service import Knowledge
 from gateway.resilience.breaker import Breakers
 from gateway.resilience.executor import UpstreamExecutor
+from gateway.routing.router import Router
 from gateway.upstream import Upstreams
 
 
@@ -23,6 +25,7 @@ class Runtime:
     settings: Settings
     upstreams: Upstreams
     knowledge: Knowledge
+    router: Router
     pipeline: Pipeline
 
     @classmethod
@@ -37,13 +40,18 @@ class Runtime:
         executor = UpstreamExecutor(settings, upstreams, breakers)
         conversation = ConversationGuard(settings, executor)
         tool_guard = ToolCallGuard(settings, executor)
-        pipeline = Pipeline(settings, executor, knowledge, conversation, tool_guard, cache)
-        return cls(settings, upstreams, knowledge, pipeline)
+        routed = bool(settings.routing.aliases)
+        embedder = shared_embedder(settings.file.cache.embedder) if routed else None
+        router = Router(settings, embedder, executor.can_answer)
+        pipeline = Pipeline(settings, executor, knowledge, conversation, tool_guard, router, cache)
+        return cls(settings, upstreams, knowledge, router, pipeline)
 
     async def start(self) -> None:
         await self.knowledge.start()
+        await self.router.start()
 
     async def close(self) -> None:
+        await self.router.close()
         await self.knowledge.close()
         await self.upstreams.close()
 

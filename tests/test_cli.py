@@ -68,3 +68,18 @@ def test_check_imports_tool_rule_hooks(tmp_path: Path) -> None:
     result = _gateway("check", "--config", str(config))
     assert result.returncode == 1
     assert "nowhere.module:fn" in result.stderr and "No module named" in result.stderr
+
+
+def test_route_explains_a_decision(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "providers: {d: {type: demo}}\n"
+        "models: [{name: small, provider: d}, {name: big, provider: d}]\n"
+        "cache: {embedder: {type: hash}}\n"
+        "routing: {aliases: {auto: {tiers: [{model: small, max_score: 0.5}, {model: big}]}}}\n"
+    )
+    result = _gateway("route", "hi there", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert "score:" in result.stdout and "auto -> tier 0: small" in result.stdout
+    unknown = _gateway("route", "hi", "--alias", "nope", "--config", str(config))
+    assert unknown.returncode == 2 and "auto" in unknown.stderr

@@ -152,9 +152,10 @@ class SemanticCache:
 
     async def _semantic(self, ctx: RequestContext, plan: CachePlan, now: float) -> CacheHit | None:
         assert self.embedder is not None
-        embed_started = time.perf_counter()
-        ctx.embedding = await self.embedder.embed(plan.key.text)
-        ctx.embed_seconds = time.perf_counter() - embed_started
+        if ctx.embedding is None:  # the router may have embedded this turn already
+            embed_started = time.perf_counter()
+            ctx.embedding = await self.embedder.embed(plan.key.text)
+            ctx.embed_seconds = time.perf_counter() - embed_started
         candidates = await self.store.search(
             plan.key.scope, ctx.embedding, self.embedder.name, _CANDIDATES, now
         )

@@ -18,6 +18,7 @@ from gateway.streaming import ChunkStream
 from gateway.tokens import message_text
 from gateway.wire import ChatCompletionRequest, EmbeddingRequest, validate
 
+ROUTER_OWNER = "gateway-router"  # `owned_by` of routed aliases in /v1/models
 # orjson re-encodes at most ~254 levels; real requests nest far less.
 MAX_JSON_DEPTH = 128
 
@@ -50,12 +51,15 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
 async def list_models(request: web.Request) -> web.StreamResponse:
     settings = request[RUNTIME].settings
     data = [_model_card(settings.loaded_at, r.name, r.provider) for r in settings.served_models()]
+    data += [_model_card(settings.loaded_at, a, ROUTER_OWNER) for a in settings.routing.aliases]
     return render.json(request[CTX], {"object": "list", "data": data})
 
 
 async def retrieve_model(request: web.Request) -> web.StreamResponse:
     settings = request[RUNTIME].settings
     name = request.match_info["model"]
+    if name in settings.routing.aliases:
+        return render.json(request[CTX], _model_card(settings.loaded_at, name, ROUTER_OWNER))
     route = next((r for r in settings.served_models() if r.name == name), None)
     if route is None:
         raise ModelNotFound(f"The model '{name}' does not exist.", param="model")

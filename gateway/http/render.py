@@ -84,6 +84,8 @@ def _headers(ctx: RequestContext) -> dict[str, str]:
         headers["x-gateway-cache"] = ctx.cache_result
         if ctx.cache_similarity is not None:
             headers["x-gateway-cache-similarity"] = f"{ctx.cache_similarity:.4f}"
+    if ctx.routing is not None:
+        headers["x-gateway-route"] = ctx.routing.header()
     if ctx.fallback_model is not None and ctx.degradation_level != 4:
         headers["x-gateway-fallback"] = ctx.fallback_model
     if ctx.attempts > 1:

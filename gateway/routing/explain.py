@@ -1,0 +1,40 @@
+"""`gateway route "prompt"`: the features, score parts and tier a prompt would get, for people
+tuning the routing policy. Breakers and stickiness are left out: this is about the prompt."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from gateway.config import Settings
+from gateway.routing.features import extract
+from gateway.routing.router import tier_for
+from gateway.routing.scorer import ComplexityScorer
+
+
+async def explain(settings: Settings, prompt: str, alias: str) -> str:
+    from gateway.cache.factory import new_embedder
+
+    config = settings.routing.aliases[alias]
+    body = {"model": alias, "messages": [{"role": "user", "content": prompt}]}
+    features = extract(body)
+    scorer = ComplexityScorer(settings.routing.scoring)
+    embedder = new_embedder(settings.file.cache.embedder)
+    try:
+        await scorer.prepare(embedder)
+        score = scorer.score(features, await embedder.embed(prompt))
+    finally:
+        await embedder.close()
+    tier = tier_for(config, score.value)
+    lines = ["features:"]
+    lines += [f"  {name}: {value}" for name, value in asdict(features).items() if value]
+    lines.append("score parts:")
+    lines += [f"  {name}: {value:+.3f}" for name, value in score.parts.items()]
+    if score.neighbours:
+        lines.append("nearest exemplars:")
+        lines += [
+            f"  {n.similarity:.3f}  difficulty {n.difficulty:.2f}  " + " ".join(n.text.split())[:70]
+            for n in score.neighbours
+        ]
+    lines.append(f"score: {score.value:.3f}")
+    lines.append(f"{alias} -> tier {tier}: {config.tiers[tier].model}")
+    return "\n".join(lines)

@@ -1,0 +1,179 @@
+"""Routing an alias (`model: "auto"`) to the cheapest tier that can handle the request.
+
+score the request (features + exemplar votes)  ->  the tier whose range holds the score
+-> at least the escalation floor (tools, images, long context, tenant)
+-> at least the tier this conversation was already escalated to (stickiness)
+-> a tier whose breakers let calls through (up, or down, per policy)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gateway.cache.scope import last_user_text
+from gateway.config import AliasConfig, ModelRoute, Pricing, Settings
+from gateway.context import RequestContext
+from gateway.routing.features import Features, extract
+from gateway.routing.scorer import ComplexityScorer
+from gateway.tokens import estimate_prompt_tokens
+
+if TYPE_CHECKING:
+    from gateway.cache.embedder import Embedder
+
+log = logging.getLogger("gateway.routing")
+Json = dict[str, Any]
+STICKY_CONVERSATIONS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDecision:
+    alias: str
+    model: str  # the tier's model, a configured public name
+    tier: int
+    score: float
+    reason: str  # score, escalated:<why>, sticky, moved-up, moved-down
+    parts: dict[str, float] = field(default_factory=dict)
+    strongest_pricing: Pricing | None = None  # what always-strong would have cost
+
+    def header(self) -> str:
+        return (
+            f"alias={self.alias}; model={self.model}; tier={self.tier}; "
+            f"score={self.score:.3f}; reason={self.reason}"
+        )
+
+
+class Router:
+    def __init__(
+        self,
+        settings: Settings,
+        embedder: Embedder | None,
+        can_answer: Callable[[ModelRoute], bool],
+    ) -> None:
+        self.settings = settings
+        self.scorer = ComplexityScorer(settings.routing.scoring)
+        self._embedder = embedder
+        self._can_answer = can_answer
+        self._ready = False
+        self._sticky: OrderedDict[str, int] = OrderedDict()
+        self._preparing: asyncio.Task[None] | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Exemplars embedded: scores include their votes."""
+        return self._ready
+
+    def alias(self, name: str) -> AliasConfig | None:
+        return self.settings.routing.aliases.get(name)
+
+    async def start(self) -> None:
+        """Embed the exemplars in the background: until then, scores use features only."""
+        if self.settings.routing.aliases and self._embedder is not None:
+            self._preparing = asyncio.get_running_loop().create_task(self._prepare())
+
+    async def close(self) -> None:
+        if self._preparing is not None:
+            self._preparing.cancel()
+
+    async def _prepare(self) -> None:
+        assert self._embedder is not None
+        try:
+            await self.scorer.prepare(self._embedder)
+            self._ready = True
+        except Exception:
+            log.exception("routing exemplars could not be embedded: scoring on features only")
+
+    async def decide(self, ctx: RequestContext, alias: str, body: Json) -> RouteDecision:
+        config = self.settings.routing.aliases[alias]
+        features = extract(body)
+        score = self.scorer.score(features, await self._vector(ctx, body))
+        tier = tier_for(config, score.value)
+        reason = "score"
+        floor, why = self._floor(config, features, ctx.tenant, body)
+        if floor > tier:
+            tier, reason = floor, f"escalated:{why}"
+        key = _conversation_key(ctx.tenant, alias, body) if config.sticky else None
+        if key is not None and self._sticky.get(key, 0) > tier:
+            tier, reason = self._sticky[key], "sticky"
+        tier, moved = self._available(config, tier)
+        if moved:
+            reason = moved
+        if key is not None and tier > 0:
+            self._remember(key, tier)
+        strongest = self.settings.routes[config.tiers[-1].model].pricing
+        return RouteDecision(
+            alias, config.tiers[tier].model, tier, score.value, reason, score.parts, strongest
+        )
+
+    async def _vector(self, ctx: RequestContext, body: Json) -> Any:
+        """The last user turn's embedding: computed once per request, reused by the cache."""
+        if ctx.embedding is not None or not self._ready or self._embedder is None:
+            return ctx.embedding
+        text = last_user_text(body)
+        if text is None:
+            return None
+        started = time.perf_counter()
+        ctx.embedding = await self._embedder.embed(text)
+        ctx.embed_seconds = time.perf_counter() - started
+        return ctx.embedding
+
+    def _floor(
+        self, config: AliasConfig, features: Features, tenant: str | None, body: Json
+    ) -> tuple[int, str]:
+        rules = config.escalate
+        floors: list[tuple[int, str]] = [(0, "")]
+        if rules.tools is not None and features.tools:
+            floors.append((rules.tools, "tools"))
+        if rules.images is not None and features.images:
+            floors.append((rules.images, "images"))
+        limit = rules.long_context_tokens
+        if limit is not None and estimate_prompt_tokens(body.get("messages") or []) > limit:
+            floors.append((rules.long_context_tier, "long_context"))
+        if tenant is not None and tenant in rules.tenants:
+            floors.append((rules.tenants[tenant], "tenant"))
+        return max(floors)
+
+    def _available(self, config: AliasConfig, tier: int) -> tuple[int, str | None]:
+        """The chosen tier, or the nearest one (up first, or down first, per policy) whose
+        model can take calls; the chosen one if none can (level 4 will say so)."""
+        order = list(range(tier, len(config.tiers))) + list(range(tier - 1, -1, -1))
+        if config.when_open == "down":
+            order = list(range(tier, -1, -1)) + list(range(tier + 1, len(config.tiers)))
+        for candidate in order:
+            route = self.settings.routes[config.tiers[candidate].model]
+            if route.disabled_reason is None and self._can_answer(route):
+                if candidate == tier:
+                    return tier, None
+                return candidate, "moved-up" if candidate > tier else "moved-down"
+        return tier, None
+
+    def _remember(self, key: str, tier: int) -> None:
+        self._sticky[key] = max(tier, self._sticky.pop(key, 0))
+        while len(self._sticky) > STICKY_CONVERSATIONS:
+            self._sticky.popitem(last=False)
+
+
+def tier_for(config: AliasConfig, score: float) -> int:
+    """The first tier whose range holds `score`; the last takes the rest."""
+    for index, tier in enumerate(config.tiers[:-1]):
+        if tier.max_score is not None and score <= tier.max_score:
+            return index
+    return len(config.tiers) - 1
+
+
+def _conversation_key(tenant: str | None, alias: str, body: Json) -> str | None:
+    """A conversation is known by its tenant, alias, system prompt and first user message
+    (what every later request of it repeats)."""
+    messages = body.get("messages") or []
+    system = next((m for m in messages if m.get("role") in ("system", "developer")), None)
+    first = next((m for m in messages if m.get("role") == "user"), None)
+    if first is None:
+        return None
+    doc = repr((tenant, alias, system and system.get("content"), first.get("content")))
+    return hashlib.sha256(doc.encode()).hexdigest()

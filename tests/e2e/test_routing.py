@@ -1,0 +1,129 @@
+"""Routing an alias by task complexity, end to end with the OpenAI SDK: the header, the model
+the upstream was actually asked for, escalation, stickiness, breakers, and what it cost."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from gateway.config import build_settings, parse_config
+from gateway.http.keys import BREAKERS, RUNTIME_REF
+from gateway.testing.fake_upstream import FakeUpstream
+from tests.e2e.helpers import poll_until, request, running_gateway, upstream_requests
+from tests.servers import GatewayServer, ServerThread
+
+Json = dict[str, Any]
+SIMPLE = "hi, how are you?"
+HARD = (
+    "Prove step by step that the square root of 2 is irrational, then analyse and compare two "
+    "different proofs, and derive a general rule for square roots of non-square integers."
+)
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+
+
+@pytest.fixture(scope="module")
+def rgw(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
+    text = f"""
+server: {{access_log: false}}
+providers:
+  fake: {{type: openai, base_url: "{fake.url}"}}
+models:
+  - name: cheap
+    provider: fake
+    upstream_model: cheap-up
+    pricing: {{input_per_million: 0.15, output_per_million: 0.6}}
+  - name: strong
+    provider: fake
+    upstream_model: strong-up
+    pricing: {{input_per_million: 2.5, output_per_million: 10}}
+routing:
+  aliases:
+    auto:
+      tiers: [{{model: cheap, max_score: 0.5}}, {{model: strong}}]
+      escalate: {{tools: 1, tenants: {{}}}}
+"""
+    settings = build_settings(parse_config(text), "<t>", {})
+    with running_gateway(server_thread, settings) as server:
+        router = server.app[RUNTIME_REF].current.router
+        assert poll_until(lambda: router.ready, timeout=60), "exemplars embedded"
+        yield server
+
+
+def ask(gw: GatewayServer, messages: list[Json], **kw: Any) -> Any:
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+    return client.chat.completions.with_raw_response.create(model="auto", messages=messages, **kw)
+
+
+def route_header(raw: Any) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in raw.headers["x-gateway-route"].split("; "))
+
+
+def test_a_simple_request_goes_to_the_cheap_tier(rgw: GatewayServer, fake_upstream: FakeUpstream):
+    raw = ask(rgw, [{"role": "user", "content": SIMPLE}])
+    route = route_header(raw)
+    assert (route["alias"], route["model"], route["tier"], route["reason"]) == (
+        "auto",
+        "cheap",
+        "0",
+        "score",
+    )
+    assert upstream_requests(fake_upstream)[-1]["body"]["model"] == "cheap-up"
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [HARD, "请一步一步推导并证明勾股定理，然后分析比较三种不同的证明方法的优缺点。"],  # noqa: RUF001
+)
+def test_a_hard_request_goes_to_the_strong_tier(
+    rgw: GatewayServer, fake_upstream: FakeUpstream, prompt: str
+) -> None:
+    raw = ask(rgw, [{"role": "user", "content": prompt}])
+    assert route_header(raw)["model"] == "strong"
+    assert float(route_header(raw)["score"]) > 0.5
+    assert upstream_requests(fake_upstream)[-1]["body"]["model"] == "strong-up"
+
+
+def test_tools_escalate(rgw: GatewayServer, fake_upstream: FakeUpstream) -> None:
+    raw = ask(rgw, [{"role": "user", "content": SIMPLE}], tools=TOOLS)
+    route = route_header(raw)
+    assert route["model"] == "strong" and route["reason"] == "escalated:tools"
+
+
+def test_an_escalated_conversation_stays_escalated(rgw: GatewayServer, fake_upstream: Any):
+    first = [{"role": "user", "content": HARD + " (conversation 17)"}]
+    assert route_header(ask(rgw, first))["model"] == "strong"
+    follow_up = [*first, {"role": "assistant", "content": "..."}, {"role": "user", "content": "ok"}]
+    route = route_header(ask(rgw, follow_up))
+    assert route["model"] == "strong" and route["reason"] == "sticky"
+
+
+def test_an_open_breaker_moves_up(rgw: GatewayServer, fake_upstream: FakeUpstream) -> None:
+    breaker = rgw.app[BREAKERS].get("fake/cheap-up")
+    breaker.force_open()
+    try:
+        raw = ask(rgw, [{"role": "user", "content": SIMPLE + " (moved)"}])
+    finally:
+        breaker.reset()
+    route = route_header(raw)
+    assert route["model"] == "strong" and route["reason"] == "moved-up"
+
+
+def test_models_list_the_alias(rgw: GatewayServer) -> None:
+    client = openai.OpenAI(base_url=rgw.url + "/v1", api_key="k", max_retries=0)
+    cards = {m.id: m.owned_by for m in client.models.list()}
+    assert cards["auto"] == "gateway-router"
+
+
+def test_cost_and_savings_are_metered(rgw: GatewayServer, fake_upstream: FakeUpstream) -> None:
+    ask(rgw, [{"role": "user", "content": SIMPLE + " (cost)"}])
+    text = asyncio.run(request("GET", rgw.url + "/metrics")).text
+    assert 'gateway_cost_total{model="cheap"}' in text
+    assert 'gateway_saved_cost_total{by="routing",model="auto"}' in text
+    assert (
+        'gateway_routing_decisions_total{alias="auto",model="cheap",reason="score",tier="0"}'
+        in text
+    )
