@@ -65,7 +65,7 @@ class Pipeline:
         self, ctx: RequestContext, request: ChatCompletionRequest, body: Json
     ) -> Json | ChunkStream:
         alias = self.router.alias(request.model)
-        route = ctx.route = self.resolve(alias.tiers[0].model if alias else request.model, "chat")
+        route = ctx.route = self.resolve(self.router.first_tier(request.model), "chat")
         body = self.conversation.stop_loops(ctx, body)
         body = await self.conversation.compress(ctx, route, body)
         if alias is not None:

@@ -122,6 +122,14 @@ class Settings:
             if (kind is None or route.kind == kind) and route.disabled_reason is None
         ]
 
+    def served_aliases(self) -> list[str]:
+        """Routed aliases with at least one tier whose model is servable."""
+        return [
+            alias
+            for alias, config in self.routing.aliases.items()
+            if any(self.routes[t.model].disabled_reason is None for t in config.tiers)
+        ]
+
     def secrets(self) -> list[str]:
         """Every secret value in force, so error messages and logs can be scrubbed of them."""
         keys = [p.api_key for p in self.providers.values() if p.api_key]

@@ -51,14 +51,14 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
 async def list_models(request: web.Request) -> web.StreamResponse:
     settings = request[RUNTIME].settings
     data = [_model_card(settings.loaded_at, r.name, r.provider) for r in settings.served_models()]
-    data += [_model_card(settings.loaded_at, a, ROUTER_OWNER) for a in settings.routing.aliases]
+    data += [_model_card(settings.loaded_at, a, ROUTER_OWNER) for a in settings.served_aliases()]
     return render.json(request[CTX], {"object": "list", "data": data})
 
 
 async def retrieve_model(request: web.Request) -> web.StreamResponse:
     settings = request[RUNTIME].settings
     name = request.match_info["model"]
-    if name in settings.routing.aliases:
+    if name in settings.served_aliases():
         return render.json(request[CTX], _model_card(settings.loaded_at, name, ROUTER_OWNER))
     route = next((r for r in settings.served_models() if r.name == name), None)
     if route is None:

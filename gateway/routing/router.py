@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.cache.scope import last_user_text
 from gateway.config import AliasConfig, ModelRoute, Pricing, Settings
 from gateway.context import RequestContext
+from gateway.errors import ModelNotFound
 from gateway.routing.features import Features, extract
 from gateway.routing.scorer import ComplexityScorer
 from gateway.tokens import estimate_prompt_tokens
@@ -71,6 +72,22 @@ class Router:
 
     def alias(self, name: str) -> AliasConfig | None:
         return self.settings.routing.aliases.get(name)
+
+    def first_tier(self, name: str) -> str:
+        """For an alias, its first usable tier's model (where a request starts before it is
+        scored); any other name as it is. An alias with no usable tier is a 404."""
+        config = self.settings.routing.aliases.get(name)
+        if config is None:
+            return name
+        routes = self.settings.routes
+        usable = [t.model for t in config.tiers if routes[t.model].disabled_reason is None]
+        if not usable:
+            raise ModelNotFound(
+                f"The routed alias '{name}' has no tier whose provider is enabled "
+                f"(tiers: {', '.join(t.model for t in config.tiers)}).",
+                param="model",
+            )
+        return usable[0]
 
     async def start(self) -> None:
         """Embed the exemplars in the background: until then, scores use features only."""

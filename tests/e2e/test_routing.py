@@ -127,3 +127,27 @@ def test_cost_and_savings_are_metered(rgw: GatewayServer, fake_upstream: FakeUps
         'gateway_routing_decisions_total{alias="auto",model="cheap",reason="score",tier="0"}'
         in text
     )
+
+
+def test_an_alias_without_a_usable_tier_is_a_clear_404(
+    server_thread: ServerThread, fake: FakeUpstream
+) -> None:
+    text = f"""
+providers:
+  fake: {{type: openai, base_url: "{fake.url}", api_key_env: UNSET_FOR_THIS_TEST}}
+  demo: {{type: demo}}
+models:
+  - {{name: cheap, provider: fake}}
+  - {{name: strong, provider: fake}}
+  - {{name: d, provider: demo}}
+routing: {{aliases: {{auto: {{tiers: [{{model: cheap, max_score: 0.5}}, {{model: strong}}]}}}}}}
+"""
+    settings = build_settings(parse_config(text), "<t>", {})
+    with running_gateway(server_thread, settings) as gw:
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+        assert "auto" not in {m.id for m in client.models.list()}
+        with pytest.raises(openai.NotFoundError) as info:
+            client.chat.completions.create(
+                model="auto", messages=[{"role": "user", "content": "x"}]
+            )
+        assert "routed alias 'auto'" in info.value.message
