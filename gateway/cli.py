@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(settings: Settings) -> int:
-    if _check_hooks(settings):
+    if _check_hooks(settings) or _check_routing(settings):
         return 1
     served = settings.served_models()
     providers = len(settings.providers)
@@ -96,6 +96,20 @@ def _check(settings: Settings) -> int:
             "threshold; 0.95 applies unless set (calibrate with bench/cache_quality.py)"
         )
     _check_knowledge_bases(settings)
+    return 0
+
+
+def _check_routing(settings: Settings) -> int:
+    """Routing weights and exemplars are read here, so a bad name fails the check."""
+    if not settings.routing.aliases:
+        return 0
+    from gateway.routing.scorer import ComplexityScorer
+
+    try:
+        ComplexityScorer(settings.routing.scoring)
+    except (ValueError, ConfigError) as exc:
+        print(f"  error: routing.scoring: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

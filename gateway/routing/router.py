@@ -23,7 +23,6 @@ from gateway.context import RequestContext
 from gateway.errors import ModelNotFound
 from gateway.routing.features import Features, extract
 from gateway.routing.scorer import ComplexityScorer
-from gateway.tokens import estimate_prompt_tokens
 
 if TYPE_CHECKING:
     from gateway.cache.embedder import Embedder
@@ -112,7 +111,7 @@ class Router:
         score = self.scorer.score(features, await self._vector(ctx, body))
         tier = tier_for(config, score.value)
         reason = "score"
-        floor, why = self._floor(config, features, ctx.tenant, body)
+        floor, why = self._floor(config, features, ctx.tenant)
         if floor > tier:
             tier, reason = floor, f"escalated:{why}"
         key = _conversation_key(ctx.tenant, alias, body) if config.sticky else None
@@ -141,7 +140,7 @@ class Router:
         return ctx.embedding
 
     def _floor(
-        self, config: AliasConfig, features: Features, tenant: str | None, body: Json
+        self, config: AliasConfig, features: Features, tenant: str | None
     ) -> tuple[int, str]:
         rules = config.escalate
         floors: list[tuple[int, str]] = [(0, "")]
@@ -150,7 +149,7 @@ class Router:
         if rules.images is not None and features.images:
             floors.append((rules.images, "images"))
         limit = rules.long_context_tokens
-        if limit is not None and estimate_prompt_tokens(body.get("messages") or []) > limit:
+        if limit is not None and features.total_tokens > limit:
             floors.append((rules.long_context_tier, "long_context"))
         if tenant is not None and tenant in rules.tenants:
             floors.append((rules.tenants[tenant], "tenant"))
