@@ -1,0 +1,356 @@
+"""The dashboards and alert rules against a REAL Prometheus scraping a real gateway.
+
+A gateway (in-process, loopback port) with a cached model, a routed alias, a knowledge base,
+a flaky model with a fallback, a model whose provider is down, the tool-call and loop guards
+and history compression gets two rounds of traffic; Prometheus scrapes it every second and
+evaluates deploy/alerts.yml. Then every PromQL expression of every dashboard panel must parse
+and return data, and every alert rule must parse and evaluate. Skipped where the prometheus
+binary is missing (.ci/run installs the Debian package).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.config import build_settings, parse_config
+from gateway.testing.fake_retriever import FakeRetriever
+from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from tests.e2e.helpers import closed_port, request, running_gateway
+from tests.observability.prometheus_server import (
+    Prometheus,
+    prometheus_path,
+    prometheus_server,
+    promtool_path,
+    scrape_config,
+)
+from tests.observability.promql import ALERTS, ROOT, alert_rules, dashboard_exprs, substitute
+from tests.servers import GatewayServer, ServerThread
+
+Json = dict[str, Any]
+
+pytestmark = pytest.mark.skipif(
+    prometheus_path() is None,
+    reason="prometheus is not installed (CI installs it: apt-get install prometheus)",
+)
+
+# Dashboard expressions allowed to return no data here, each with the reason no traffic of
+# the test can produce it. Keep this list short: everything else must show data.
+NO_DATA_ALLOWED: dict[str, str] = {}
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "transfer",
+            "parameters": {
+                "type": "object",
+                "properties": {"amount": {"type": "number"}, "to": {"type": "string"}},
+                "required": ["amount", "to"],
+                "additionalProperties": False,
+            },
+        },
+    }
+]
+GOOD_CALL = {"name": "transfer", "arguments": {"amount": 10, "to": "Bob"}}
+BAD_CALL = {"name": "transfer", "arguments": {"amount": "lots", "to": "Bob"}}
+HALLUCINATED_CALL = {"name": "transfer_money", "arguments": {"amount": 10}}
+RETURNS_QUESTION = "Can items be returned for a refund within 30 days of delivery?"
+
+
+def gateway_yaml(fake_url: str, retriever_url: str) -> str:
+    return f"""
+server: {{access_log: false}}
+providers:
+  fake: {{type: openai, base_url: "{fake_url}", timeouts: {{connect: 1, read: 5, total: 10}}}}
+  dead:
+    type: openai
+    base_url: "http://127.0.0.1:{closed_port()}/v1"
+    timeouts: {{connect: 0.5, read: 1, total: 2}}
+models:
+  - name: cheap
+    provider: fake
+    upstream_model: cheap-up
+    pricing: {{input_per_million: 0.15, output_per_million: 0.6}}
+    cache: {{enabled: true, similarity_threshold: 0.5}}  # near misses reach the guards
+  - name: strong
+    provider: fake
+    upstream_model: strong-up
+    pricing: {{input_per_million: 2.5, output_per_million: 10}}
+  - {{name: flaky, provider: fake, upstream_model: flaky-up, fallbacks: [cheap]}}
+  - {{name: streamer, provider: fake, upstream_model: streamer-up}}
+  - {{name: broken, provider: dead}}
+  - {{name: helpdesk, provider: fake, upstream_model: helpdesk-up}}
+  - {{name: summarizer, provider: fake, upstream_model: summarizer-up}}
+  - {{name: vectors, provider: fake, upstream_model: vectors-up, kind: embedding}}
+cache:
+  store: {{type: memory}}
+  embedder: {{type: hash}}
+routing:
+  aliases:
+    auto:
+      tiers: [{{model: cheap, max_score: 0.5}}, {{model: strong}}]
+      escalate: {{tools: 1}}
+knowledge_bases:
+  handbook:
+    type: http
+    url: "{retriever_url}"
+    timeout_seconds: 2
+    min_chunks: 1
+    min_score: 0.3
+    attach: {{models: [helpdesk]}}
+resilience:
+  retry: {{attempts: 2, initial_backoff_ms: 1, max_backoff_ms: 5}}
+  breaker: {{failures: 2, reset_seconds: 600}}
+  deadline_seconds: 10
+guard:
+  tools: {{enabled: true, repair_attempts: 1, on_failure: strip}}
+  loops: {{action: finalize, max_identical_calls: 3}}
+  compression: {{enabled: true, max_turns: 8, keep_turns: 2, summarizer_model: summarizer}}
+degradation:
+  unavailable: {{mode: error}}
+"""
+
+
+def _chat(model: str, text: str, **fields: Any) -> Json:
+    return {"model": model, "messages": [{"role": "user", "content": text}], **fields}
+
+
+def _looping_history(rounds: int) -> list[Json]:
+    messages: list[Json] = [{"role": "user", "content": "Send Bob 10 euros."}]
+    for i in range(rounds):
+        call = {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": "transfer", "arguments": json.dumps(GOOD_CALL["arguments"])},
+        }
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": "failed"})
+    return messages
+
+
+def _long_conversation(turns: int) -> list[Json]:
+    messages: list[Json] = [{"role": "system", "content": "You are helpful."}]
+    for i in range(turns // 2):
+        messages.append({"role": "user", "content": f"Question {i}: what is {i} squared?"})
+        messages.append({"role": "assistant", "content": f"{i} squared is {i * i}."})
+    messages.append({"role": "user", "content": "And what did I ask first?"})
+    return messages
+
+
+def traffic_round(gw: GatewayServer) -> list[int]:
+    """One round of requests touching every metric family; returns the statuses."""
+    unique = uuid.uuid4().hex[:8]
+    bodies: list[tuple[str, Json]] = [
+        # cache: a miss, then the same question again (stored in the background first)
+        ("/v1/chat/completions", _chat("cheap", "What is a semantic cache?")),
+        ("/v1/chat/completions", _chat("cheap", "How far is it to the station, 5 km?")),
+        # plain, streamed (usage and time to first token) and a stream the upstream breaks
+        ("/v1/chat/completions", _chat("strong", f"Tell me about {unique}")),
+        (
+            "/v1/chat/completions",
+            _chat(
+                "strong", f"Stream {unique}", stream=True, stream_options={"include_usage": True}
+            ),
+        ),
+        ("/v1/chat/completions", _chat("streamer", "cut", stream=True, fake={"cut_after": 2})),
+        # a routed alias, a simple prompt: the cheap tier, routing savings
+        ("/v1/chat/completions", _chat("auto", f"hi, how are you? {unique}")),
+        # resilience: retries then a fallback; a provider that is down (503, level 4)
+        ("/v1/chat/completions", _chat("flaky", f"flaky {unique}")),
+        ("/v1/chat/completions", _chat("broken", "anyone there?")),
+        # knowledge base: grounded (level 1) and too little found (level 2)
+        ("/v1/chat/completions", _chat("helpdesk", RETURNS_QUESTION)),
+        ("/v1/chat/completions", _chat("helpdesk", "What is the capital of Peru?")),
+        # tool-call guard: repaired (repair tokens), stripped (a problem left)
+        (
+            "/v1/chat/completions",
+            _chat(
+                "strong",
+                "Send Bob 10 euros.",
+                tools=TOOLS,
+                fake={"replies": [{"tool_calls": [BAD_CALL]}, {"tool_calls": [GOOD_CALL]}]},
+            ),
+        ),
+        (
+            "/v1/chat/completions",
+            _chat(
+                "strong",
+                "Send Bob 10 euros.",
+                tools=TOOLS,
+                fake={"replies": [{"tool_calls": [HALLUCINATED_CALL]}]},
+            ),
+        ),
+        # agent loop stopped; a long history compressed by the summarizer
+        (
+            "/v1/chat/completions",
+            {"model": "strong", "messages": _looping_history(3), "tools": TOOLS},
+        ),
+        ("/v1/chat/completions", {"model": "strong", "messages": _long_conversation(10)}),
+        # embeddings, and a model nobody configured (404, model "none")
+        ("/v1/embeddings", {"model": "vectors", "input": ["hello", "world"]}),
+        ("/v1/chat/completions", _chat("no-such-model", "hello")),
+    ]
+
+    async def send() -> list[int]:
+        statuses = []
+        for path, body in bodies:
+            resp = await request("POST", gw.url + path, body=body)
+            statuses.append(resp.status)
+        await asyncio.sleep(0.3)  # the cache stores in the background
+        for text in ("What is a semantic cache?", "How far is it to the station, 50 km?"):
+            resp = await request("POST", gw.url + "/v1/chat/completions", body=_chat("cheap", text))
+            statuses.append(resp.status)
+        return statuses
+
+    return asyncio.run(send())
+
+
+def _chat_requests(gw: GatewayServer) -> float:
+    text = asyncio.run(request("GET", gw.url + "/metrics")).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "gateway_requests"
+        for sample in family.samples
+        if sample.labels.get("endpoint") == "chat"
+    )
+
+
+def _wait_for_scrape_of(prom: Prometheus, gw: GatewayServer, timeout: float = 20.0) -> None:
+    """Until Prometheus has scraped the gateway's current chat request count."""
+    expected = _chat_requests(gw)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        query = 'sum(gateway_requests_total{endpoint="chat"}) or sum(up{job="gateway"}) * 0'
+        result = prom.query(query)["data"]["result"]
+        if result and float(result[0]["value"][1]) == expected:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"Prometheus did not scrape {expected} chat requests:\n{prom.log()}")
+
+
+@pytest.fixture(scope="module")
+def observed(
+    server_thread: ServerThread, fake: FakeUpstream
+) -> Iterator[tuple[Prometheus, GatewayServer]]:
+    """Prometheus scraping a gateway that has had two rounds of traffic."""
+    fake.reset()
+    fake.per_model["flaky-up"] = Knobs(status=500)
+    retriever = server_thread.call(FakeRetriever().start())
+    settings = build_settings(parse_config(gateway_yaml(fake.url, retriever.url)), "<t>", {})
+    try:
+        with running_gateway(server_thread, settings) as gw:
+            config = scrape_config(f"127.0.0.1:{gw.port}", [str(ALERTS)])
+            with prometheus_server(config) as prom:
+                _wait_for_scrape_of(prom, gw)  # the first scrape, before any traffic
+                statuses = traffic_round(gw)
+                assert 503 in statuses and 404 in statuses and 200 in statuses, statuses
+                _wait_for_scrape_of(prom, gw)
+                traffic_round(gw)  # counters that exist now grow: rates are not zero
+                _wait_for_scrape_of(prom, gw)
+                yield prom, gw
+    finally:
+        fake.reset()
+        server_thread.call(retriever.stop())
+
+
+def _values(result: Json) -> list[float]:
+    data = result["data"]
+    if data["resultType"] == "scalar":
+        return [float(data["result"][1])]
+    return [float(sample["value"][1]) for sample in data["result"]]
+
+
+@pytest.mark.parametrize(
+    ("board", "title", "expr"), dashboard_exprs(), ids=[f"{b}:{t}" for b, t, _ in dashboard_exprs()]
+)
+def test_every_dashboard_expression_returns_data(
+    observed: tuple[Prometheus, GatewayServer], board: str, title: str, expr: str
+) -> None:
+    prom, _ = observed
+    query = substitute(expr)
+    result = prom.query(query)
+    assert result.get("status") == "success", f"{board} {title!r}: {result}\n{query}"
+    if expr in NO_DATA_ALLOWED:
+        return
+    values = _values(result)
+    assert values, f"{board} {title!r} shows no data:\n{query}"
+    assert any(not math.isnan(v) for v in values), f"{board} {title!r}: only NaN\n{query}"
+
+
+@pytest.mark.parametrize("rule", alert_rules(), ids=lambda r: r["alert"])
+def test_every_alert_expression_evaluates(
+    observed: tuple[Prometheus, GatewayServer], rule: Json
+) -> None:
+    prom, _ = observed
+    result = prom.query(rule["expr"])
+    assert result.get("status") == "success", f"{rule['alert']}: {result}"
+
+
+def test_prometheus_loaded_the_rules_and_the_open_breaker_alert_is_raised(
+    observed: tuple[Prometheus, GatewayServer],
+) -> None:
+    prom, _ = observed
+    groups = prom.api("/api/v1/rules")["data"]["groups"]
+    rules = {rule["name"]: rule for group in groups for rule in group["rules"]}
+    assert set(rules) == {rule["alert"] for rule in alert_rules()}
+    deadline = time.monotonic() + 10
+    while True:
+        groups = prom.api("/api/v1/rules")["data"]["groups"]
+        rules = {rule["name"]: rule for group in groups for rule in group["rules"]}
+        unhealthy = {n: r.get("lastError") for n, r in rules.items() if r["health"] != "ok"}
+        assert not unhealthy, unhealthy
+        alerts = prom.api("/api/v1/alerts")["data"]["alerts"]
+        open_breakers = {
+            a["labels"]["breaker"]
+            for a in alerts
+            if a["labels"]["alertname"] == "GatewayUpstreamBreakerOpen"
+            and a["state"] in ("pending", "firing")
+        }
+        if {"dead/broken", "fake/flaky-up"} <= open_breakers:
+            return
+        assert time.monotonic() < deadline, f"breaker alerts: {alerts}\n{prom.log()}"
+        time.sleep(0.5)
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    tool = promtool_path()
+    if tool is None:
+        pytest.skip("promtool is not installed (CI installs it: apt-get install prometheus)")
+    return subprocess.run([tool, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_promtool_checks_the_rules() -> None:
+    done = _promtool("check", "rules", str(ALERTS))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {len(alert_rules())} rules found" in done.stdout
+
+
+def test_promtool_checks_the_shipped_scrape_config(tmp_path: Path) -> None:
+    """deploy/prometheus.yml, with its rule file (mounted in docker-compose) read from here."""
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
+    assert config["scrape_configs"][0]["static_configs"][0]["targets"] == ["gateway:8080"]
+    config["rule_files"] = [str(ALERTS)]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    done = _promtool("check", "config", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_promtool_checks_the_test_config(tmp_path: Path) -> None:
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(scrape_config("127.0.0.1:8080", [str(ALERTS)])))
+    done = _promtool("check", "config", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
