@@ -62,8 +62,9 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "gateway_requests",
-            "Requests answered, by endpoint, served model and status class.",
-            ["endpoint", "model", "status_class"],
+            "Requests answered, by endpoint, served model, the upstream provider that answered "
+            "(none: no upstream call) and status class.",
+            ["endpoint", "model", "upstream", "status_class"],
             registry=r,
         )
         self.request_seconds = Histogram(
@@ -279,7 +280,9 @@ class Metrics:
         model = ctx.route.name if ctx.route else "none"
         endpoint = ctx.endpoint if ctx.endpoint in ENDPOINTS else "other"
         elapsed = ctx.elapsed()
-        self._child(self.requests, endpoint, model, f"{ctx.status // 100}xx").inc()
+        served = ctx.served_deployment
+        upstream = served.provider if served is not None else "none"
+        self._child(self.requests, endpoint, model, upstream, f"{ctx.status // 100}xx").inc()
         self._child(
             self.request_seconds, endpoint, model, "true" if ctx.stream else "false"
         ).observe(elapsed)
