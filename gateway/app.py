@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from aiohttp import web
 
@@ -10,9 +13,10 @@ from gateway.accesslog import AccessLog
 from gateway.cache.factory import build_cache
 from gateway.config import Settings
 from gateway.http import handlers
-from gateway.http.keys import ACCESS_LOG, BREAKERS, CACHE, METRICS, RUNTIME_REF
+from gateway.http.keys import ACCESS_LOG, BREAKERS, CACHE, METRICS, RELOADER, RUNTIME_REF
 from gateway.http.middleware import gateway_middleware
 from gateway.metrics import Metrics
+from gateway.reload import Reloader
 from gateway.resilience.breaker import Breakers
 from gateway.runtime import Runtime, RuntimeRef
 
@@ -27,12 +31,14 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
         resilience.breaker, resilience.breaker_storage, on_change=metrics.breaker_changed
     )
     metrics.watch_breakers(breakers)
-    app[RUNTIME_REF] = RuntimeRef(Runtime.build(settings, breakers, cache))
+    ref = app[RUNTIME_REF] = RuntimeRef(Runtime.build(settings, breakers, cache))
+    app[RELOADER] = Reloader(ref, breakers, cache, on_result=metrics.config_reloaded)
     app[ACCESS_LOG] = access_log or AccessLog(enabled=settings.server.access_log)
     if cache is not None:
         metrics.cache_entries.set_function(lambda: len(cache.store))
     app.cleanup_ctx.append(_cache_lifetime)
     app.cleanup_ctx.append(_runtime_lifetime)
+    app.cleanup_ctx.append(_config_watch)
     app.router.add_post("/v1/chat/completions", handlers.chat_completions)
     app.router.add_post("/v1/embeddings", handlers.embeddings)
     app.router.add_get("/v1/models", handlers.list_models)
@@ -43,6 +49,7 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     app.router.add_get("/admin/config", handlers.admin_config)
     app.router.add_get("/admin/cache/stats", handlers.admin_cache_stats)
     app.router.add_post("/admin/cache/purge", handlers.admin_cache_purge)
+    app.router.add_post("/admin/reload", handlers.admin_reload)
     app.router.add_get("/admin/breakers", handlers.admin_breakers)
     app.router.add_post("/admin/breakers/{name:.+}/{action:reset|open}", handlers.admin_breaker)
     return app
@@ -55,6 +62,21 @@ async def _cache_lifetime(app: web.Application) -> AsyncIterator[None]:
     yield
     if cache is not None:
         await cache.close()
+
+
+async def _config_watch(app: web.Application) -> AsyncIterator[None]:
+    """Poll the config file for edits, when the config came from one and asks for it."""
+    reloader = app[RELOADER]
+    settings = app[RUNTIME_REF].current.settings
+    watch = None
+    if settings.server.watch_config and Path(settings.source).is_file():
+        watch = asyncio.get_running_loop().create_task(reloader.watch())
+    yield
+    if watch is not None:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+    await reloader.close()
 
 
 async def _runtime_lifetime(app: web.Application) -> AsyncIterator[None]:

@@ -265,6 +265,7 @@ def _loop() -> asyncio.AbstractEventLoop:
 
 async def _run(settings: Settings, host: str, port: int) -> None:
     from gateway.app import build_app
+    from gateway.http.keys import RELOADER
 
     app = build_app(settings)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
@@ -284,6 +285,14 @@ async def _run(settings: Settings, host: str, port: int) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    reloads: set[asyncio.Task[object]] = set()
+
+    def reload_now() -> None:
+        task = loop.create_task(app[RELOADER].reload())
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, reload_now)
     try:
         await stop.wait()
     finally:

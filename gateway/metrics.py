@@ -259,6 +259,13 @@ class Metrics:
             ["model", "purpose", "direction"],
             registry=r,
         )
+        self.config_reloads = Counter(
+            "gateway_config_reloads",
+            "Config reloads: reloaded, unchanged, invalid (refused, the running config stays), "
+            "failed (valid but could not start; the running config stays).",
+            ["result"],
+            registry=r,
+        )
         self.build_info = Gauge(
             "gateway_build_info",
             "Always 1; labels name the running build.",
@@ -361,6 +368,9 @@ class Metrics:
             self._child(self.fallbacks, model, ctx.fallback_model).inc()
         if ctx.stream_broken:
             self._child(self.streams_broken, model).inc()
+
+    def config_reloaded(self, result: str) -> None:
+        self._child(self.config_reloads, result).inc()
 
     def breaker_changed(self, breaker: str, state: str) -> None:
         self._child(self.breaker_transitions, breaker, state).inc()

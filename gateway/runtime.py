@@ -5,6 +5,7 @@ owned by the application and passed in."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from gateway.cache.factory import shared_embedder
@@ -20,13 +21,29 @@ from gateway.routing.router import Router
 from gateway.upstream import Upstreams
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Runtime:
     settings: Settings
     upstreams: Upstreams
     knowledge: Knowledge
     router: Router
     pipeline: Pipeline
+    active: int = 0  # requests running on this runtime
+    _idle: asyncio.Event | None = None
+
+    def enter(self) -> None:
+        self.active += 1
+
+    def leave(self) -> None:
+        self.active -= 1
+        if self.active == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def idle(self) -> None:
+        """Return once no request is running on this runtime."""
+        if self.active:
+            self._idle = asyncio.Event()
+            await self._idle.wait()
 
     @classmethod
     def build(

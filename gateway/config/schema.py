@@ -24,6 +24,9 @@ class ServerConfig(Strict):
         True, description="Freeze start-up objects and collect less often (lower p99 under load)."
     )
     log_prompts: bool = Field(False, description="Put prompt text in the access log.")
+    watch_config: bool = Field(
+        True, description="Reload when the config file changes (also: SIGHUP, POST /admin/reload)."
+    )
 
 
 class ApiKeyConfig(Strict):

@@ -12,7 +12,7 @@ from aiohttp import web
 from gateway.cache.service import Directive, SemanticCache
 from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
 from gateway.http import render
-from gateway.http.keys import BREAKERS, CACHE, CTX, METRICS, RUNTIME
+from gateway.http.keys import BREAKERS, CACHE, CTX, METRICS, RELOADER, RUNTIME
 from gateway.metrics import CONTENT_TYPE
 from gateway.streaming import ChunkStream
 from gateway.tokens import message_text
@@ -193,6 +193,21 @@ async def admin_cache_purge(request: web.Request) -> web.StreamResponse:
     await cache.flush()
     purged = await cache.store.purge(tenant=body.get("tenant"), model=body.get("model"))
     return render.json(request[CTX], {"purged": purged})
+
+
+async def admin_reload(request: web.Request) -> web.StreamResponse:
+    """Re-read the config now. An invalid one is refused (422, every problem listed) and the
+    running config stays."""
+    outcome = await request.app[RELOADER].reload()
+    if outcome.result in ("invalid", "failed"):
+        raise GatewayError(
+            f"Config reload refused ({outcome.result}); the running config is unchanged: "
+            + "; ".join(outcome.problems),
+            status=422,
+            type="invalid_request_error",
+            code="config_invalid",
+        )
+    return render.json(request[CTX], {"result": outcome.result, "source": outcome.source})
 
 
 async def admin_breakers(request: web.Request) -> web.StreamResponse:

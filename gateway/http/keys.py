@@ -8,6 +8,7 @@ from gateway.accesslog import AccessLog
 from gateway.cache.service import SemanticCache
 from gateway.context import RequestContext
 from gateway.metrics import Metrics
+from gateway.reload import Reloader
 from gateway.resilience.breaker import Breakers
 from gateway.runtime import Runtime, RuntimeRef
 
@@ -16,5 +17,6 @@ METRICS = web.AppKey("metrics", Metrics)
 ACCESS_LOG = web.AppKey("access_log", AccessLog)
 CACHE: web.AppKey[SemanticCache | None] = web.AppKey("cache")  # None: no model uses the cache
 BREAKERS = web.AppKey("breakers", Breakers)  # per process: survive config reloads
+RELOADER = web.AppKey("reloader", Reloader)
 CTX = web.RequestKey("ctx", RequestContext)
 RUNTIME = web.RequestKey("runtime", Runtime)  # the runtime this request started with

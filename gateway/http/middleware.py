@@ -50,6 +50,7 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     )
     metrics = request.app[METRICS]
     metrics.in_flight.inc()
+    runtime.enter()
     try:
         if ctx.endpoint in ("chat", "embeddings", "models"):
             ctx.tenant = auth.tenant_for(runtime.settings, request.headers.get("Authorization"))
@@ -70,6 +71,7 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         log.exception("unhandled error in request %s", ctx.request_id)
         return render.error(ctx, render.internal_error(ctx))
     finally:
+        runtime.leave()
         metrics.in_flight.dec()
         metrics.observe(ctx)
         request.app[ACCESS_LOG].write(ctx, request.method, request.path)

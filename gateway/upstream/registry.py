@@ -36,6 +36,9 @@ class Upstreams:
     def names(self) -> list[str]:
         return sorted(self._providers)
 
+    closed: bool = False
+
     async def close(self) -> None:
         for provider in self._providers.values():
             await provider.close()
+        self.closed = True

@@ -1,0 +1,205 @@
+"""Live reload: edits are picked up, bad edits never replace the running config, and requests
+in flight finish on the runtime they started with."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+
+from gateway.config import load_settings
+from gateway.http.keys import RUNTIME_REF
+from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from tests.e2e.helpers import poll_until, request
+from tests.servers import GatewayServer, ServerThread
+
+ADMIN = "reload-admin-key"
+
+
+def config_text(fake_url: str, models: str = "[fake-model]", extra: str = "") -> str:
+    names = [m.strip() for m in models.strip("[]").split(",")]
+    listed = "\n".join(f"  - {{name: {n}, provider: fake, upstream_model: up-{n}}}" for n in names)
+    return f"""
+server: {{access_log: false}}
+auth: {{admin_key_env: RELOAD_TEST_ADMIN}}
+providers:
+  fake: {{type: openai, base_url: "{fake_url}"}}
+models:
+{listed}
+{extra}
+"""
+
+
+@pytest.fixture
+def config_file(tmp_path: Path, fake: FakeUpstream) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(config_text(fake.url))
+    return path
+
+
+@pytest.fixture
+def live(
+    server_thread: ServerThread, config_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[GatewayServer]:
+    monkeypatch.setenv("RELOAD_TEST_ADMIN", ADMIN)
+    server = server_thread.call(GatewayServer(load_settings(config_file)).start())
+    yield server
+    server_thread.call(server.stop())
+
+
+def models(gw: GatewayServer) -> set[str]:
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+    return {m.id for m in client.models.list()}
+
+
+def metric(gw: GatewayServer, result: str) -> float:
+    text = asyncio.run(request("GET", gw.url + "/metrics")).text
+    found = re.search(rf'gateway_config_reloads_total{{result="{result}"}} (\S+)', text)
+    return float(found.group(1)) if found else 0.0
+
+
+def write(path: Path, text: str) -> None:
+    path.write_text(text)
+    os.utime(path)
+
+
+def test_an_edit_is_picked_up(live: GatewayServer, config_file: Path, fake: FakeUpstream) -> None:
+    write(config_file, config_text(fake.url, "[fake-model, added]"))
+    assert poll_until(lambda: "added" in models(live), timeout=5)
+    assert metric(live, "reloaded") == 1
+
+
+def test_a_bad_edit_keeps_the_running_config(
+    live: GatewayServer, config_file: Path, fake: FakeUpstream
+) -> None:
+    write(config_file, config_text(fake.url) + "\nnot_a_section: 1\n")
+    assert poll_until(lambda: metric(live, "invalid") >= 1, timeout=5)
+    assert models(live) == {"fake-model"}
+    write(config_file, "providers: {fake: {type: openai, base_url: ")  # half-written
+    time.sleep(1.5)
+    assert models(live) == {"fake-model"}
+    write(config_file, config_text(fake.url, "[fake-model, fixed]"))
+    assert poll_until(lambda: "fixed" in models(live), timeout=5)
+
+
+def test_admin_reload_reports_problems(live: GatewayServer, config_file: Path, fake: Any) -> None:
+    headers = {"Authorization": f"Bearer {ADMIN}"}
+    url = live.url + "/admin/reload"
+    unchanged = asyncio.run(request("POST", url, headers=headers))
+    assert unchanged.status == 200 and unchanged.json()["result"] == "unchanged"
+    config_file.write_text(
+        config_text(fake.url, "[fake-model]", "resilience: {retry: {attempts: 0}}")
+    )
+    refused = asyncio.run(request("POST", url, headers=headers))
+    assert refused.status == 422
+    error = refused.json()["error"]
+    assert error["code"] == "config_invalid" and "resilience.retry.attempts" in error["message"]
+    assert models(live) == {"fake-model"}
+    assert asyncio.run(request("POST", url)).status == 401
+
+
+def test_requests_in_flight_finish_on_their_runtime(
+    live: GatewayServer, config_file: Path, fake: FakeUpstream
+) -> None:
+    fake.per_model["up-fake-model"] = Knobs(latency_ms=800)
+    old = live.app[RUNTIME_REF].current
+
+    async def slow_request_during_reload() -> int:
+        async with aiohttp.ClientSession() as session:
+            body = {"model": "fake-model", "messages": [{"role": "user", "content": "x"}]}
+            pending = asyncio.ensure_future(
+                session.post(live.url + "/v1/chat/completions", json=body)
+            )
+            await asyncio.sleep(0.2)
+            write(config_file, config_text(fake.url, "[fake-model, other]"))
+            response = await pending
+            return response.status
+
+    try:
+        assert asyncio.run(slow_request_during_reload()) == 200
+    finally:
+        fake.per_model.clear()
+    assert poll_until(lambda: live.app[RUNTIME_REF].current is not old, timeout=5)
+    assert poll_until(lambda: old.upstreams.closed, timeout=5), "the old pools are closed after"
+
+
+def test_no_request_fails_while_the_config_is_rewritten(
+    live: GatewayServer, config_file: Path, fake: FakeUpstream
+) -> None:
+    async def hammer() -> list[int]:
+        statuses: list[int] = []
+        stop = time.monotonic() + 6
+        async with aiohttp.ClientSession() as session:
+
+            async def client() -> None:
+                body = {"model": "fake-model", "messages": [{"role": "user", "content": "x"}]}
+                while time.monotonic() < stop:
+                    async with session.post(live.url + "/v1/chat/completions", json=body) as resp:
+                        await resp.read()
+                        statuses.append(resp.status)
+
+            async def editor() -> None:
+                variants = [
+                    config_text(fake.url, "[fake-model, a]"),
+                    "models: [",  # half-written
+                    config_text(fake.url, "[fake-model, b]"),
+                    config_text(fake.url) + "\nbogus: true\n",  # invalid
+                    config_text(fake.url, "[fake-model, c]"),
+                ]
+                for text in variants:
+                    write(config_file, text)
+                    await asyncio.sleep(1.1)
+
+            await asyncio.gather(editor(), *(client() for _ in range(8)))
+        return statuses
+
+    statuses = asyncio.run(hammer())
+    assert len(statuses) > 100 and set(statuses) == {200}, set(statuses)
+    assert poll_until(lambda: "c" in models(live), timeout=5)
+
+
+def test_sighup_reloads_a_running_gateway(tmp_path: Path, fake: FakeUpstream) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        config_text(fake.url, extra="").replace(
+            "access_log: false", "access_log: false, watch_config: false, port: 0"
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        url = re.search(r"listening on (http://\S+)", line)
+        assert url, line
+        gw_url = url.group(1)
+        path.write_text(config_text(fake.url, "[fake-model, hupped]"))
+        time.sleep(1.5)
+        assert "hupped" not in _ids(gw_url), "watching is off: only the signal reloads"
+        proc.send_signal(signal.SIGHUP)
+        assert poll_until(lambda: "hupped" in _ids(gw_url), timeout=5)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _ids(url: str) -> set[str]:
+    client = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
+    return {m.id for m in client.models.list()}
