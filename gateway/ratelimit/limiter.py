@@ -1,0 +1,191 @@
+"""The rate limiter's front: the 429 error, the permit a request holds, and the choice of
+backend (memory for one process, Redis for replicas sharing one budget per tenant)."""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal, Protocol
+
+from gateway.config.limits import RateLimitConfig, RateLimitStorageConfig
+from gateway.errors import GatewayError
+
+LimitName = Literal["requests_per_second", "concurrent", "tokens_per_minute"]
+
+_LABELS: dict[LimitName, str] = {
+    "requests_per_second": "requests per second",
+    "concurrent": "concurrent requests",
+    "tokens_per_minute": "tokens per minute",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Which limit refused a request, and in how many seconds it would admit it."""
+
+    limit: LimitName
+    retry_after: float
+
+
+class RateLimited(GatewayError):
+    """HTTP 429 in OpenAI's shape: type "requests" or "tokens", code "rate_limit_exceeded",
+    and a Retry-After header in whole seconds (at least 1)."""
+
+    status = 429
+    code = "rate_limit_exceeded"
+
+    def __init__(self, tenant: str, limit: LimitName, value: float, retry_after: float) -> None:
+        # The epsilon keeps float noise (2.0000000001 s) from adding a whole second.
+        seconds = max(1, math.ceil(retry_after - 1e-6))
+        super().__init__(
+            f"Rate limit reached for tenant '{tenant}' on {_LABELS[limit]}: limit {value:g}. "
+            f"Please retry in {seconds} s.",
+            type="tokens" if limit == "tokens_per_minute" else "requests",
+            headers={"Retry-After": str(seconds)},
+        )
+        self.tenant = tenant
+        self.limit = limit
+        self.retry_after = seconds
+
+
+class Backend(Protocol):
+    """Where the counters live. `acquire` checks every limit set in `limits` and, only if all
+    admit the request, consumes from each (one token, the concurrency `slot` when given, and
+    `tokens` of the minute's budget); otherwise it changes nothing."""
+
+    async def acquire(
+        self, tenant: str, limits: RateLimitConfig, tokens: int, slot: str | None
+    ) -> Refusal | None: ...
+
+    async def release(self, tenant: str, slot: str) -> None: ...
+
+    async def record_tokens(self, tenant: str, tokens: int) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Permit:
+    """An admitted request. Release it when the request ends (`async with permit:` does, also
+    on errors and cancellation) to free its concurrency slot; report completion tokens with
+    `record_tokens`, before or after the release. Both are idempotent where it matters:
+    releasing twice frees one slot."""
+
+    def __init__(
+        self, backend: Backend | None, tenant: str, slot: str | None, counts_tokens: bool
+    ) -> None:
+        self._backend = backend
+        self.tenant = tenant
+        self._slot = slot
+        self._counts_tokens = counts_tokens
+
+    @property
+    def holds_slot(self) -> bool:
+        return self._slot is not None
+
+    async def release(self) -> None:
+        slot, self._slot = self._slot, None
+        if slot is not None and self._backend is not None:
+            await self._backend.release(self.tenant, slot)
+
+    async def record_tokens(self, tokens: int) -> None:
+        """Add tokens to the tenant's minute (the completion's, once the upstream reports them)."""
+        if tokens > 0 and self._counts_tokens and self._backend is not None:
+            await self._backend.record_tokens(self.tenant, tokens)
+
+    async def __aenter__(self) -> Permit:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.release()
+
+
+class RateLimiter:
+    """Admits or refuses requests per tenant, against the limits passed with each call (so a
+    config reload applies at once, and counters survive it).
+
+    With Redis storage, every replica sees the same budget; when Redis cannot be reached the
+    limiter fails OPEN: requests are admitted unlimited, and a warning is logged (at most one
+    every 30 s). Rate limiting is a protection, not a reason to refuse all traffic.
+    """
+
+    def __init__(
+        self,
+        storage: RateLimitStorageConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        slot_ttl_seconds: float = 600.0,
+    ) -> None:
+        """`clock` (memory only: Redis uses its own TIME) is injectable for tests.
+        `slot_ttl_seconds` (Redis only) bounds how long a concurrency slot outlives a replica
+        that crashed holding it; it must exceed the longest request."""
+        self.storage = storage or RateLimitStorageConfig()
+        self._backend: Backend
+        if self.storage.type == "redis":
+            from gateway.ratelimit.redis_backend import RedisBackend
+
+            self._backend = RedisBackend(
+                self.storage.url, self.storage.namespace, slot_ttl_seconds=slot_ttl_seconds
+            )
+        else:
+            from gateway.ratelimit.memory import MemoryBackend
+
+            self._backend = MemoryBackend(clock)
+
+    async def acquire(
+        self, tenant: str, limits: RateLimitConfig, estimated_tokens: int = 0
+    ) -> Permit:
+        """Admit one request of `tenant` with `estimated_tokens` prompt tokens, or raise
+        RateLimited naming the limit that refused it (the one that clears last)."""
+        if limits.unlimited:
+            return Permit(None, tenant, None, counts_tokens=False)
+        slot = uuid.uuid4().hex if limits.concurrent is not None else None
+        refusal = await self._backend.acquire(tenant, limits, max(0, estimated_tokens), slot)
+        if refusal is not None:
+            value = getattr(limits, refusal.limit)
+            raise RateLimited(tenant, refusal.limit, value, refusal.retry_after)
+        return Permit(
+            self._backend, tenant, slot, counts_tokens=limits.tokens_per_minute is not None
+        )
+
+    async def aclose(self) -> None:
+        await self._backend.aclose()
+
+
+# --- the arithmetic both backends share (redis_backend.py has it again, in Lua) -------------
+
+WINDOW_SECONDS = 60.0
+CONCURRENT_RETRY_SECONDS = 1.0  # nobody knows when a slot frees up: a short wait
+
+
+def roll_window(
+    window: int | None, current: float, previous: float, index: int
+) -> tuple[float, float]:
+    """(current, previous) minute counters as of minute `index`, from those of `window`."""
+    if window == index:
+        return current, previous
+    if window == index - 1:
+        return 0.0, current
+    return 0.0, 0.0
+
+
+def tokens_wait(previous: float, current: float, elapsed: float, need: int, limit: int) -> float:
+    """Seconds until `need` more tokens fit in the sliding minute (0: they fit now), `elapsed`
+    seconds into the current minute. The sliding minute holds `previous` weighted by the part
+    of the previous minute it still covers, plus `current`. A request larger than the whole
+    limit is checked as exactly the limit, so it goes once the minute is empty."""
+    need = max(1, min(need, limit))
+    if previous * (1 - elapsed / WINDOW_SECONDS) + current + need <= limit:
+        return 0.0
+    if current + need <= limit:  # fits once enough of the previous minute slides out
+        return (previous + current + need - limit) * WINDOW_SECONDS / previous - elapsed
+    # Only after this minute ends, and enough of it slides out in the next one.
+    return WINDOW_SECONDS - elapsed + (current + need - limit) * WINDOW_SECONDS / current

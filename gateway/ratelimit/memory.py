@@ -1,0 +1,93 @@
+"""Counters in this process: exact, on a monotonic clock. Nothing here awaits, so each call is
+atomic under asyncio and a release cannot be interrupted by a cancellation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.config.limits import RateLimitConfig
+from gateway.ratelimit.limiter import (
+    CONCURRENT_RETRY_SECONDS,
+    WINDOW_SECONDS,
+    Refusal,
+    roll_window,
+    tokens_wait,
+)
+
+
+@dataclass(slots=True)
+class _Tenant:
+    bucket: float | None = None  # tokens in the bucket at `refilled_at`; None: full
+    refilled_at: float = 0.0
+    in_flight: int = 0
+    window: int | None = None  # the minute `current` counts
+    current: float = 0.0
+    previous: float = 0.0
+
+
+class MemoryBackend:
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._tenants: dict[str, _Tenant] = {}
+
+    async def acquire(
+        self, tenant: str, limits: RateLimitConfig, tokens: int, slot: str | None
+    ) -> Refusal | None:
+        now = self._clock()
+        state = self._tenants.get(tenant)
+        if state is None:
+            state = self._tenants[tenant] = _Tenant()
+        refusals: list[Refusal] = []
+
+        rate, size = limits.requests_per_second, limits.bucket_size
+        bucket = 0.0
+        if rate is not None:
+            bucket = float(size)
+            if state.bucket is not None:
+                refill = max(0.0, now - state.refilled_at) * rate
+                bucket = min(bucket, state.bucket + refill)
+            if bucket < 1:
+                refusals.append(Refusal("requests_per_second", (1 - bucket) / rate))
+
+        if limits.concurrent is not None and state.in_flight >= limits.concurrent:
+            refusals.append(Refusal("concurrent", CONCURRENT_RETRY_SECONDS))
+
+        tpm = limits.tokens_per_minute
+        index = int(now // WINDOW_SECONDS)
+        current, previous = roll_window(state.window, state.current, state.previous, index)
+        if tpm is not None:
+            elapsed = now - index * WINDOW_SECONDS
+            wait = tokens_wait(previous, current, elapsed, tokens, tpm)
+            if wait > 0:
+                refusals.append(Refusal("tokens_per_minute", wait))
+
+        if refusals:
+            return max(refusals, key=lambda refusal: refusal.retry_after)
+        if rate is not None:
+            state.bucket, state.refilled_at = bucket - 1, now
+        if slot is not None:
+            state.in_flight += 1
+        if tpm is not None:
+            state.window, state.current, state.previous = index, current + tokens, previous
+        return None
+
+    async def release(self, tenant: str, slot: str) -> None:
+        state = self._tenants.get(tenant)
+        if state is not None and state.in_flight > 0:
+            state.in_flight -= 1
+
+    async def record_tokens(self, tenant: str, tokens: int) -> None:
+        state = self._tenants.get(tenant)
+        if state is None:
+            state = self._tenants[tenant] = _Tenant()
+        index = int(self._clock() // WINDOW_SECONDS)
+        current, previous = roll_window(state.window, state.current, state.previous, index)
+        state.window, state.current, state.previous = index, current + tokens, previous
+
+    def in_flight(self, tenant: str) -> int:
+        state = self._tenants.get(tenant)
+        return state.in_flight if state is not None else 0
+
+    async def aclose(self) -> None:
+        self._tenants.clear()

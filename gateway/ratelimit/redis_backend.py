@@ -1,0 +1,229 @@
+"""Counters in Redis, shared by every replica: the same arithmetic as memory.py, made atomic by
+running it in Lua scripts (EVALSHA, loaded again on NOSCRIPT) on Redis's own clock (TIME), so
+replicas with skewed clocks still agree.
+
+Per tenant, three keys with one hash tag (one cluster slot): the token bucket (a hash), the
+requests in flight (a sorted set of slot ids scored by their expiry, so a replica that crashed
+holding slots loses them after `slot_ttl_seconds` even while other requests keep the key
+alive) and the sliding minute (a hash of two counters). Each key expires once it would read as
+empty anyway.
+
+Redis unreachable, slow (0.25 s socket timeouts) or failing: the request is admitted (fail
+OPEN), with a warning logged at most every 30 s; for a second after a failure Redis is not
+even asked, so an outage costs no latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from gateway.config.limits import RateLimitConfig
+from gateway.ratelimit.limiter import LimitName, Refusal
+
+log = logging.getLogger("gateway.ratelimit")
+
+SOCKET_TIMEOUT = 0.25
+PAUSE_AFTER_FAILURE = 1.0
+WARN_EVERY = 30.0
+
+_LIMITS: dict[int, LimitName] = {1: "requests_per_second", 2: "concurrent", 3: "tokens_per_minute"}
+
+# roll() and tokens_wait() are limiter.roll_window() and limiter.tokens_wait().
+_WINDOW = """
+local function now_seconds()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local function roll(key, index)
+  local w = redis.call('HMGET', key, 'window', 'current', 'previous')
+  local window = tonumber(w[1])
+  if window == index then return tonumber(w[2]), tonumber(w[3]) end
+  if window == index - 1 then return 0, tonumber(w[2]) end
+  return 0, 0
+end
+"""
+
+# KEYS: bucket, slots, minute. ARGV: rate, size, concurrent, slot, slot_ttl, tpm, tokens
+# (0 for a limit that is not set). Returns {0, '0'} admitted, or {limit, seconds to wait}.
+ACQUIRE = (
+    _WINDOW
+    + """
+local now = now_seconds()
+local rate, size = tonumber(ARGV[1]), tonumber(ARGV[2])
+local concurrent, slot, slot_ttl = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local tpm, tokens = tonumber(ARGV[6]), tonumber(ARGV[7])
+local refused, wait = 0, 0
+local function refuse(limit, seconds)
+  if refused == 0 or seconds > wait then refused, wait = limit, seconds end
+end
+
+local bucket
+if rate > 0 then
+  local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+  bucket = tonumber(b[1])
+  if bucket == nil then
+    bucket = size
+  else
+    bucket = math.min(size, bucket + math.max(0, now - tonumber(b[2])) * rate)
+  end
+  if bucket < 1 then refuse(1, (1 - bucket) / rate) end
+end
+
+if concurrent > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  if redis.call('ZCARD', KEYS[2]) >= concurrent then refuse(2, 1) end
+end
+
+local index, current, previous
+if tpm > 0 then
+  index = math.floor(now / 60)
+  current, previous = roll(KEYS[3], index)
+  local elapsed = now - index * 60
+  local need = math.max(1, math.min(tokens, tpm))
+  local seconds = 0
+  if previous * (1 - elapsed / 60) + current + need <= tpm then
+    seconds = 0
+  elseif current + need <= tpm then
+    seconds = (previous + current + need - tpm) * 60 / previous - elapsed
+  else
+    seconds = 60 - elapsed + (current + need - tpm) * 60 / current
+  end
+  if seconds > 0 then refuse(3, seconds) end
+end
+
+if refused > 0 then return {refused, tostring(wait)} end
+if rate > 0 then
+  redis.call('HSET', KEYS[1], 'tokens', bucket - 1, 'ts', now)
+  redis.call('PEXPIRE', KEYS[1], math.ceil(size / rate * 1000) + 1000)
+end
+if concurrent > 0 then
+  redis.call('ZADD', KEYS[2], now + slot_ttl, slot)
+  redis.call('PEXPIRE', KEYS[2], math.ceil(slot_ttl * 1000))
+end
+if tpm > 0 then
+  redis.call('HSET', KEYS[3], 'window', index, 'current', current + tokens, 'previous', previous)
+  redis.call('EXPIRE', KEYS[3], 120)
+end
+return {0, '0'}
+"""
+)
+
+# KEYS: minute. ARGV: tokens.
+RECORD = (
+    _WINDOW
+    + """
+local index = math.floor(now_seconds() / 60)
+local current, previous = roll(KEYS[1], index)
+redis.call('HSET', KEYS[1], 'window', index, 'current', current + tonumber(ARGV[1]),
+  'previous', previous)
+redis.call('EXPIRE', KEYS[1], 120)
+return 1
+"""
+)
+
+
+class RedisBackend:
+    def __init__(self, url: str, namespace: str, *, slot_ttl_seconds: float) -> None:
+        # No retries: a failed call fails open at once rather than after backoffs.
+        self._redis = aioredis.Redis.from_url(
+            url,
+            socket_timeout=SOCKET_TIMEOUT,
+            socket_connect_timeout=SOCKET_TIMEOUT,
+            retry=Retry(NoBackoff(), 0),
+        )
+        self._namespace = namespace
+        self._slot_ttl = slot_ttl_seconds
+        self._acquire = self._redis.register_script(ACQUIRE)
+        self._record = self._redis.register_script(RECORD)
+        self._paused_until = 0.0
+        self._next_warning = 0.0
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def keys(self, tenant: str) -> tuple[str, str, str]:
+        base = f"{self._namespace}:ratelimit:{{{tenant}}}"
+        return f"{base}:bucket", f"{base}:slots", f"{base}:minute"
+
+    async def acquire(
+        self, tenant: str, limits: RateLimitConfig, tokens: int, slot: str | None
+    ) -> Refusal | None:
+        if self._paused():
+            return None
+        args = (
+            limits.requests_per_second or 0,
+            limits.bucket_size,
+            (limits.concurrent or 0) if slot is not None else 0,
+            slot or "",
+            self._slot_ttl,
+            limits.tokens_per_minute or 0,
+            tokens,
+        )
+        # Shielded: if the caller is cancelled meanwhile, a slot the script took is released.
+        task = asyncio.ensure_future(self._acquire(keys=self.keys(tenant), args=args))
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if slot is not None:
+                self._later(self._release_when_done(task, tenant, slot))
+            raise
+        except (RedisError, OSError) as exc:
+            self._failed("acquire", exc)
+            return None
+        limit, wait = int(result[0]), float(result[1])
+        return Refusal(_LIMITS[limit], wait) if limit else None
+
+    async def release(self, tenant: str, slot: str) -> None:
+        # Shielded: a request cancelled while releasing still frees its slot.
+        key = self.keys(tenant)[1]
+        await asyncio.shield(self._call("release", lambda: self._redis.zrem(key, slot)))
+
+    async def record_tokens(self, tenant: str, tokens: int) -> None:
+        keys = [self.keys(tenant)[2]]
+        await asyncio.shield(
+            self._call("record tokens", lambda: self._record(keys=keys, args=[tokens]))
+        )
+
+    async def aclose(self) -> None:
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+        await self._redis.aclose()
+
+    async def _call(self, what: str, call: Callable[[], Awaitable[Any]]) -> None:
+        if self._paused():
+            return
+        try:
+            await call()
+        except (RedisError, OSError) as exc:
+            self._failed(what, exc)
+
+    async def _release_when_done(
+        self, task: asyncio.Future[object], tenant: str, slot: str
+    ) -> None:
+        try:
+            await task
+        except (RedisError, OSError):
+            return  # the script did not run, or its slot expires by itself
+        await self.release(tenant, slot)
+
+    def _later(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    def _paused(self) -> bool:
+        return time.monotonic() < self._paused_until
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        now = time.monotonic()
+        self._paused_until = now + PAUSE_AFTER_FAILURE
+        if now >= self._next_warning:
+            self._next_warning = now + WARN_EVERY
+            log.warning("rate limits: Redis %s failed, admitting requests unlimited: %r", what, exc)
