@@ -4,22 +4,26 @@ fail, slow down and recover on a timer; what the clients got, and how fast the b
     python bench/chaos.py                                  # defaults: 20,000 requests at c=100
     python bench/chaos.py --requests 3000 --period 2       # a shorter run
     python bench/chaos.py --stream-share 0.2 --json chaos.json
-    python bench/chaos.py --read-timeout 0.8               # primary with a per-attempt timeout
+    python bench/chaos.py --attempt-timeout 0              # unset: the gateway's default
+    python bench/chaos.py --read-timeout 0.8               # the primary's own timeouts.read
 
 Every server is its own process on 127.0.0.1: a primary fake upstream, a backup fake upstream
-(healthy, 40 ms), a fake retriever (an HTTP knowledge base) and the gateway
-(`python -m gateway serve`). The model `chat` runs on the primary, falls back to the model
-`backup` (on the backup upstream) and is grounded in the knowledge base `docs` (0.3 s timeout);
-the cache is off. A controller turns the primary healthy -> failing (HTTP 500) -> healthy ->
-slow (answers after the deadline) -> ..., and once, after the first cycle, takes both upstreams
-down for a short outage (level 4). The retriever flaps healthy -> 503 -> slow (beyond its
-timeout) on its own period. The load generator is this process (aiohttp on uvloop, one pooled
-connection per worker): it sends `--rate` requests per second (300 by default, so that 20,000
-requests span about five chaos cycles; 0 for as fast as it can), with at most `--concurrency`
-in flight, so a stalled gateway holds the senders back as it would real clients. Every
-response is checked (status, the x-gateway-* headers, a chat completion with text, or a stream
-of them ending in [DONE]) and `/admin/breakers` is polled every 50 ms. Requests are put in the
-window (the primary's and the retriever's) in which they were sent.
+(healthy, 40 ms), a fake retriever (an HTTP knowledge base) and the gateway (`python -m gateway
+serve`). The model `chat` runs on the primary, falls back to the model `backup` (on the backup
+upstream) and is grounded in the knowledge base `docs` (0.3 s timeout); each attempt is bounded
+by `resilience.attempt_timeout_seconds` (0.8 s against the 2.5 s deadline, so that a slow
+primary leaves time for the fallback); the cache is off. A controller turns the primary healthy
+-> failing (HTTP 500) -> healthy -> slow (answers after the deadline) -> ..., and once, after
+the first cycle, takes both upstreams down for a short outage (level 4). The retriever flaps
+healthy -> 503 -> slow (beyond its timeout) on its own period. The load generator is this
+process (aiohttp on uvloop, one pooled connection per worker): it sends `--rate` requests per
+second (300 by default, so that 20,000 requests span about five chaos cycles; 0 for as fast as
+it can), with at most `--concurrency` in flight, so a stalled gateway holds the senders back as
+it would real clients. Every response is checked (status, the x-gateway-* headers, a chat
+completion with text, or a stream of them ending in [DONE]) and `/admin/breakers` is polled
+every 50 ms. Requests are put in the window (the primary's and the retriever's) in which they
+were sent. The time to the response headers (for a stream: to its first chunk, which the
+gateway has in hand before it sends them) is checked against the deadline, which bounds it.
 """
 
 from __future__ import annotations
@@ -91,6 +95,7 @@ class Options:
     slow_ms: float
     slow_kind: str  # "latency": before the headers; "first-byte": streams, after them
     read_timeout: float | None
+    attempt_timeout: float | None  # resilience.attempt_timeout_seconds; None: unset
     primary_latency_ms: float
     backup_latency_ms: float
     kb_timeout: float
@@ -122,6 +127,7 @@ class Setup:
 def gateway_yaml(opts: Options, port: int, primary: str, backup: str, retriever: str) -> str:
     read = f", timeouts: {{read: {opts.read_timeout}}}" if opts.read_timeout else ""
     backoff = "initial_backoff_ms: 20, max_backoff_ms: 100, max_retry_after_seconds: 1"
+    attempt = f"\n  attempt_timeout_seconds: {opts.attempt_timeout}" if opts.attempt_timeout else ""
     breaker = f"{{failures: {opts.breaker_failures}, reset_seconds: {opts.reset_seconds}}}"
     return f"""\
 server: {{host: 127.0.0.1, port: {port}, access_log: false}}
@@ -144,7 +150,7 @@ models:
 resilience:
   retry: {{attempts: {opts.retry_attempts}, {backoff}}}
   breaker: {breaker}
-  deadline_seconds: {opts.deadline}
+  deadline_seconds: {opts.deadline}{attempt}
 degradation:
   unavailable: {{mode: answer, retry_after_seconds: 2}}
 knowledge_bases:
@@ -326,13 +332,15 @@ class Record:
     i: int
     start: float  # unix time sent
     latency: float  # seconds to the last byte
+    headers: float  # seconds to the response headers (a stream's first chunk is in hand then)
     stream: bool
     status: int = 0  # 0: no HTTP answer (see error)
     valid: bool = False
     level: str | None = None
     degraded: str | None = None
     fallback: str | None = None
-    attempts: int = 1
+    attempts: int = 1  # x-gateway-attempts; 1 when absent
+    attempts_header: bool = False
     error: str | None = None  # client-side: timeout, connection error
     detail: str | None = None  # the start of a body that was not a valid answer
 
@@ -385,16 +393,19 @@ def valid_stream(data: bytes) -> bool:
 
 async def one_request(session: aiohttp.ClientSession, url: str, i: int, stream: bool) -> Record:
     started, t0 = time.time(), time.perf_counter()
-    record = Record(i, started, 0.0, stream)
+    record = Record(i, started, 0.0, math.nan, stream)
     try:
         async with session.post(url, data=request_body(i, stream), headers=HEADERS) as resp:
+            record.headers = time.perf_counter() - t0
             data = await resp.read()
             record.status = resp.status
             h = resp.headers
             record.level = h.get("x-gateway-level")
             record.degraded = h.get("x-gateway-degraded")
             record.fallback = h.get("x-gateway-fallback")
-            attempts = h.get("x-gateway-attempts", "1")
+            attempts = h.get("x-gateway-attempts")
+            record.attempts_header = attempts is not None
+            attempts = attempts or "1"
             record.attempts = int(attempts) if attempts.isdigit() else -1  # -1: malformed
     except TimeoutError:
         record.error = "client_timeout"
@@ -570,6 +581,23 @@ def after_outage(windows: list[Window], records: list[Record]) -> Json | None:
     return None
 
 
+def deadline_check(answered: list[Record], deadline: float) -> Json:
+    """The deadline bounds the time to the first byte: for a plain answer, its headers; for a
+    stream, its headers too (sent with the first chunk). The slack is the client's and the
+    gateway's own time on a loaded loop."""
+    heads = [r.headers for r in answered]
+    plain = [r.latency for r in answered if not r.stream]
+    return {
+        "deadline_s": deadline,
+        "max_headers_s": max(heads) if heads else math.nan,
+        "max_plain_latency_s": max(plain) if plain else math.nan,
+        "max_latency_s": max((r.latency for r in answered), default=math.nan),
+        "headers_over_deadline": sum(1 for h in heads if h > deadline),
+        "headers_over_deadline_plus_100ms": sum(1 for h in heads if h > deadline + 0.1),
+        "headers_over_deadline_plus_250ms": sum(1 for h in heads if h > deadline + 0.25),
+    }
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else math.nan
 
@@ -594,6 +622,7 @@ def summarize(
         "answered": len(answered),
         "answered_share": len(answered) / total if total else math.nan,
         "answered_by_a_model": sum(1 for r in answered if r.level != "4"),
+        "deadline_check": deadline_check(answered, opts.deadline),
         "status_5xx": sum(n for s, n in statuses.items() if s >= 500),
         "other_non_2xx": sum(n for s, n in statuses.items() if s and not 200 <= s < 300),
         "invalid_2xx": sum(1 for r in records if 200 <= r.status < 300 and not r.valid),
@@ -601,8 +630,22 @@ def summarize(
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
         "fallbacks": sum(1 for r in records if r.fallback),
         "retried": sum(1 for r in records if r.attempts > 1),
-        # x-gateway-attempts counts tries a breaker refused (no network call) too
+        # x-gateway-attempts counts calls that went out (not those an open breaker refused)
         "attempts": {str(k): v for k, v in sorted(Counter(r.attempts for r in records).items())},
+        # Upstream calls the headers account for: the header's count, else 1 for an answer by
+        # a model (one call answered) and 0 for level 4 (0 or 1 call: unknown).
+        "calls_by_header": sum(
+            r.attempts if r.attempts_header else int(r.valid and r.level != "4") for r in records
+        ),
+        "level4_without_header": sum(
+            1 for r in records if r.level == "4" and not r.attempts_header
+        ),
+        # Level-4 answers by x-gateway-attempts ("-": no header, 0 or 1 call)
+        "level4_by_attempts": dict(
+            Counter(
+                str(r.attempts) if r.attempts_header else "-" for r in records if r.level == "4"
+            )
+        ),
         "levels": {k: levels[k] for k in ("1", "2", "3", "4", "none") if levels[k]},
         "degraded": dict(Counter(r.degraded for r in records if r.degraded)),
     }
@@ -716,6 +759,18 @@ def print_report(summary: Json, opts: Options) -> None:
         ("answered by the fallback model", f"{s['fallbacks']} ({pct(s['fallbacks'])})"),
         ("more than one attempt (x-gateway-attempts > 1)", f"{s['retried']} ({pct(s['retried'])})"),
     ]
+    d = s["deadline_check"]
+    rows += [
+        (
+            f"max time to headers / plain latency, answered (deadline {d['deadline_s']:g} s)",
+            f"{d['max_headers_s']:.3f} s / {d['max_plain_latency_s']:.3f} s",
+        ),
+        (
+            "answered with headers after the deadline (+0 / +100 / +250 ms)",
+            f"{d['headers_over_deadline']} / {d['headers_over_deadline_plus_100ms']}"
+            f" / {d['headers_over_deadline_plus_250ms']}",
+        ),
+    ]
     for level, name in (
         ("1", "grounded"),
         ("2", "general knowledge"),
@@ -797,7 +852,8 @@ def print_report(summary: Json, opts: Options) -> None:
         print(f"\nclient errors: {s['client_errors']}")
     print(
         f"statuses: {s['statuses']}; x-gateway-degraded: {s['degraded']}; "
-        f"x-gateway-attempts: {s['attempts']}"
+        f"x-gateway-attempts: {s['attempts']}; calls by header {s['calls_by_header']} "
+        f"(+ up to {s['level4_without_header']} level-4 answers without it)"
     )
 
 
@@ -841,6 +897,14 @@ def parse_args(argv: list[str] | None) -> Options:
         type=float,
         help="the primary provider's timeouts.read (default: unset, 60 s)",
     )
+    p.add_argument(
+        "--attempt-timeout",
+        type=float,
+        default=0.8,
+        metavar="SECONDS",
+        help="resilience.attempt_timeout_seconds, one attempt's bound to the first byte "
+        "(default 0.8, below the deadline; 0: unset, an attempt may use the rest of it)",
+    )
     p.add_argument("--primary-latency-ms", type=float, default=20)
     p.add_argument("--backup-latency-ms", type=float, default=40)
     p.add_argument("--kb-timeout", type=float, default=0.3)
@@ -871,6 +935,7 @@ def parse_args(argv: list[str] | None) -> Options:
         slow_ms=a.slow_ms or (a.deadline + 1.5) * 1000,
         slow_kind=a.slow_kind,
         read_timeout=a.read_timeout,
+        attempt_timeout=a.attempt_timeout or None,
         primary_latency_ms=a.primary_latency_ms,
         backup_latency_ms=a.backup_latency_ms,
         kb_timeout=a.kb_timeout,
@@ -943,6 +1008,19 @@ def code_measured() -> str:
     return f"checkout at {commit}" + (" + uncommitted changes in gateway/" if dirty else "")
 
 
+def upstream_failures(gateway: str) -> Json:
+    """gateway_upstream_failures_total from /metrics: "deployment reason" -> count."""
+    try:
+        text = urllib.request.urlopen(gateway + "/metrics", timeout=5).read().decode()
+    except OSError as exc:
+        return {"unavailable": str(exc)}
+    out: Json = {}
+    pattern = r'^gateway_upstream_failures_total\{deployment="([^"]*)",reason="([^"]*)"\} (\S+)'
+    for match in re.finditer(pattern, text, re.MULTILINE):
+        out[f"{match[1]} {match[2]}"] = float(match[3])
+    return out
+
+
 def log_problems(path: Path) -> Json:
     """What the gateway's log says went wrong on its side (tracebacks, internal errors)."""
     text = path.read_text(errors="replace")
@@ -952,6 +1030,9 @@ def log_problems(path: Path) -> Json:
         "internal_errors": len(re.findall(r"unhandled|internal error", text, re.IGNORECASE)),
         "breaker_transitions_logged": len(re.findall(r"circuit breaker .*->", text)),
         "kb_unavailable_warnings": text.count("unavailable:"),
+        "kb_failures_suppressed": sum(
+            int(n) for n in re.findall(r"\((\d+) more failures since the last warning\)", text)
+        ),
     }
 
 
@@ -962,7 +1043,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{f'{opts.rate:g} req/s' if opts.rate else 'unpaced'}, stream share "
         f"{opts.stream_share:g}; primary windows {opts.period:g} s "
         f"({' -> '.join(PRIMARY_CYCLE)}, one {opts.outage_seconds:g} s outage), retriever "
-        f"windows {opts.retriever_period:g} s ({' -> '.join(RETRIEVER_CYCLE)})"
+        f"windows {opts.retriever_period:g} s ({' -> '.join(RETRIEVER_CYCLE)}); deadline "
+        f"{opts.deadline:g} s, attempt timeout "
+        f"{f'{opts.attempt_timeout:g} s' if opts.attempt_timeout else 'unset'}, primary read "
+        f"timeout {f'{opts.read_timeout:g} s' if opts.read_timeout else 'unset'}"
     )
     print(
         f"  code measured: {code_measured()}; {os.cpu_count()} cpus, load average {load_average()}"
@@ -984,6 +1068,7 @@ def main(argv: list[str] | None = None) -> int:
                 name: json.loads(urllib.request.urlopen(url + "/_fake/stats", timeout=5).read())
                 for name, url in (("primary", setup.primary), ("backup", setup.backup))
             }
+            failures = upstream_failures(setup.gateway)
             alive = servers[-1].proc.poll() is None
         finally:
             for server in reversed(servers):
@@ -995,11 +1080,16 @@ def main(argv: list[str] | None = None) -> int:
     summary["gateway_alive_at_end"] = alive
     summary["gateway_log"] = problems
     summary["upstream_requests"] = {k: v["requests"] for k, v in upstream_stats.items()}
+    summary["upstream_failures"] = failures
     print(f"\ndone in {time.monotonic() - wall:.0f} s; load average {load_average()}")
     print_report(summary, opts)
     print(
         f"gateway CPU {summary['gateway_cpu_ms_per_request']:.2f} ms/request; upstream calls "
         f"{summary['upstream_requests']}; gateway log {problems}; failed polls {failed_polls}"
+    )
+    print(
+        f"upstream failures (gateway metrics): {failures}; level-4 answers by "
+        f"x-gateway-attempts: {summary['level4_by_attempts']}"
     )
     anomalies = [asdict(r) for r in records if not r.valid][:200]
     for a in anomalies[:5]:
