@@ -211,3 +211,19 @@ async def test_redis_going_away_fails_open(caplog: pytest.LogCaptureFixture) -> 
     finally:
         await limiter.aclose()
     assert len([r for r in caplog.records if r.name == "gateway.ratelimit"]) == 1
+
+
+async def test_an_acquire_cancelled_in_flight_gives_its_slot_back(
+    replicas: tuple[RateLimiter, RateLimiter],
+) -> None:
+    """Cancelled while the script runs in Redis: the slot it may have taken is released."""
+    a, b = replicas
+    limits = RateLimitConfig(concurrent=1)
+    task = asyncio.create_task(a.acquire("acme", limits))
+    await asyncio.sleep(0)  # the acquire has begun (its connection and script on the way)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.3)  # the script ran by now (and the slot was given back)
+    async with await b.acquire("acme", limits):
+        pass

@@ -181,9 +181,15 @@ class RedisBackend:
         return Refusal(_LIMITS[limit], wait) if limit else None
 
     async def release(self, tenant: str, slot: str) -> None:
-        # Shielded: a request cancelled while releasing still frees its slot.
+        # Shielded: a request cancelled while releasing still frees its slot. Tried even while
+        # paused (a slot taken just before an outage would otherwise stay taken for the whole
+        # slot TTL), but then in the background, so that the request is not kept waiting.
         key = self.keys(tenant)[1]
-        await asyncio.shield(self._call("release", lambda: self._redis.zrem(key, slot)))
+        call = self._call("release", lambda: self._redis.zrem(key, slot), always=True)
+        if self._paused():
+            self._later(call)
+        else:
+            await asyncio.shield(call)
 
     async def record_tokens(self, tenant: str, tokens: int) -> None:
         keys = [self.keys(tenant)[2]]
@@ -196,8 +202,10 @@ class RedisBackend:
             await asyncio.gather(*self._pending, return_exceptions=True)
         await self._redis.aclose()
 
-    async def _call(self, what: str, call: Callable[[], Awaitable[Any]]) -> None:
-        if self._paused():
+    async def _call(
+        self, what: str, call: Callable[[], Awaitable[Any]], *, always: bool = False
+    ) -> None:
+        if self._paused() and not always:
             return
         try:
             await call()
