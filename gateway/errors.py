@@ -88,6 +88,10 @@ class UpstreamTimeout(UpstreamError):
     status = 504
     code = "upstream_timeout"
 
+    def __init__(self, message: str, *, blame_upstream: bool = True, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.blame_upstream = blame_upstream  # False: the request's own budget ran out
+
 
 class InternalError(GatewayError):
     """Anything unexpected. Its message is generic: details go to the log, not the client."""

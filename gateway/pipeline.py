@@ -81,7 +81,8 @@ class Pipeline:
                 return await self._from_cache(ctx, request, hit)
         grounding = None
         if knowledge_base is not None and self.executor.can_answer(route):
-            grounding = await self.knowledge.ground(ctx, knowledge_base, body)
+            time_left = self.executor.time_left(ctx, route)
+            grounding = await self.knowledge.ground(ctx, knowledge_base, body, time_left)
         try:
             reply = await self.executor.chat(
                 ctx,

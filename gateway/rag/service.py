@@ -63,20 +63,24 @@ class Knowledge:
             return asked
         return self.settings.kb_by_tenant.get(ctx.tenant or "") or route.knowledge_base
 
-    async def ground(self, ctx: RequestContext, name: str, body: Json) -> Grounding | None:
+    async def ground(
+        self, ctx: RequestContext, name: str, body: Json, time_left: float = math.inf
+    ) -> Grounding | None:
         """Retrieve for the last user turn and decide the level; None when there is nothing to
-        retrieve for (the last turn is a tool result, say)."""
+        retrieve for (the last turn is a tool result, say). Retrieval may take the base's
+        timeout, and never more than `time_left` of the request's deadline."""
         query = last_user_text(body)
         if query is None:
             return None
         config = self.settings.knowledge_bases[name]
         ctx.knowledge_base = name
         started = time.perf_counter()
+        timeout = max(0.0, min(config.timeout_seconds, time_left))
         try:
-            async with asyncio.timeout(config.timeout_seconds):
+            async with asyncio.timeout(timeout):
                 passages = await self.bases[name].search(query, ctx.embedding, config.top_k)
         except (RetrievalFailed, TimeoutError) as exc:
-            reason = str(exc) or f"timed out after {config.timeout_seconds} s"
+            reason = str(exc) or f"timed out after {timeout:.2f} s"
             self._warn(name, reason)
             grounding = Grounding(3, error=reason)
         else:

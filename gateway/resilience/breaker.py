@@ -64,6 +64,8 @@ def is_upstream_fault(exc: BaseException) -> bool | None:
     """True: counts against the upstream (5xx, 429, timeouts, broken connections). False: the
     upstream answered properly (a 4xx is the client's mistake). None: not the upstream's doing."""
     if isinstance(exc, GatewayError):
+        if not getattr(exc, "blame_upstream", True):
+            return None
         return exc.status >= 500 or exc.status == 429
     return None
 

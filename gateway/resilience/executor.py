@@ -31,6 +31,10 @@ T = TypeVar("T")
 Call = Callable[[Provider, Json], Awaitable[T]]
 
 
+MIN_ATTEMPT_SECONDS = 0.05  # less time left than this: the deadline has passed
+FAIR_ATTEMPT_SECONDS = 1.0  # an attempt cut by the deadline sooner is not the upstream's fault
+
+
 class AllUpstreamsUnavailable(GatewayError):
     """Every deployment of the model and of its fallbacks failed, was open, or ran out of time.
     As an error it is a 503 whose code names the last cause (upstream_timeout, ...)."""
@@ -99,7 +103,10 @@ class UpstreamExecutor:
     async def _run(
         self, ctx: RequestContext, route: ModelRoute, body: Json, call: Call[T], *, fallbacks: bool
     ) -> T:
-        deadline = self.deadline(ctx, route)
+        loop = asyncio.get_running_loop()
+        # The loop's clock: its timers (asyncio.timeout) may fire a little before a
+        # perf_counter deadline, which would leave slivers of "time left" for doomed calls.
+        deadline = loop.time() + self.time_left(ctx, route)
         attempt_cap = self.settings.resilience.attempt_timeout_seconds or math.inf
         last: GatewayError | None = None
         waits: list[float] = []  # what upstreams and breakers said about when to come back
@@ -108,8 +115,8 @@ class UpstreamExecutor:
                 breaker = self.breakers.get(deployment.key)
                 provider = self.upstreams.get(deployment.provider)
                 for attempt in range(1, self.settings.resilience.retry.attempts + 1):
-                    remaining = deadline - time.perf_counter()
-                    if remaining <= 0:
+                    remaining = deadline - loop.time()
+                    if remaining < MIN_ATTEMPT_SECONDS:
                         raise self._unavailable(last, waits, deadline_passed=True)
                     ctx.served_deployment = deployment
                     ctx.fallback_model = model.name if model is not route else None
@@ -117,8 +124,9 @@ class UpstreamExecutor:
                         with breaker.attempt():
                             ctx.attempts += 1  # only calls that go out count
                             upstream_body = {**body, "model": deployment.upstream_model}
-                            seconds = min(remaining, attempt_cap)
-                            return await _within(seconds, call, provider, upstream_body)
+                            if attempt_cap < remaining:
+                                return await _within(attempt_cap, call, provider, upstream_body)
+                            return await _until_deadline(remaining, call, provider, upstream_body)
                     except BreakerOpen as err:
                         ctx.note_failure(deployment.key, "breaker_open")
                         if err.retry_in is not None:
@@ -134,17 +142,17 @@ class UpstreamExecutor:
                         if asked is not None:
                             waits.append(asked)
                         delay = self.backoff.delay(attempt, err)
-                        if delay is None or time.perf_counter() + delay >= deadline:
+                        if delay is None or loop.time() + delay >= deadline:
                             break
                         ctx.retries += 1
                         await asyncio.sleep(delay)
         raise self._unavailable(last, waits, deadline_passed=False)
 
-    def deadline(self, ctx: RequestContext, route: ModelRoute) -> float:
-        """When this request must have its first byte (perf_counter time). It counts from the
+    def time_left(self, ctx: RequestContext, route: ModelRoute) -> float:
+        """Seconds until this request must have its first byte. The deadline counts from the
         request's arrival, so time spent on retrieval comes out of it too."""
         budget = ctx.deadline_seconds or route.deadline_seconds
-        return ctx.started + (budget or self.settings.resilience.deadline_seconds)
+        return (budget or self.settings.resilience.deadline_seconds) - ctx.elapsed()
 
     def can_answer(self, route: ModelRoute) -> bool:
         """False when every deployment of the model and its fallbacks sits behind an open
@@ -181,14 +189,28 @@ class UpstreamExecutor:
 
 
 async def _within(seconds: float, call: Call[T], provider: Provider, body: Json) -> T:
-    """One attempt, bounded by what is left of the request's deadline. Running out of time
-    is an upstream timeout, so the breaker counts it."""
+    """One attempt, bounded by `attempt_timeout_seconds`: running out of it is an upstream
+    timeout, which the breaker counts."""
     try:
         async with asyncio.timeout(seconds):
             return await call(provider, body)
     except TimeoutError:
         raise UpstreamTimeout(
-            f"provider '{provider.name}' did not answer within the request deadline"
+            f"provider '{provider.name}' did not answer within {seconds:g} s"
+        ) from None
+
+
+async def _until_deadline(seconds: float, call: Call[T], provider: Provider, body: Json) -> T:
+    """One attempt, bounded by what is left of the request's deadline. Cut off, it is a
+    timeout the breaker counts only when the attempt had a fair amount of time: a request
+    that arrives with little budget left says nothing about the upstream."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await call(provider, body)
+    except TimeoutError:
+        raise UpstreamTimeout(
+            f"provider '{provider.name}' did not answer within the request deadline",
+            blame_upstream=seconds >= FAIR_ATTEMPT_SECONDS,
         ) from None
 
 

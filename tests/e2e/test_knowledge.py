@@ -247,8 +247,8 @@ def test_retrieval_down_and_every_model_down_is_level_4(
 def test_the_deadline_counts_retrieval_time(kgw: GatewayServer, kb: FakeRetriever) -> None:
     kb.configure(latency_ms=1000)  # the base's timeout is 0.3 s
     started = time.monotonic()
-    raw = ask(kgw, RETURNS_QUESTION, extra_headers={"x-gateway-timeout": "0.25"})
-    assert time.monotonic() - started < 0.8
+    raw = ask(kgw, RETURNS_QUESTION, extra_headers={"x-gateway-timeout": "0.15"})
+    assert time.monotonic() - started < 0.28, "retrieval is cut at the deadline (0.15 s)"
     assert raw.headers["x-gateway-level"] == "4", "no time left for the model after retrieval"
 
 

@@ -342,6 +342,17 @@ def test_a_slow_upstream_leaves_time_in_the_deadline_for_the_fallback(
     assert raw.headers["x-gateway-attempts"] == "4", "three capped tries, then the fallback"
 
 
+def test_a_call_cut_by_a_short_request_deadline_does_not_blame_the_upstream(
+    gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    fault(fake_upstream, "patient-up", latency_ms=5000)
+    raw = ask(gw, "patient", extra_headers={"x-gateway-timeout": "0.3"})
+    assert raw.headers["x-gateway-level"] == "4"
+    assert calls(fake_upstream, "steady-up") == 0, "no doomed call with no time left"
+    snapshot = {b["name"]: b for b in _admin(gw, "/admin/breakers")["breakers"]}
+    assert snapshot["backup/patient-up"]["failures"] == 0, "the request's budget, not its fault"
+
+
 def test_attempts_refused_by_an_open_breaker_are_not_counted(
     gw: GatewayServer, fake_upstream: FakeUpstream
 ) -> None:
