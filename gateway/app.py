@@ -13,9 +13,18 @@ from gateway.accesslog import AccessLog
 from gateway.cache.factory import build_cache
 from gateway.config import Settings
 from gateway.http import handlers
-from gateway.http.keys import ACCESS_LOG, BREAKERS, CACHE, METRICS, RELOADER, RUNTIME_REF
+from gateway.http.keys import (
+    ACCESS_LOG,
+    BREAKERS,
+    CACHE,
+    LIMITER,
+    METRICS,
+    RELOADER,
+    RUNTIME_REF,
+)
 from gateway.http.middleware import gateway_middleware
 from gateway.metrics import Metrics
+from gateway.ratelimit import RateLimiter
 from gateway.reload import Reloader
 from gateway.resilience.breaker import Breakers
 from gateway.runtime import Runtime, RuntimeRef
@@ -33,6 +42,7 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     metrics.watch_breakers(breakers)
     ref = app[RUNTIME_REF] = RuntimeRef(Runtime.build(settings, breakers, cache))
     app[RELOADER] = Reloader(ref, breakers, cache, on_result=metrics.config_reloaded)
+    app[LIMITER] = RateLimiter(settings.file.rate_limits.storage)
     app[ACCESS_LOG] = access_log or AccessLog(enabled=settings.server.access_log)
     if cache is not None:
         metrics.cache_entries.set_function(lambda: len(cache.store))
@@ -84,4 +94,5 @@ async def _runtime_lifetime(app: web.Application) -> AsyncIterator[None]:
     yield
     await app[RUNTIME_REF].current.close()
     app[BREAKERS].close()
+    await app[LIMITER].aclose()
     app[ACCESS_LOG].flush()

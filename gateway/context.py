@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from gateway.config import Deployment, ModelRoute
 
 if TYPE_CHECKING:
+    from gateway.ratelimit import Permit
     from gateway.routing.router import RouteDecision
 
 
@@ -37,6 +38,8 @@ class RequestContext:
     embed_seconds: float | None = None
     embedding: Any = None  # the last user turn's vector, computed once, reused by later stages
     saved_usage: dict[str, Any] | None = None  # usage of the upstream call a hit avoided
+    permit: Permit | None = None  # the rate limiter's; released when the response is done
+    rate_limited: str | None = None  # which limit refused the request
     # routing stage
     routing: RouteDecision | None = None  # set when the request named a routed alias
     prompt_tokens_estimate: int | None = None  # for cost when a stream reports no usage

@@ -259,6 +259,12 @@ class Metrics:
             ["model", "purpose", "direction"],
             registry=r,
         )
+        self.rate_limited = Counter(
+            "gateway_rate_limited",
+            "Requests refused with 429 by a tenant's rate limit, by the limit that refused.",
+            ["limit"],
+            registry=r,
+        )
         self.config_reloads = Counter(
             "gateway_config_reloads",
             "Config reloads: reloaded, unchanged, invalid (refused, the running config stays), "
@@ -320,6 +326,8 @@ class Metrics:
                 )
         if ctx.degradation_level is not None:
             self._child(self.degradations, model, str(ctx.degradation_level)).inc()
+        if ctx.rate_limited is not None:
+            self._child(self.rate_limited, ctx.rate_limited).inc()
         self._observe_guards(ctx, model)
         self._observe_cost(ctx, model)
 

@@ -23,6 +23,7 @@ from gateway.config.guard import (
     ToolRule,
 )
 from gateway.config.knowledge import AttachConfig, KnowledgeBaseConfig
+from gateway.config.limits import RateLimitConfig, RateLimitsConfig, RateLimitStorageConfig
 from gateway.config.loading import DEFAULT_CONFIG_PATH, ConfigError, load_settings, parse_config
 from gateway.config.resilience import (
     BreakerConfig,
@@ -89,6 +90,9 @@ __all__ = [
     "Pricing",
     "ProviderConfig",
     "ProviderSettings",
+    "RateLimitConfig",
+    "RateLimitStorageConfig",
+    "RateLimitsConfig",
     "ResilienceConfig",
     "RetryConfig",
     "RoutingConfig",

@@ -72,3 +72,18 @@ class RateLimitStorageConfig(Strict):
         if self.type == "redis" and not self.url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("url must start with redis://, rediss:// or unix://")
         return self
+
+
+class RateLimitsConfig(Strict):
+    """The `rate_limits:` section: per-tenant budgets and where they are kept."""
+
+    storage: RateLimitStorageConfig = Field(default_factory=RateLimitStorageConfig)
+    default: RateLimitConfig = Field(
+        default_factory=RateLimitConfig, description="Every tenant's limits unless listed."
+    )
+    tenants: dict[str, RateLimitConfig] = Field(
+        default_factory=dict, description="Tenant -> its own limits (replacing the default)."
+    )
+
+    def for_tenant(self, tenant: str) -> RateLimitConfig:
+        return self.tenants.get(tenant, self.default)

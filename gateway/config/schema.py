@@ -11,6 +11,7 @@ from gateway.config.base import Strict
 from gateway.config.cache import CacheConfig, CachePolicyOverride
 from gateway.config.guard import GuardConfig
 from gateway.config.knowledge import KnowledgeBaseConfig
+from gateway.config.limits import RateLimitsConfig
 from gateway.config.resilience import DegradationConfig, ResilienceConfig
 from gateway.config.routing import RoutingConfig
 
@@ -124,6 +125,7 @@ class ConfigFile(Strict):
     knowledge_bases: dict[str, KnowledgeBaseConfig] = Field(default_factory=dict)
     guard: GuardConfig = Field(default_factory=GuardConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    rate_limits: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
 
     @model_validator(mode="after")
     def _cross_references(self) -> ConfigFile:

@@ -8,6 +8,7 @@ from gateway.accesslog import AccessLog
 from gateway.cache.service import SemanticCache
 from gateway.context import RequestContext
 from gateway.metrics import Metrics
+from gateway.ratelimit import RateLimiter
 from gateway.reload import Reloader
 from gateway.resilience.breaker import Breakers
 from gateway.runtime import Runtime, RuntimeRef
@@ -18,5 +19,6 @@ ACCESS_LOG = web.AppKey("access_log", AccessLog)
 CACHE: web.AppKey[SemanticCache | None] = web.AppKey("cache")  # None: no model uses the cache
 BREAKERS = web.AppKey("breakers", Breakers)  # per process: survive config reloads
 RELOADER = web.AppKey("reloader", Reloader)
+LIMITER = web.AppKey("limiter", RateLimiter)  # per process; budgets outlive reloads
 CTX = web.RequestKey("ctx", RequestContext)
 RUNTIME = web.RequestKey("runtime", Runtime)  # the runtime this request started with

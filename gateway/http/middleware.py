@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from gateway import auth
+from gateway.config import Settings
 from gateway.context import RequestContext
 from gateway.errors import (
     GatewayError,
@@ -25,7 +26,8 @@ from gateway.errors import (
     PayloadTooLarge,
 )
 from gateway.http import render
-from gateway.http.keys import ACCESS_LOG, CTX, METRICS, RUNTIME, RUNTIME_REF
+from gateway.http.keys import ACCESS_LOG, CTX, LIMITER, METRICS, RUNTIME, RUNTIME_REF
+from gateway.ratelimit import Permit, RateLimited
 
 log = logging.getLogger("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -54,6 +56,8 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     try:
         if ctx.endpoint in ("chat", "embeddings", "models"):
             ctx.tenant = auth.tenant_for(runtime.settings, request.headers.get("Authorization"))
+        if ctx.endpoint in ("chat", "embeddings") and ctx.tenant is not None:
+            ctx.permit = await _admit(request, ctx.tenant, runtime.settings)
         elif ctx.endpoint == "admin":
             auth.check_admin(runtime.settings, request.headers.get("Authorization"))
         response = await handler(request)
@@ -71,10 +75,33 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         log.exception("unhandled error in request %s", ctx.request_id)
         return render.error(ctx, render.internal_error(ctx))
     finally:
+        if ctx.permit is not None:
+            await _settle_permit(ctx.permit, ctx.usage)
         runtime.leave()
         metrics.in_flight.dec()
         metrics.observe(ctx)
         request.app[ACCESS_LOG].write(ctx, request.method, request.path)
+
+
+async def _admit(request: web.Request, tenant: str, settings: Settings) -> Permit | None:
+    """The tenant's rate-limit permit, or a 429 with Retry-After. Counted in tokens by a
+    cheap estimate of the request body (the prompt); the answer's tokens are added after."""
+    limits = settings.file.rate_limits.for_tenant(tenant)
+    if limits.unlimited:
+        return None
+    estimate = (request.content_length or 0) // 4 if limits.tokens_per_minute else 0
+    try:
+        return await request.app[LIMITER].acquire(tenant, limits, estimate)
+    except RateLimited as refused:
+        request[CTX].rate_limited = refused.limit
+        raise
+
+
+async def _settle_permit(permit: Permit, usage: dict[str, object] | None) -> None:
+    completion = usage.get("completion_tokens") if usage else None
+    if isinstance(completion, int) and completion > 0:
+        await permit.record_tokens(completion)
+    await permit.release()
 
 
 def _translate(exc: web.HTTPException, request: web.Request) -> GatewayError:
