@@ -101,6 +101,7 @@ def test_alert_rules_are_annotated() -> None:
         "GatewayHighLatencyP99",
         "GatewayCacheHitRateCollapse",
         "GatewayLevel4Degradation",
+        "GatewayConfigReloadRefused",
     }
     for rule in rules:
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]

@@ -1,11 +1,13 @@
 """The dashboards and alert rules against a REAL Prometheus scraping a real gateway.
 
 A gateway (in-process, loopback port) with a cached model, a routed alias, a knowledge base,
-a flaky model with a fallback, a model whose provider is down, the tool-call and loop guards
-and history compression gets two rounds of traffic; Prometheus scrapes it every second and
-evaluates deploy/alerts.yml. Then every PromQL expression of every dashboard panel must parse
-and return data, and every alert rule must parse and evaluate. Skipped where the prometheus
-binary is missing (.ci/run installs the Debian package).
+a flaky model with a fallback, a model whose provider is down, the tool-call and loop guards,
+history compression and a tenant with a tiny rate limit gets two rounds of traffic (each also
+asks for a config reload, refused: the test's config comes from text, not a file);
+Prometheus scrapes it every second and evaluates deploy/alerts.yml. Then every PromQL
+expression of every dashboard panel must parse and return data, and every alert rule must
+parse and evaluate. Skipped where the prometheus binary is missing (.ci/run installs the
+Debian package).
 """
 
 from __future__ import annotations
@@ -68,10 +70,20 @@ BAD_CALL = {"name": "transfer", "arguments": {"amount": "lots", "to": "Bob"}}
 HALLUCINATED_CALL = {"name": "transfer_money", "arguments": {"amount": 10}}
 RETURNS_QUESTION = "Can items be returned for a refund within 30 days of delivery?"
 
+# API keys (tenant "obs" sends the traffic, "tiny" has a tiny rate limit) and the admin key.
+KEY, TINY_KEY, ADMIN_KEY = "sk-obs-traffic", "sk-obs-tiny", "obs-admin-key"
+ENV = {"OBS_KEY": KEY, "OBS_TINY_KEY": TINY_KEY, "OBS_ADMIN_KEY": ADMIN_KEY}
+
 
 def gateway_yaml(fake_url: str, retriever_url: str) -> str:
     return f"""
 server: {{access_log: false}}
+auth:
+  admin_key_env: OBS_ADMIN_KEY
+  keys: [{{env: OBS_KEY, tenant: obs}}, {{env: OBS_TINY_KEY, tenant: tiny}}]
+rate_limits:
+  tenants:
+    tiny: {{requests_per_second: 0.1, burst: 1}}  # one request, then 429 for 10 s
 providers:
   fake: {{type: openai, base_url: "{fake_url}", timeouts: {{connect: 1, read: 5, total: 10}}}}
   dead:
@@ -152,6 +164,7 @@ def _long_conversation(turns: int) -> list[Json]:
 def traffic_round(gw: GatewayServer) -> list[int]:
     """One round of requests touching every metric family; returns the statuses."""
     unique = uuid.uuid4().hex[:8]
+    auth, tiny, admin = ({"Authorization": f"Bearer {key}"} for key in (KEY, TINY_KEY, ADMIN_KEY))
     bodies: list[tuple[str, Json]] = [
         # cache: a miss, then the same question again (stored in the background first)
         ("/v1/chat/completions", _chat("cheap", "What is a semantic cache?")),
@@ -205,12 +218,22 @@ def traffic_round(gw: GatewayServer) -> list[int]:
 
     async def send() -> list[int]:
         statuses = []
+        # first (so the scrape that sees the round's last chat request sees these too):
+        # the tiny tenant's burst of 1, then 429s; a config reload, refused as `invalid`
+        # because the settings' source "<t>" is not a file (422, the running config stays)
+        for i in range(3):
+            body = _chat("strong", f"tiny tenant {i} {unique}")
+            resp = await request("POST", gw.url + "/v1/chat/completions", body=body, headers=tiny)
+            statuses.append(resp.status)
+        resp = await request("POST", gw.url + "/admin/reload", headers=admin)
+        assert resp.status == 422 and "(invalid)" in resp.json()["error"]["message"], resp.text
         for path, body in bodies:
-            resp = await request("POST", gw.url + path, body=body)
+            resp = await request("POST", gw.url + path, body=body, headers=auth)
             statuses.append(resp.status)
         await asyncio.sleep(0.3)  # the cache stores in the background
         for text in ("What is a semantic cache?", "How far is it to the station, 50 km?"):
-            resp = await request("POST", gw.url + "/v1/chat/completions", body=_chat("cheap", text))
+            body = _chat("cheap", text)
+            resp = await request("POST", gw.url + "/v1/chat/completions", body=body, headers=auth)
             statuses.append(resp.status)
         return statuses
 
@@ -249,14 +272,14 @@ def observed(
     fake.reset()
     fake.per_model["flaky-up"] = Knobs(status=500)
     retriever = server_thread.call(FakeRetriever().start())
-    settings = build_settings(parse_config(gateway_yaml(fake.url, retriever.url)), "<t>", {})
+    settings = build_settings(parse_config(gateway_yaml(fake.url, retriever.url)), "<t>", ENV)
     try:
         with running_gateway(server_thread, settings) as gw:
             config = scrape_config(f"127.0.0.1:{gw.port}", [str(ALERTS)])
             with prometheus_server(config) as prom:
                 _wait_for_scrape_of(prom, gw)  # the first scrape, before any traffic
                 statuses = traffic_round(gw)
-                assert 503 in statuses and 404 in statuses and 200 in statuses, statuses
+                assert {503, 404, 429, 200} <= set(statuses), statuses
                 _wait_for_scrape_of(prom, gw)
                 traffic_round(gw)  # counters that exist now grow: rates are not zero
                 _wait_for_scrape_of(prom, gw)
