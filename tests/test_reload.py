@@ -123,8 +123,9 @@ def test_requests_in_flight_finish_on_their_runtime(
             )
             await asyncio.sleep(0.2)
             write(config_file, config_text(fake.url, "[fake-model, other]"))
-            response = await pending
-            return response.status
+            async with await pending as response:
+                await response.read()
+                return response.status
 
     try:
         assert asyncio.run(slow_request_during_reload()) == 200
