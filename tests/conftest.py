@@ -75,3 +75,12 @@ def redis_url() -> Iterator[str]:
         pytest.skip("redis-server is not on PATH (CI installs it: apt-get install redis-server)")
     with redis_server() as url:
         yield url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_sdk_clients() -> Iterator[None]:
+    """Every OpenAI client the tests made (tests/clients.py) is closed at the end."""
+    from tests.clients import close_all
+
+    yield
+    close_all()

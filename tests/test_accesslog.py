@@ -9,14 +9,15 @@ import pytest
 
 from gateway.accesslog import AccessLog
 from gateway.testing.fake_upstream import FakeUpstream
+from tests.clients import sdk_client
 from tests.servers import GatewayServer, ServerThread, settings_for
 
 SECRET_PROMPT = "my card number is 4111 1111 1111 1111"
 
 
-def _run(server_thread: ServerThread, fake: FakeUpstream, extra_yaml: str = "") -> Iterator[
-    tuple[GatewayServer, io.BytesIO, AccessLog]
-]:
+def _run(
+    server_thread: ServerThread, fake: FakeUpstream, extra_yaml: str = ""
+) -> Iterator[tuple[GatewayServer, io.BytesIO, AccessLog]]:
     sink = io.BytesIO()
     log = AccessLog(sink)
     server = server_thread.call(GatewayServer(settings_for(fake.url, extra_yaml), log).start())
@@ -35,9 +36,9 @@ def _lines(sink: io.BytesIO, log: AccessLog, server_thread: ServerThread) -> lis
 
 
 @pytest.fixture
-def logged(server_thread: ServerThread, fake_upstream: FakeUpstream) -> Iterator[
-    tuple[GatewayServer, io.BytesIO, AccessLog]
-]:
+def logged(
+    server_thread: ServerThread, fake_upstream: FakeUpstream
+) -> Iterator[tuple[GatewayServer, io.BytesIO, AccessLog]]:
     yield from _run(server_thread, fake_upstream)
 
 
@@ -45,9 +46,10 @@ def test_one_line_per_request_with_the_facts_and_no_prompt(
     logged: tuple[GatewayServer, io.BytesIO, AccessLog], server_thread: ServerThread
 ) -> None:
     server, sink, log = logged
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+    client = sdk_client(server.url, "k")
     client.chat.completions.create(
-        model="mapped", messages=[{"role": "user", "content": SECRET_PROMPT}],
+        model="mapped",
+        messages=[{"role": "user", "content": SECRET_PROMPT}],
         extra_headers={"x-request-id": "trace-123"},
     )
     with pytest.raises(openai.NotFoundError):
@@ -67,7 +69,7 @@ def test_prompts_are_logged_only_when_asked(
     server_thread: ServerThread, fake_upstream: FakeUpstream
 ) -> None:
     for server, sink, log in _run(server_thread, fake_upstream, "server: {log_prompts: true}"):
-        client = openai.OpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+        client = sdk_client(server.url, "k")
         client.chat.completions.create(
             model="fake-model", messages=[{"role": "user", "content": SECRET_PROMPT}]
         )

@@ -7,7 +7,8 @@ from gateway.errors import AuthenticationFailed
 BASE = "providers: {demo: {type: demo}}\nmodels: [{name: demo, provider: demo}]\n"
 KEYED = build_settings(
     parse_config(BASE + "auth: {keys: [{env: KA, tenant: a}, {env: KB, tenant: b}]}"),
-    "<t>", {"KA": "key-a", "KB": "key-b", "GATEWAY_ADMIN_KEY": "root"},
+    "<t>",
+    {"KA": "key-a", "KB": "key-b", "GATEWAY_ADMIN_KEY": "root"},
 )
 OPEN = build_settings(parse_config(BASE), "<t>", {})
 

@@ -4,10 +4,19 @@ from typing import Any
 from gateway.chunks import Accumulator, replay
 
 COMPLETION = {
-    "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "m",
     "system_fingerprint": "fp",
-    "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                 "message": {"role": "assistant", "content": "  Hello there,  general Kenobi.\n"}}],
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "stop",
+            "logprobs": None,
+            "message": {"role": "assistant", "content": "  Hello there,  general Kenobi.\n"},
+        }
+    ],
     "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12},
 }
 
@@ -39,10 +48,26 @@ def test_accumulator_merges_tool_call_fragments_by_index() -> None:
     acc = Accumulator()
     deltas = [
         {"role": "assistant", "content": None},
-        {"tool_calls": [{"index": 0, "id": "a", "type": "function",
-                         "function": {"name": "f", "arguments": ""}}]},
-        {"tool_calls": [{"index": 1, "id": "b", "type": "function",
-                         "function": {"name": "g", "arguments": '{"y"'}}]},
+        {
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": "a",
+                    "type": "function",
+                    "function": {"name": "f", "arguments": ""},
+                }
+            ]
+        },
+        {
+            "tool_calls": [
+                {
+                    "index": 1,
+                    "id": "b",
+                    "type": "function",
+                    "function": {"name": "g", "arguments": '{"y"'},
+                }
+            ]
+        },
         {"tool_calls": [{"index": 0, "function": {"arguments": '{"x": 1}'}}]},
         {"tool_calls": [{"index": 1, "function": {"arguments": ": 2}"}}]},
     ]
@@ -51,7 +76,8 @@ def test_accumulator_merges_tool_call_fragments_by_index() -> None:
     acc.add({"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
     message = acc.completion()["choices"][0]["message"]
     assert [c["function"] for c in message["tool_calls"]] == [
-        {"name": "f", "arguments": '{"x": 1}'}, {"name": "g", "arguments": '{"y": 2}'}
+        {"name": "f", "arguments": '{"x": 1}'},
+        {"name": "g", "arguments": '{"y": 2}'},
     ]
     assert [c["id"] for c in message["tool_calls"]] == ["a", "b"]
     assert acc.completion()["choices"][0]["finish_reason"] == "tool_calls"

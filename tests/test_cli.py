@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _gateway(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gateway", *args], capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "gateway", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
         cwd=ROOT,
     )
 
@@ -42,7 +45,10 @@ def test_serve_prints_where_it_listens_serves_and_stops_on_sigterm(tmp_path: Pat
     config.write_text(shipped.replace("data/cache.sqlite3", str(tmp_path / "cache.sqlite3")))
     with subprocess.Popen(
         [sys.executable, "-m", "gateway", "serve", "--port", "0", "--config", str(config)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     ) as proc:
         try:
             assert proc.stdout is not None

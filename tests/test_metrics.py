@@ -8,6 +8,7 @@ from pathlib import Path
 import openai
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.clients import sdk_client
 from tests.servers import GatewayServer
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "METRICS.md"
@@ -27,14 +28,14 @@ def _exported(text: str) -> set[str]:
 
 
 def test_every_metric_is_documented_and_every_documented_metric_exists(gw: GatewayServer) -> None:
-    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+    client = sdk_client(gw.url, "k")
     client.chat.completions.create(model="demo", messages=[{"role": "user", "content": "x"}])
     documented = set(re.findall(r"^\| `(gateway_[a-z_]+)`", DOC.read_text(), re.MULTILINE))
     assert _exported(_scrape(gw)) == documented
 
 
 def test_model_labels_never_carry_client_strings(gw: GatewayServer) -> None:
-    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+    client = sdk_client(gw.url, "k")
     for i in range(20):
         with contextlib.suppress(openai.NotFoundError):
             client.chat.completions.create(

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import openai
 import pytest
 
 from gateway.config import load_settings
 from gateway.http.keys import RUNTIME_REF
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from tests.clients import sdk_client
 from tests.e2e.helpers import poll_until, request
 from tests.servers import GatewayServer, ServerThread
 
@@ -59,7 +59,7 @@ def live(
 
 
 def models(gw: GatewayServer) -> set[str]:
-    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+    client = sdk_client(gw.url, "k")
     return {m.id for m in client.models.list()}
 
 
@@ -202,5 +202,5 @@ def test_sighup_reloads_a_running_gateway(tmp_path: Path, fake: FakeUpstream) ->
 
 
 def _ids(url: str) -> set[str]:
-    client = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
+    client = sdk_client(url, "k")
     return {m.id for m in client.models.list()}

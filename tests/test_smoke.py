@@ -1,10 +1,9 @@
-import openai
-
+from tests.clients import sdk_client
 from tests.servers import GatewayServer
 
 
 def test_plain_and_streamed_through_fake(gw: GatewayServer) -> None:
-    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+    client = sdk_client(gw.url, "k")
     reply = client.chat.completions.create(
         model="fake-model", messages=[{"role": "user", "content": "hello"}]
     )

@@ -34,9 +34,7 @@ async def test_multiline_data_is_joined() -> None:
 
 async def test_events_stay_grouped_by_the_read_that_completed_them() -> None:
     pieces = (b"data: 1\n\ndata: 2\n\nda", b"ta: 3\n\n")
-    assert [events async for events in sse.iter_events(_pieces(*pieces))] == [
-        [b"1", b"2"], [b"3"]
-    ]
+    assert [events async for events in sse.iter_events(_pieces(*pieces))] == [[b"1", b"2"], [b"3"]]
 
 
 def test_encode_is_one_event() -> None:

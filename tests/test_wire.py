@@ -23,8 +23,11 @@ def test_unknown_fields_are_kept() -> None:
         ({"temperature": "hot"}, "temperature", "invalid_value"),
         ({"temperature": 3}, "temperature", "invalid_value"),
         ({"n": 0}, "n", "invalid_value"),
-        ({"tools": [{"type": "function", "function": {"name": ""}}]}, "tools[0].function.name",
-         "invalid_value"),
+        (
+            {"tools": [{"type": "function", "function": {"name": ""}}]},
+            "tools[0].function.name",
+            "invalid_value",
+        ),
     ],
 )
 def test_bad_fields_are_named(patch: dict[str, object], param: str, code: str) -> None:

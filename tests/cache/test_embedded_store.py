@@ -23,8 +23,15 @@ def _vector(seed: int) -> np.ndarray:
 
 def _entry(n: int, scope: str = "s", tenant: str = "t", ttl: float = 3600) -> CacheEntry:
     return CacheEntry(
-        scope=scope, exact_key=f"{scope}:{n}", tenant=tenant, model="m", text=f"question {n}",
-        response={"answer": n}, expires_at=time.time() + ttl, vector=_vector(n), embedder="e",
+        scope=scope,
+        exact_key=f"{scope}:{n}",
+        tenant=tenant,
+        model="m",
+        text=f"question {n}",
+        response={"answer": n},
+        expires_at=time.time() + ttl,
+        vector=_vector(n),
+        embedder="e",
     )
 
 
@@ -41,7 +48,7 @@ async def test_exact_and_semantic_lookups(store: EmbeddedStore) -> None:
     now = time.time()
     got = await store.get("s:1", now)
     assert got is not None and got.response == {"answer": 1} and got.text == "question 1"
-    (found, similarity), = await store.search("s", _vector(1), "e", 1, now)
+    ((found, similarity),) = await store.search("s", _vector(1), "e", 1, now)
     assert found.exact_key == "s:1" and similarity == pytest.approx(1.0, abs=1e-5)
     assert await store.search("other-scope", _vector(1), "e", 1, now) == []
     assert await store.search("s", _vector(1), "another-embedder", 1, now) == []
@@ -95,7 +102,7 @@ async def test_entries_survive_a_restart(tmp_path: Path) -> None:
     try:
         assert len(second) == 10
         assert (await second.get("s:3", time.time())) is not None
-        (found, _), = await second.search("s", _vector(7), "e", 1, time.time())
+        ((found, _),) = await second.search("s", _vector(7), "e", 1, time.time())
         assert found.exact_key == "s:7"
     finally:
         await second.close()
@@ -129,7 +136,9 @@ WRITER = textwrap.dedent(
 async def test_kill_9_during_a_write_burst_loses_no_acknowledged_entry(tmp_path: Path) -> None:
     path = str(tmp_path / "burst.sqlite3")
     with subprocess.Popen(
-        [sys.executable, "-c", WRITER, path], stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", WRITER, path],
+        stdout=subprocess.PIPE,
+        text=True,
         cwd=Path(__file__).resolve().parents[2],
     ) as writer:
         assert writer.stdout is not None

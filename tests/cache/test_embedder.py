@@ -205,12 +205,21 @@ def test_build_embedder_rejects_unknown_kinds() -> None:
 # -- the real model (MiniLM), loaded once per module --
 
 PARAPHRASES = [
-    ("How do I reset my password?", "What are the steps to change my account password?",
-     "What is the capital of France?"),
-    ("How many calories are in a banana?", "What is the calorie count of one banana?",
-     "How do I install Docker on Ubuntu?"),
-    ("How do I undo the last git commit?", "How can I revert my most recent commit in git?",
-     "What are the symptoms of the flu?"),
+    (
+        "How do I reset my password?",
+        "What are the steps to change my account password?",
+        "What is the capital of France?",
+    ),
+    (
+        "How many calories are in a banana?",
+        "What is the calorie count of one banana?",
+        "How do I install Docker on Ubuntu?",
+    ),
+    (
+        "How do I undo the last git commit?",
+        "How can I revert my most recent commit in git?",
+        "What are the symptoms of the flu?",
+    ),
 ]
 TEXTS = [t for triple in PARAPHRASES for t in triple]
 real = pytest.mark.asyncio(loop_scope="module")

@@ -204,8 +204,9 @@ def test_minilm_with_guards_serves_no_near_miss(minilm: Any) -> None:
 def test_minilm_with_guards_still_hits_english_paraphrases(minilm: Any) -> None:
     english = [p for p in PARAPHRASES if not has_cjk(p[1])]
     sims = cosines(minilm, english)
-    hits = [p for p, s in zip(english, sims, strict=True) if s >= 0.95 and near_miss(p[1], p[2])
-            is None]
+    hits = [
+        p for p, s in zip(english, sims, strict=True) if s >= 0.95 and near_miss(p[1], p[2]) is None
+    ]
     assert len(hits) >= len(english) // 3
 
 
@@ -229,6 +230,9 @@ def test_e5_with_guards_serves_no_chinese_near_miss(e5: Any) -> None:
     assert [p for p in above if near_miss(p[1], p[2]) is None] == []
     paraphrases = [p for p in PARAPHRASES if has_cjk(p[1])]
     a, b = e5.query([p[1] for p in paraphrases]), e5.query([p[2] for p in paraphrases])
-    hits = [p for p, x, y in zip(paraphrases, a, b, strict=True)
-            if float(x @ y) >= E5_THRESHOLD and near_miss(p[1], p[2]) is None]
+    hits = [
+        p
+        for p, x, y in zip(paraphrases, a, b, strict=True)
+        if float(x @ y) >= E5_THRESHOLD and near_miss(p[1], p[2]) is None
+    ]
     assert len(hits) >= len(paraphrases) // 2

@@ -19,8 +19,14 @@ def _key(body: dict[str, Any], tenant: str = "t", model: str = "m") -> Any:
 
 
 def test_same_request_same_key_regardless_of_field_order_and_transport_fields() -> None:
-    reordered = {"temperature": 0.2, "messages": BASE["messages"], "model": "m",
-                 "stream": True, "stream_options": {"include_usage": True}, "user": "u1"}
+    reordered = {
+        "temperature": 0.2,
+        "messages": BASE["messages"],
+        "model": "m",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "user": "u1",
+    }
     assert _key(BASE) == _key(reordered)
 
 
@@ -36,8 +42,13 @@ def test_same_request_same_key_regardless_of_field_order_and_transport_fields() 
         {"response_format": {"type": "json_object"}},
         {"some_future_field": True},
         {"messages": [{"role": "system", "content": "You are verbose."}, BASE["messages"][1]]},
-        {"messages": [{"role": "user", "content": "earlier"}, {"role": "assistant",
-                       "content": "ok"}, BASE["messages"][1]]},
+        {
+            "messages": [
+                {"role": "user", "content": "earlier"},
+                {"role": "assistant", "content": "ok"},
+                BASE["messages"][1],
+            ]
+        },
     ],
 )
 def test_anything_that_changes_the_answer_changes_the_scope(change: dict[str, Any]) -> None:
@@ -58,8 +69,13 @@ def test_last_turn_text_is_in_the_exact_key_not_the_scope() -> None:
     ("last", "expected"),
     [
         ({"role": "user", "content": "hi"}, "hi"),
-        ({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text",
-                                                                      "text": "b"}]}, "a\nb"),
+        (
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            },
+            "a\nb",
+        ),
         ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, None),
         ({"role": "user", "content": "   "}, None),
         ({"role": "tool", "tool_call_id": "c", "content": "42"}, None),

@@ -37,16 +37,26 @@ class ScriptedEmbedder:
 BASE = np.eye(DIM, dtype=np.float32)[0]
 CLOSE = BASE + 0.2 * np.eye(DIM, dtype=np.float32)[1]  # cosine ~0.98
 FAR = BASE + 0.6 * np.eye(DIM, dtype=np.float32)[1]  # cosine ~0.86
-EMBEDDER = ScriptedEmbedder({
-    "How do I reset my password?": BASE,
-    "How can I reset my password?": CLOSE,
-    "How do I change my password?": FAR,
-    "How do I not reset my password?": CLOSE,
-})
+EMBEDDER = ScriptedEmbedder(
+    {
+        "How do I reset my password?": BASE,
+        "How can I reset my password?": CLOSE,
+        "How do I change my password?": FAR,
+        "How do I not reset my password?": CLOSE,
+    }
+)
 ANSWER = {
-    "id": "x", "object": "chat.completion", "created": 1, "model": "m",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Use the link."},
-                 "finish_reason": "stop"}],
+    "id": "x",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "m",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Use the link."},
+            "finish_reason": "stop",
+        }
+    ],
     "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
 }
 
@@ -80,8 +90,14 @@ async def _fill(cache: SemanticCache, text: str, tenant: str = "t", **extra: Any
     await cache.flush()
 
 
-async def _ask(cache: SemanticCache, text: str, tenant: str = "t", directive: Any = "default",
-               route: ModelRoute | None = None, **extra: Any) -> RequestContext:
+async def _ask(
+    cache: SemanticCache,
+    text: str,
+    tenant: str = "t",
+    directive: Any = "default",
+    route: ModelRoute | None = None,
+    **extra: Any,
+) -> RequestContext:
     ctx = _ctx(tenant)
     plan = cache.plan(ctx, route or _route(), _body(text, **extra), directive)
     if plan is not None:
@@ -96,7 +112,8 @@ async def test_exact_then_semantic_hits(cache: SemanticCache) -> None:
     assert exact.cache_result == "hit-exact" and EMBEDDER.calls == calls  # no embedding needed
     close = await _ask(cache, "How can I reset my password?")
     assert close.cache_result == "hit-semantic" and close.cache_similarity == pytest.approx(
-        0.98, abs=0.01)
+        0.98, abs=0.01
+    )
     assert close.embedding is not None  # kept for later stages
 
 
@@ -104,8 +121,9 @@ async def test_below_threshold_is_a_miss_with_its_similarity(cache: SemanticCach
     await _fill(cache, "How do I reset my password?")
     far = await _ask(cache, "How do I change my password?")
     assert far.cache_result == "miss" and far.cache_similarity == pytest.approx(0.86, abs=0.01)
-    assert (await _ask(cache, "How do I change my password?", route=_route(
-        similarity_threshold=0.8))).cache_result == "hit-semantic"
+    assert (
+        await _ask(cache, "How do I change my password?", route=_route(similarity_threshold=0.8))
+    ).cache_result == "hit-semantic"
 
 
 async def test_a_guarded_near_miss_never_hits(cache: SemanticCache) -> None:
@@ -117,8 +135,9 @@ async def test_a_guarded_near_miss_never_hits(cache: SemanticCache) -> None:
 async def test_scope_is_exact(cache: SemanticCache) -> None:
     await _fill(cache, "How do I reset my password?")
     assert (await _ask(cache, "How do I reset my password?", tenant="u")).cache_result == "miss"
-    assert (await _ask(cache, "How do I reset my password?",
-                       temperature=0.5)).cache_result == "miss"
+    assert (
+        await _ask(cache, "How do I reset my password?", temperature=0.5)
+    ).cache_result == "miss"
 
 
 @pytest.mark.parametrize(
@@ -132,12 +151,16 @@ async def test_scope_is_exact(cache: SemanticCache) -> None:
     ],
 )
 async def test_requests_that_skip_the_cache(
-    cache: SemanticCache, directive: Any, extra: dict[str, Any], route: ModelRoute | None,
+    cache: SemanticCache,
+    directive: Any,
+    extra: dict[str, Any],
+    route: ModelRoute | None,
     result: str | None,
 ) -> None:
     await _fill(cache, "How do I reset my password?")
-    ctx = await _ask(cache, "How do I reset my password?", directive=directive, route=route,
-                     **extra)
+    ctx = await _ask(
+        cache, "How do I reset my password?", directive=directive, route=route, **extra
+    )
     assert ctx.cache_result == result
 
 
@@ -160,10 +183,12 @@ def _with(message: dict[str, Any], finish: str = "stop", choices: int = 1) -> di
         (_with({"content": "ok"}, finish="content_filter"), CachePolicy(), False),
         (_with({"content": "ok"}, choices=2), CachePolicy(), False),
         (_with({"content": "  "}), CachePolicy(), False),
-        (_with({"content": None, "tool_calls": [{"id": "c"}]}, "tool_calls"), CachePolicy(),
-         False),
-        (_with({"content": None, "tool_calls": [{"id": "c"}]}, "tool_calls"),
-         CachePolicy(cache_tool_calls=True), True),
+        (_with({"content": None, "tool_calls": [{"id": "c"}]}, "tool_calls"), CachePolicy(), False),
+        (
+            _with({"content": None, "tool_calls": [{"id": "c"}]}, "tool_calls"),
+            CachePolicy(cache_tool_calls=True),
+            True,
+        ),
         ({"error": {"message": "x"}}, CachePolicy(), False),
     ],
 )
@@ -175,8 +200,7 @@ def test_only_complete_answers_are_cacheable(
 
 async def test_expired_entries_are_misses(cache: SemanticCache) -> None:
     ctx = _ctx()
-    plan = cache.plan(ctx, _route(ttl_seconds=1), _body("How do I reset my password?"),
-                      "default")
+    plan = cache.plan(ctx, _route(ttl_seconds=1), _body("How do I reset my password?"), "default")
     assert plan is not None
     cache.store_later(ctx, plan, ANSWER)
     await cache.flush()

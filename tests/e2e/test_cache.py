@@ -16,6 +16,7 @@ import pytest
 
 from gateway.http.keys import CACHE
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from tests.clients import sdk_client
 from tests.e2e.helpers import (
     assert_conforms,
     request,
@@ -48,8 +49,9 @@ def cached_gateway(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[
 
 
 @pytest.fixture
-def cgw(cached_gateway: GatewayServer, fake_upstream: FakeUpstream,
-        server_thread: ServerThread) -> GatewayServer:
+def cgw(
+    cached_gateway: GatewayServer, fake_upstream: FakeUpstream, server_thread: ServerThread
+) -> GatewayServer:
     cache = cached_gateway.app[CACHE]
     assert cache is not None
     server_thread.call(cache.flush())  # the previous test's last write must not land later
@@ -58,7 +60,7 @@ def cgw(cached_gateway: GatewayServer, fake_upstream: FakeUpstream,
 
 
 def _client(gw: GatewayServer, tenant: int = 0) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.url + "/v1", api_key=f"key-{tenant}", max_retries=0)
+    return sdk_client(gw.url, f"key-{tenant}")
 
 
 def _ask(client: openai.OpenAI, text: str, **kw: Any) -> tuple[str, dict[str, str]]:
@@ -75,8 +77,9 @@ def _settle(gw: GatewayServer, server_thread: ServerThread) -> None:
     server_thread.call(cache.flush())
 
 
-def test_miss_then_exact_then_semantic_hit(cgw: GatewayServer, fake_upstream: FakeUpstream,
-                                           server_thread: ServerThread) -> None:
+def test_miss_then_exact_then_semantic_hit(
+    cgw: GatewayServer, fake_upstream: FakeUpstream, server_thread: ServerThread
+) -> None:
     client = _client(cgw)
     first, headers = _ask(client, "How do I reset my password?")
     assert headers["x-gateway-cache"] == "miss"
@@ -96,12 +99,19 @@ def test_miss_then_exact_then_semantic_hit(cgw: GatewayServer, fake_upstream: Fa
     [
         ("How far is 5 km in miles?", "How far is 50 km in miles?"),
         ("What is the weather in Paris today?", "What is the weather in London today?"),
-        ("Should I enable two factor authentication?",
-         "Should I not enable two factor authentication?"),
+        (
+            "Should I enable two factor authentication?",
+            "Should I not enable two factor authentication?",
+        ),
     ],
 )
-def test_near_misses_go_upstream(cgw: GatewayServer, fake_upstream: FakeUpstream,
-                                 server_thread: ServerThread, stored: str, asked: str) -> None:
+def test_near_misses_go_upstream(
+    cgw: GatewayServer,
+    fake_upstream: FakeUpstream,
+    server_thread: ServerThread,
+    stored: str,
+    asked: str,
+) -> None:
     client = _client(cgw)
     _ask(client, stored)
     _settle(cgw, server_thread)
@@ -109,17 +119,25 @@ def test_near_misses_go_upstream(cgw: GatewayServer, fake_upstream: FakeUpstream
     assert headers["x-gateway-cache"] == "miss" and answer == f"Echo: {asked}"
 
 
-def test_scope_isolation(cgw: GatewayServer, fake_upstream: FakeUpstream,
-                         server_thread: ServerThread) -> None:
+def test_scope_isolation(
+    cgw: GatewayServer, fake_upstream: FakeUpstream, server_thread: ServerThread
+) -> None:
     base = {"messages": [{"role": "user", "content": "Name a prime number."}]}
     variants: list[dict[str, Any]] = [
         {},
         {"temperature": 0.7},
         {"messages": [{"role": "system", "content": "Be brief."}, *base["messages"]]},
-        {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
-         "tool_choice": "none"},
-        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hey"},
-                      *base["messages"]]},
+        {
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+            "tool_choice": "none",
+        },
+        {
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hey"},
+                *base["messages"],
+            ]
+        },
     ]
     for variant in variants:
         for tenant in (0, 1):
@@ -130,18 +148,26 @@ def test_scope_isolation(cgw: GatewayServer, fake_upstream: FakeUpstream,
             _settle(cgw, server_thread)
 
 
-def test_streamed_hit_is_replayed_as_real_sse(cgw: GatewayServer, fake_upstream: FakeUpstream,
-                                              server_thread: ServerThread) -> None:
+def test_streamed_hit_is_replayed_as_real_sse(
+    cgw: GatewayServer, fake_upstream: FakeUpstream, server_thread: ServerThread
+) -> None:
     client = _client(cgw)
     question = "Explain what a semantic cache does in one long sentence, please."
     first, _ = _ask(client, question)
     _settle(cgw, server_thread)
-    response = asyncio.run(request(
-        "POST", cgw.url + "/v1/chat/completions",
-        headers={"Authorization": "Bearer key-0"},
-        body={"model": "fake-model", "stream": True, "stream_options": {"include_usage": True},
-              "messages": [{"role": "user", "content": question}]},
-    ))
+    response = asyncio.run(
+        request(
+            "POST",
+            cgw.url + "/v1/chat/completions",
+            headers={"Authorization": "Bearer key-0"},
+            body={
+                "model": "fake-model",
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "messages": [{"role": "user", "content": question}],
+            },
+        )
+    )
     assert response.headers["x-gateway-cache"] == "hit-exact"
     chunks, done = sse_json(response.sse())
     assert done
@@ -156,14 +182,16 @@ def test_streamed_hit_is_replayed_as_real_sse(cgw: GatewayServer, fake_upstream:
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == first
 
 
-def test_streamed_miss_is_stored_once_complete(cgw: GatewayServer, fake_upstream: FakeUpstream,
-                                               server_thread: ServerThread) -> None:
+def test_streamed_miss_is_stored_once_complete(
+    cgw: GatewayServer, fake_upstream: FakeUpstream, server_thread: ServerThread
+) -> None:
     client = _client(cgw)
     question = "What does a circuit breaker protect?"
     streamed = "".join(
         c.choices[0].delta.content or ""
         for c in client.chat.completions.create(
-            model="fake-model", messages=[{"role": "user", "content": question}], stream=True)
+            model="fake-model", messages=[{"role": "user", "content": question}], stream=True
+        )
         if c.choices
     )
     _settle(cgw, server_thread)
@@ -175,9 +203,12 @@ def test_streamed_miss_is_stored_once_complete(cgw: GatewayServer, fake_upstream
     "fault",
     [{"cut_after": 3}, {"stream_error_after": 2}, {"no_done": True}],
 )
-def test_broken_streams_are_never_cached(cgw: GatewayServer, fake_upstream: FakeUpstream,
-                                         server_thread: ServerThread,
-                                         fault: dict[str, Any]) -> None:
+def test_broken_streams_are_never_cached(
+    cgw: GatewayServer,
+    fake_upstream: FakeUpstream,
+    server_thread: ServerThread,
+    fault: dict[str, Any],
+) -> None:
     fake_upstream.defaults = Knobs(**fault)
     client = _client(cgw)
     question = "Tell me about broken streams and caches."
@@ -192,8 +223,9 @@ def test_broken_streams_are_never_cached(cgw: GatewayServer, fake_upstream: Fake
     assert headers["x-gateway-cache"] == "miss"
 
 
-def test_tool_calls_and_errors_are_not_cached(cgw: GatewayServer, fake_upstream: FakeUpstream,
-                                              server_thread: ServerThread) -> None:
+def test_tool_calls_and_errors_are_not_cached(
+    cgw: GatewayServer, fake_upstream: FakeUpstream, server_thread: ServerThread
+) -> None:
     client = _client(cgw)
     tool_reply = {"replies": [{"tool_calls": [{"name": "f", "arguments": {}}]}]}
     fake_upstream.defaults = Knobs.model_validate(tool_reply)
@@ -208,8 +240,9 @@ def test_tool_calls_and_errors_are_not_cached(cgw: GatewayServer, fake_upstream:
     assert _ask(client, "This will fail.")[1]["x-gateway-cache"] == "miss"
 
 
-def test_client_directives(cgw: GatewayServer, fake_upstream: FakeUpstream,
-                           server_thread: ServerThread) -> None:
+def test_client_directives(
+    cgw: GatewayServer, fake_upstream: FakeUpstream, server_thread: ServerThread
+) -> None:
     client = _client(cgw)
     _ask(client, "What is HTTP?")
     _settle(cgw, server_thread)
@@ -220,15 +253,19 @@ def test_client_directives(cgw: GatewayServer, fake_upstream: FakeUpstream,
         ({"Cache-Control": "no-cache"}, "refresh"),
         ({}, "hit-exact"),
     ]:
-        assert _ask(client, "What is HTTP?", extra_headers=headers)[1][
-            "x-gateway-cache"] == expected
+        assert (
+            _ask(client, "What is HTTP?", extra_headers=headers)[1]["x-gateway-cache"] == expected
+        )
     with pytest.raises(openai.BadRequestError, match="x-gateway-cache"):
         _ask(client, "What is HTTP?", extra_headers={"x-gateway-cache": "sometimes"})
 
 
 def test_admin_stats_and_purge(server_thread: ServerThread, fake: FakeUpstream) -> None:
-    settings = settings_for(fake.url, CACHE_YAML.replace("sentence-transformers", "hash"),
-                            {"GATEWAY_ADMIN_KEY": "root-key"})
+    settings = settings_for(
+        fake.url,
+        CACHE_YAML.replace("sentence-transformers", "hash"),
+        {"GATEWAY_ADMIN_KEY": "root-key"},
+    )
     with running_gateway(server_thread, settings) as gateway:
         client = _client(gateway)
         _ask(client, "Count me.")
@@ -259,14 +296,16 @@ def test_no_tenant_or_marker_ever_gets_another_ones_answer(
     async def client_run(i: int) -> None:
         nonlocal contaminations, hits
         tenant = i % TENANTS
-        client = openai.AsyncOpenAI(base_url=cgw.url + "/v1", api_key=f"key-{tenant}",
-                                    max_retries=0, timeout=60)
+        client = openai.AsyncOpenAI(
+            base_url=cgw.url + "/v1", api_key=f"key-{tenant}", max_retries=0, timeout=60
+        )
         questions = ["What are your opening hours?", f"What is the status of order {1000 + i}?"]
         try:
             for _ in range(2):
                 for question in random.sample(questions, 2):
                     raw = await client.chat.completions.with_raw_response.create(
-                        model="fake-model", user=f"tenant-{tenant}",
+                        model="fake-model",
+                        user=f"tenant-{tenant}",
                         messages=[{"role": "user", "content": question}],
                     )
                     content = raw.parse().choices[0].message.content
@@ -301,8 +340,19 @@ def test_a_restarted_gateway_still_serves_its_hits(
         again, headers = _ask(_client(second), "Will this survive a restart?")
         assert (again, headers["x-gateway-cache"]) == (answer, "hit-exact")
     stats = subprocess.run(
-        [sys.executable, "-m", "gateway", "cache", "stats", "--config", str(_config_file(
-            tmp_path, path))], capture_output=True, text=True, timeout=60, check=True,
+        [
+            sys.executable,
+            "-m",
+            "gateway",
+            "cache",
+            "stats",
+            "--config",
+            str(_config_file(tmp_path, path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     assert json.loads(stats.stdout)["entries"] == 1
 

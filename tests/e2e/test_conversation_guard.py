@@ -13,6 +13,7 @@ import pytest
 from gateway.guard.compression import SUMMARY_PREFIX
 from gateway.guard.summarizer import INSTRUCTION
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from tests.clients import sdk_client
 from tests.e2e.helpers import running_gateway, upstream_requests
 from tests.servers import GatewayServer, ServerThread, settings_for
 
@@ -49,7 +50,7 @@ def error_gw(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[Gatewa
 
 
 def client(gw: GatewayServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0, timeout=20)
+    return sdk_client(gw.url, "k", 20)
 
 
 def looping_history(rounds: int) -> list[Json]:

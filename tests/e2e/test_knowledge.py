@@ -18,6 +18,7 @@ from gateway.config import build_settings, parse_config
 from gateway.http.keys import BREAKERS
 from gateway.testing.fake_retriever import FakeRetriever
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from tests.clients import sdk_client
 from tests.e2e.helpers import last_upstream_body, request, running_gateway, sse_json
 from tests.servers import GatewayServer, ServerThread
 
@@ -81,7 +82,7 @@ degradation:
 
 
 def client(gw: GatewayServer, key: str = "sk-other") -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.url + "/v1", api_key=key, max_retries=0, timeout=20)
+    return sdk_client(gw.url, key, 20)
 
 
 def ask(gw: GatewayServer, text: str, model: str = "helpdesk", **kw: Any) -> Any:

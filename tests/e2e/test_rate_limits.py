@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from tests.clients import sdk_client
 from tests.e2e.helpers import request, running_gateway
 from tests.servers import GatewayServer, ServerThread, settings_for
 
@@ -36,7 +37,7 @@ rate_limits:
 
 
 def client(gw: GatewayServer, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.url + "/v1", api_key=key, max_retries=0)
+    return sdk_client(gw.url, key)
 
 
 def ask(gw: GatewayServer, key: str) -> str | None:

@@ -18,6 +18,7 @@ import pytest
 
 from gateway.config import build_settings, parse_config
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from tests.clients import sdk_client
 from tests.e2e.helpers import (
     assert_openai_error,
     closed_port,
@@ -96,7 +97,7 @@ def _breakers_key() -> Any:
 
 
 def client(gw: GatewayServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0, timeout=20)
+    return sdk_client(gw.url, "k", 20)
 
 
 def ask(gw: GatewayServer, model: str, text: str = "hello", **kw: Any) -> Any:

@@ -13,6 +13,7 @@ import pytest
 from gateway.config import build_settings, parse_config
 from gateway.http.keys import BREAKERS, RUNTIME_REF
 from gateway.testing.fake_upstream import FakeUpstream
+from tests.clients import sdk_client
 from tests.e2e.helpers import poll_until, request, running_gateway, upstream_requests
 from tests.servers import GatewayServer, ServerThread
 
@@ -54,7 +55,7 @@ routing:
 
 
 def ask(gw: GatewayServer, messages: list[Json], **kw: Any) -> Any:
-    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+    client = sdk_client(gw.url, "k")
     return client.chat.completions.with_raw_response.create(model="auto", messages=messages, **kw)
 
 
@@ -113,7 +114,7 @@ def test_an_open_breaker_moves_up(rgw: GatewayServer, fake_upstream: FakeUpstrea
 
 
 def test_models_list_the_alias(rgw: GatewayServer) -> None:
-    client = openai.OpenAI(base_url=rgw.url + "/v1", api_key="k", max_retries=0)
+    client = sdk_client(rgw.url, "k")
     cards = {m.id: m.owned_by for m in client.models.list()}
     assert cards["auto"] == "gateway-router"
 
@@ -144,7 +145,7 @@ routing: {{aliases: {{auto: {{tiers: [{{model: cheap, max_score: 0.5}}, {{model:
 """
     settings = build_settings(parse_config(text), "<t>", {})
     with running_gateway(server_thread, settings) as gw:
-        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+        client = sdk_client(gw.url, "k")
         assert "auto" not in {m.id for m in client.models.list()}
         with pytest.raises(openai.NotFoundError) as info:
             client.chat.completions.create(

@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from gateway.testing.fake_upstream import FakeUpstream
+from tests.clients import sdk_client
 from tests.e2e.helpers import request, running_gateway, upstream_requests
 from tests.e2e.sdk import Sdk
 from tests.servers import GatewayServer, ServerThread, settings_for
@@ -187,7 +188,7 @@ def error_gw(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[Gatewa
 
 
 def _client(gw: GatewayServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+    return sdk_client(gw.url, "k")
 
 
 def test_the_pass_policy_forwards_with_a_warning(

@@ -20,13 +20,13 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 
 from gateway.config import BreakerConfig, BreakerStorageConfig
 from gateway.errors import UpstreamError
 from gateway.resilience.breaker import CLOSED, OPEN, BreakerOpen, Breakers
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from tests.clients import sdk_client
 from tests.e2e.helpers import closed_port, request, upstream_requests
 
 ADMIN_KEY = "admin-key-for-the-redis-breaker-test"
@@ -195,11 +195,9 @@ def two_gateways(
 
 
 def ask(gateway: str, text: str = "hello") -> Any:
-    client = openai.OpenAI(base_url=gateway + "/v1", api_key="k", max_retries=0, timeout=10)
-    with client:
-        return client.chat.completions.with_raw_response.create(
-            model="lonely", messages=[{"role": "user", "content": text}]
-        )
+    return sdk_client(gateway, "k", 10).chat.completions.with_raw_response.create(
+        model="lonely", messages=[{"role": "user", "content": text}]
+    )
 
 
 def calls(fake: FakeUpstream) -> int:

@@ -8,7 +8,8 @@ from gateway.upstream.demo import DEMO_NOTICE, DemoProvider
 
 SETTINGS = build_settings(
     parse_config("providers: {demo: {type: demo}}\nmodels: [{name: demo, provider: demo}]"),
-    "<t>", {},
+    "<t>",
+    {},
 )
 DEMO = DemoProvider(SETTINGS.providers["demo"])
 ASK = {"model": "demo", "messages": [{"role": "user", "content": "What is 2+2?"}]}
@@ -72,8 +73,11 @@ async def test_stream_reassembles_to_the_plain_answer_with_usage_last() -> None:
 async def test_streamed_tool_call_arguments_arrive_in_fragments() -> None:
     stream = DEMO.stream({**ASK, "tools": TOOLS, "stream": True})
     chunks = [c async for batch in stream for c in batch]
-    calls = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks if c["choices"] and
-             "tool_calls" in c["choices"][0]["delta"]]
+    calls = [
+        c["choices"][0]["delta"]["tool_calls"][0]
+        for c in chunks
+        if c["choices"] and "tool_calls" in c["choices"][0]["delta"]
+    ]
     assert calls[0]["id"].startswith("call_") and calls[0]["function"]["name"] == "book"
     arguments = "".join(c["function"]["arguments"] for c in calls)
     assert len(calls) > 2 and orjson.loads(arguments)["kind"] == "hotel"
