@@ -7,7 +7,6 @@ removed when the server stops.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -18,18 +17,13 @@ from subprocess import DEVNULL
 
 import redis
 
+from tests.processes import free_port, stop
+
 REDIS_SERVER = "redis-server"
 
 
 def redis_server_path() -> str | None:
     return shutil.which(REDIS_SERVER)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @contextmanager
@@ -39,7 +33,7 @@ def redis_server(start_timeout: float = 10.0) -> Iterator[str]:
     if executable is None:
         raise FileNotFoundError(f"{REDIS_SERVER} is not on PATH")
     with tempfile.TemporaryDirectory(prefix="gateway-redis-") as workdir:
-        port = _free_port()
+        port = free_port()
         # `--save ''` and `--appendonly no`: nothing is persisted; `--dir` keeps any file it
         # might still write out of the working tree.
         args = [executable, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
@@ -52,7 +46,7 @@ def redis_server(start_timeout: float = 10.0) -> Iterator[str]:
             _wait_until_ready(proc, url, log_path, start_timeout)
             yield url
         finally:
-            _stop(proc)
+            stop(proc)
 
 
 def _wait_until_ready(
@@ -75,13 +69,3 @@ def _wait_until_ready(
             time.sleep(0.02)
     finally:
         client.close()
-
-
-def _stop(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -19,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from tests.processes import free_port, stop
+
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "promtool"
 
@@ -29,13 +30,6 @@ def prometheus_path() -> str | None:
 
 def promtool_path() -> str | None:
     return shutil.which(PROMTOOL)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def scrape_config(target: str, rule_files: list[str], interval: str = "1s") -> dict[str, Any]:
@@ -81,7 +75,7 @@ def prometheus_server(config: dict[str, Any], start_timeout: float = 20.0) -> It
         workdir = Path(tmp)
         config_path = workdir / "prometheus.yml"
         config_path.write_text(yaml.safe_dump(config))
-        port = _free_port()
+        port = free_port()
         args = [
             executable,
             f"--config.file={config_path}",
@@ -98,7 +92,7 @@ def prometheus_server(config: dict[str, Any], start_timeout: float = 20.0) -> It
             _wait_until_ready(proc, server, start_timeout)
             yield server
         finally:
-            _stop(proc)
+            stop(proc)
 
 
 def _wait_until_ready(proc: subprocess.Popen[bytes], server: Prometheus, timeout: float) -> None:
@@ -115,13 +109,3 @@ def _wait_until_ready(proc: subprocess.Popen[bytes], server: Prometheus, timeout
         if time.monotonic() >= deadline:
             raise TimeoutError(f"prometheus was not ready in {timeout} s:\n{server.log()}")
         time.sleep(0.05)
-
-
-def _stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout)
