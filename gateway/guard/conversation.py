@@ -57,15 +57,8 @@ class ConversationGuard:
         summarizer = self.settings.routes.get(config.summarizer_model or route.name, route)
 
         async def summarize(messages: list[Json]) -> str:
-            sub = RequestContext(request_id=f"{ctx.request_id}-summary", endpoint="chat")
-            sub.tenant = ctx.tenant
             request = summary_request(summarizer.name, messages)
-            reply = await self.executor.chat(
-                sub, summarizer, request, stream=False, wants_usage=False
-            )
-            ctx.add_guard_usage("summary", summarizer.name, sub.usage)
-            assert isinstance(reply, dict)
-            return summary_text(reply)
+            return summary_text(await self.executor.on_behalf(ctx, summarizer, request, "summary"))
 
         result = await self.compressor.compress(
             body["messages"],

@@ -69,13 +69,7 @@ class ToolCallGuard:
         async def ask_again(extra: list[Json]) -> Json:
             repair = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
             repair["messages"] = [*body["messages"], *extra]
-            sub = RequestContext(request_id=f"{ctx.request_id}-repair", endpoint="chat")
-            sub.tenant = ctx.tenant
-            reply = await self.executor.chat(
-                sub, answering, repair, stream=False, wants_usage=False
-            )
-            assert isinstance(reply, dict)
-            ctx.add_guard_usage("repair", answering.name, sub.usage)
+            reply = await self.executor.on_behalf(ctx, answering, repair, "repair")
             choices = reply.get("choices") or [{}]
             return dict(choices[0].get("message") or {})
 

@@ -85,6 +85,19 @@ class UpstreamExecutor:
 
         return await self._run(ctx, route, body, open_stream, fallbacks=True)
 
+    async def on_behalf(
+        self, ctx: RequestContext, route: ModelRoute, body: Json, purpose: str
+    ) -> Json:
+        """A plain call the gateway makes for a request (a summary, a repair): through the same
+        breakers, retries and fallbacks, on a context of its own so the request's record stays
+        its own, its tokens accounted to the request as `purpose`."""
+        sub = RequestContext(
+            request_id=f"{ctx.request_id}-{purpose}", endpoint="chat", tenant=ctx.tenant
+        )
+        reply = await self._timed(sub, self._run(sub, route, body, _chat, fallbacks=True))
+        ctx.add_guard_usage(purpose, route.name, sub.usage)
+        return reply
+
     async def embeddings(self, ctx: RequestContext, route: ModelRoute, body: Json) -> Json:
         # No fallback across models: another model's vectors live in another space.
         return await self._timed(ctx, self._run(ctx, route, body, _embeddings, fallbacks=False))
