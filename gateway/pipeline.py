@@ -71,7 +71,7 @@ class Pipeline:
         if alias is not None:
             decision = ctx.routing = await self.router.decide(ctx, request.model, body)
             route = ctx.route = self.resolve(decision.model, "chat")
-        if request.stream:
+        if request.stream and route.pricing is not None:  # to price a stream without usage
             ctx.prompt_tokens_estimate = estimate_prompt_tokens(body["messages"])
         knowledge_base = self.knowledge.select(ctx, route)
         plan = self._cache_plan(ctx, route, body, knowledge_base)

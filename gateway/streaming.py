@@ -126,10 +126,11 @@ class ChunkStream:
         usage = chunk.get("usage")
         if usage:
             self._ctx.record_usage(usage)
-        for choice in chunk.get("choices") or ():
-            content = (choice.get("delta") or {}).get("content")
-            if isinstance(content, str):
-                self._ctx.streamed_chars += len(content)
+        if self._ctx.prompt_tokens_estimate is not None:  # the stream may bring no usage
+            for choice in chunk.get("choices") or ():
+                content = (choice.get("delta") or {}).get("content")
+                if isinstance(content, str):
+                    self._ctx.streamed_chars += len(content)
         if self._client_wants_usage:
             return True
         chunk.pop("usage", None)

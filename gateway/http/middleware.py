@@ -56,8 +56,8 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     try:
         if ctx.endpoint in ("chat", "embeddings", "models"):
             ctx.tenant = auth.tenant_for(runtime.settings, request.headers.get("Authorization"))
-        if ctx.endpoint in ("chat", "embeddings") and ctx.tenant is not None:
-            ctx.permit = await _admit(request, ctx.tenant, runtime.settings)
+            if ctx.endpoint != "models":
+                ctx.permit = await _admit(request, ctx.tenant, runtime.settings)
         elif ctx.endpoint == "admin":
             auth.check_admin(runtime.settings, request.headers.get("Authorization"))
         response = await handler(request)
