@@ -16,6 +16,7 @@ from gateway.config.limits import RateLimitConfig, RateLimitStorageConfig
 from gateway.ratelimit import RateLimited, RateLimiter
 from tests.e2e.helpers import closed_port
 from tests.redis_server import redis_server, redis_server_path
+from tests.test_ratelimit import admitted
 
 
 def storage(url: str) -> RateLimitStorageConfig:
@@ -30,17 +31,6 @@ async def replicas(redis_url: str) -> AsyncIterator[tuple[RateLimiter, RateLimit
     yield pair
     for limiter in pair:
         await limiter.aclose()
-
-
-async def admitted(limiter: RateLimiter, limits: RateLimitConfig, count: int) -> int:
-    done = 0
-    for _ in range(count):
-        try:
-            await limiter.acquire("acme", limits)
-        except RateLimited:
-            continue
-        done += 1
-    return done
 
 
 async def test_replicas_share_one_bucket(replicas: tuple[RateLimiter, RateLimiter]) -> None:
