@@ -137,9 +137,9 @@ class UpstreamExecutor:
                         with breaker.attempt():
                             ctx.attempts += 1  # only calls that go out count
                             upstream_body = {**body, "model": deployment.upstream_model}
-                            if attempt_cap < remaining:
-                                return await _within(attempt_cap, call, provider, upstream_body)
-                            return await _until_deadline(remaining, call, provider, upstream_body)
+                            return await _attempt(
+                                call, provider, upstream_body, cap=attempt_cap, time_left=remaining
+                            )
                     except BreakerOpen as err:
                         ctx.note_failure(deployment.key, "breaker_open")
                         if err.retry_in is not None:
@@ -201,26 +201,22 @@ class UpstreamExecutor:
         )
 
 
-async def _within(seconds: float, call: Call[T], provider: Provider, body: Json) -> T:
-    """One attempt, bounded by `attempt_timeout_seconds`: running out of it is an upstream
-    timeout, which the breaker counts."""
+async def _attempt(
+    call: Call[T], provider: Provider, body: Json, *, cap: float, time_left: float
+) -> T:
+    """One attempt, bounded by `attempt_timeout_seconds` (`cap`) or by what is left of the
+    request's deadline, whichever is sooner. Running out of the cap is an upstream timeout the
+    breaker counts; cut by the deadline, it counts only when the attempt had a fair amount of
+    time: a request that arrives with little budget left says nothing about the upstream."""
+    seconds = min(cap, time_left)
     try:
         async with asyncio.timeout(seconds):
             return await call(provider, body)
     except TimeoutError:
-        raise UpstreamTimeout(
-            f"provider '{provider.name}' did not answer within {seconds:g} s"
-        ) from None
-
-
-async def _until_deadline(seconds: float, call: Call[T], provider: Provider, body: Json) -> T:
-    """One attempt, bounded by what is left of the request's deadline. Cut off, it is a
-    timeout the breaker counts only when the attempt had a fair amount of time: a request
-    that arrives with little budget left says nothing about the upstream."""
-    try:
-        async with asyncio.timeout(seconds):
-            return await call(provider, body)
-    except TimeoutError:
+        if cap < time_left:
+            raise UpstreamTimeout(
+                f"provider '{provider.name}' did not answer within {seconds:g} s"
+            ) from None
         raise UpstreamTimeout(
             f"provider '{provider.name}' did not answer within the request deadline",
             blame_upstream=seconds >= FAIR_ATTEMPT_SECONDS,
