@@ -70,6 +70,12 @@ def _line(ctx: RequestContext, method: str, path: str) -> dict[str, object]:
         "level": ctx.degradation_level,
         "error": ctx.error_code,
     }
+    if ctx.policy is not None and ctx.policy.applied:
+        line["policies"] = [a.policy.name for a in ctx.policy.applied]
+    if ctx.byok_hash is not None:
+        line["own_key"] = ctx.byok_hash  # a hash: the key itself is never written
+    if ctx.shed:
+        line["shed"] = ctx.shed
     if ctx.prompt is not None:
         line["prompt"] = ctx.prompt
     return line

@@ -57,6 +57,7 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     app.router.add_get("/readyz", handlers.readyz)
     app.router.add_get("/metrics", handlers.metrics)
     app.router.add_get("/admin/config", handlers.admin_config)
+    app.router.add_get("/admin/policies", handlers.admin_policies)
     app.router.add_get("/admin/cache/stats", handlers.admin_cache_stats)
     app.router.add_post("/admin/cache/purge", handlers.admin_cache_purge)
     app.router.add_post("/admin/reload", handlers.admin_reload)

@@ -1,9 +1,19 @@
-"""Gateway API keys -> tenants, and the admin key. Keys are compared by their SHA-256 only."""
+"""Gateway API keys -> tenants, the admin key, and callers' own provider keys. Keys are
+compared by their SHA-256 only."""
 
 from __future__ import annotations
 
+import re
+
+from pydantic import SecretStr
+
 from gateway.config import Settings, hash_key
-from gateway.errors import AuthenticationFailed
+from gateway.config.policy import ByokConfig
+from gateway.context import RequestContext
+from gateway.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
+
+PROVIDER_KEY_HEADER = "x-gateway-provider-key"
+_PROVIDER_KEY = re.compile(r"[\x21-\x7e]{8,512}")  # printable ASCII, no spaces
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -37,3 +47,26 @@ def check_admin(settings: Settings, authorization: str | None) -> None:
     token = bearer_token(authorization)
     if token is None or hash_key(token) != settings.admin_key_hash:
         raise AuthenticationFailed("Incorrect or missing admin key.")
+
+
+def bring_own_key(ctx: RequestContext, byok: ByokConfig, given: str | None) -> None:
+    """Take the caller's own provider key (header x-gateway-provider-key) when its policy
+    allows it. The key lives on the request only; everything that outlasts the request (cache
+    scope, rate limits, cost) sees a one-way hash of it."""
+    if given is None:
+        return
+    if not byok.enabled:
+        raise PermissionDenied(
+            f"This tenant may not send its own provider key ({PROVIDER_KEY_HEADER}); "
+            "a policy with byok.enabled allows it.",
+            code="byok_not_allowed",
+        )
+    if _PROVIDER_KEY.fullmatch(given) is None:  # never echo the value
+        raise InvalidRequest(
+            f"Header {PROVIDER_KEY_HEADER} must be a provider key: 8 to 512 printable "
+            "characters without spaces.",
+            code="invalid_header",
+        )
+    ctx.byok_key = SecretStr(given)
+    ctx.byok_hash = hash_key(given)[:16]
+    ctx.byok_providers = tuple(byok.providers)

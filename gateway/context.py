@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from gateway.config import Deployment, ModelRoute
 
 if TYPE_CHECKING:
+    from pydantic import SecretStr
+
+    from gateway.config.policies import Resolved
     from gateway.ratelimit import Permit
     from gateway.routing.router import RouteDecision
 
@@ -20,6 +23,13 @@ class RequestContext:
     started: float = field(default_factory=time.perf_counter)
     tenant: str | None = None
     requested_model: str | None = None
+    policy: Resolved | None = None  # the policies that apply (gateway/config/policies.py)
+    in_flight: int = 0  # requests running in this process when this one arrived, itself too
+    shed: list[str] = field(default_factory=list)  # optional work skipped under load
+    # bring your own key: the caller's provider key, for these providers, this request only
+    byok_key: SecretStr | None = None
+    byok_hash: str | None = None  # one-way; scopes the caller's cache, limits and cost
+    byok_providers: tuple[str, ...] = ()
     route: ModelRoute | None = None
     stream: bool = False
     status: int = 200

@@ -54,6 +54,12 @@ class AuthenticationFailed(GatewayError):
     code = "invalid_api_key"
 
 
+class PermissionDenied(GatewayError):
+    status = 403
+    type = "invalid_request_error"
+    code = "permission_denied"
+
+
 class NotFound(GatewayError):
     status = 404
     type = "invalid_request_error"

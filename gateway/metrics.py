@@ -221,6 +221,31 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.byok_cost = Counter(
+            "gateway_byok_cost",
+            "Upstream cost of requests sent with the caller's own provider key (not the "
+            "gateway's spend), by a one-way hash of the key.",
+            ["key"],
+            registry=r,
+        )
+        self.tenant_requests = Counter(
+            "gateway_tenant_requests",
+            "Requests of tenants whose policy opts in (metrics.per_tenant), by status class.",
+            ["tenant", "status_class"],
+            registry=r,
+        )
+        self.tenant_cost = Counter(
+            "gateway_tenant_cost",
+            "Upstream cost of tenants whose policy opts in (metrics.per_tenant).",
+            ["tenant"],
+            registry=r,
+        )
+        self.shed = Counter(
+            "gateway_shed",
+            "Optional work skipped under load by policy (overload.max_in_flight), by kind.",
+            ["work"],
+            registry=r,
+        )
         self.loop_stops = Counter(
             "gateway_loop_stops",
             "Agent loops stopped, by rule and action (finalize or error).",
@@ -328,10 +353,15 @@ class Metrics:
             self._child(self.degradations, model, str(ctx.degradation_level)).inc()
         if ctx.rate_limited is not None:
             self._child(self.rate_limited, ctx.rate_limited).inc()
+        for work in ctx.shed:
+            self._child(self.shed, work).inc()
+        per_tenant = ctx.policy is not None and ctx.policy.metrics.per_tenant
+        if per_tenant and ctx.tenant is not None:
+            self._child(self.tenant_requests, ctx.tenant, f"{ctx.status // 100}xx").inc()
         self._observe_guards(ctx, model)
-        self._observe_cost(ctx, model)
+        self._observe_cost(ctx, model, ctx.tenant if per_tenant else None)
 
-    def _observe_cost(self, ctx: RequestContext, model: str) -> None:
+    def _observe_cost(self, ctx: RequestContext, model: str, tenant: str | None) -> None:
         decision = ctx.routing
         if decision is not None:
             tier = str(decision.tier)
@@ -342,6 +372,11 @@ class Metrics:
         if usage is None or pricing is None or ctx.cache_result in ("hit-exact", "hit-semantic"):
             return
         spent = _cost(usage, pricing)
+        if tenant is not None:
+            self._child(self.tenant_cost, tenant).inc(spent)
+        if ctx.byok_hash is not None:  # the caller pays its provider, not the gateway
+            self._child(self.byok_cost, ctx.byok_hash).inc(spent)
+            return
         self._child(self.cost, model).inc(spent)
         strongest = decision.strongest_pricing if decision else None
         if decision is not None and strongest is not None:

@@ -1,6 +1,7 @@
 """The request flow, stage by stage, and nothing else.
 
-    resolve the model -> stop runaway agent loops -> compress a long history
+    the policies that apply (tenant, model) -> resolve the model
+    -> stop runaway agent loops -> compress a long history
     -> route an alias to a tier by complexity -> choose a knowledge base
     -> cache lookup (exact, then semantic)
         hit -> answer from the cache
@@ -11,9 +12,8 @@
     -> finish the answer for its level (sources, disclaimer); the cache stores it in the
        background once complete
 
-Later stages (policy, rate limit) slot in here in the
-order of docs/ARCHITECTURE.md. Nothing in this module knows HTTP: it takes wire types and a
-RequestContext and returns JSON or a chunk stream.
+Authentication and rate limits happen before, in the HTTP middleware. Nothing in this module
+knows HTTP: it takes wire types and a RequestContext and returns JSON or a chunk stream.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from gateway.context import RequestContext
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.guard.conversation import ConversationGuard
 from gateway.guard.tool_guard import ToolCallGuard
+from gateway.overload import sheds
 from gateway.rag.grounding import grounded_messages, sources_field
 from gateway.rag.service import Grounding, Knowledge
 from gateway.resilience.executor import AllUpstreamsUnavailable, UpstreamExecutor
@@ -64,8 +65,9 @@ class Pipeline:
     async def chat(
         self, ctx: RequestContext, request: ChatCompletionRequest, body: Json
     ) -> Json | ChunkStream:
-        alias = self.router.alias(request.model)
-        route = ctx.route = self.resolve(self.router.first_tier(request.model), "chat")
+        policy = self.settings.policies.of(ctx)
+        alias = policy.routing.aliases.get(request.model)
+        route = ctx.route = self.resolve(self.router.first_tier(request.model, alias), "chat")
         body = self.conversation.stop_loops(ctx, body)
         body = await self.conversation.compress(ctx, route, body)
         if alias is not None:
@@ -80,7 +82,9 @@ class Pipeline:
             if hit is not None:
                 return await self._from_cache(ctx, request, hit)
         grounding = None
-        if knowledge_base is not None and self.executor.can_answer(route):
+        if knowledge_base is not None and sheds(ctx, "retrieval"):
+            grounding = self.knowledge.skipped(ctx, knowledge_base)
+        elif knowledge_base is not None and self.executor.can_answer(route):
             time_left = self.executor.time_left(ctx, route)
             grounding = await self.knowledge.ground(ctx, knowledge_base, body, time_left)
         try:
@@ -105,7 +109,7 @@ class Pipeline:
     async def _guard_tool_calls(
         self, ctx: RequestContext, route: ModelRoute, body: Json, reply: Json | ChunkStream
     ) -> Json | ChunkStream:
-        if not self.tool_guard.applies(body):
+        if not self.tool_guard.applies(ctx, body):
             return reply
         if isinstance(reply, ChunkStream):
             self.tool_guard.hold(ctx, route, body, reply)
@@ -117,8 +121,12 @@ class Pipeline:
     ) -> CachePlan | None:
         if self.cache is None:
             return None
-        # Answers grounded in a knowledge base are only reused within that base.
-        return self.cache.plan(ctx, route, body, ctx.cache_directive, knowledge_base)
+        # Answers grounded in a knowledge base are only reused within that base; a caller who
+        # brings its own key shares answers only with itself.
+        context = knowledge_base
+        if ctx.byok_hash is not None:
+            context = f"{knowledge_base or ''}\x00key:{ctx.byok_hash}"
+        return self.cache.plan(ctx, route, body, ctx.cache_directive, context)
 
     def _store(
         self, ctx: RequestContext, plan: CachePlan | None, grounding: Grounding | None
@@ -153,7 +161,7 @@ class Pipeline:
                 reply.annotate_first({"sources": sources})
                 return reply
             return {**reply, "sources": sources}
-        texts = self.settings.degradation.disclaimer
+        texts = self.settings.policies.of(ctx).degradation.disclaimer
         disclaimer = degradation.localized(texts, last_user_text(body))
         if isinstance(reply, ChunkStream):
             reply.prepend(
@@ -171,7 +179,7 @@ class Pipeline:
     ) -> Json | ChunkStream:
         """Level 4: a well-formed answer saying so (or the 503, if the policy prefers)."""
         ctx.degradation_level = 4
-        policy = self.settings.degradation.unavailable
+        policy = self.settings.policies.of(ctx).degradation.unavailable
         if policy.mode == "error":
             raise err
         ctx.response_headers["Retry-After"] = str(err.retry_after)

@@ -1,5 +1,5 @@
-"""Live reload: a changed config file (polled), SIGHUP or `POST /admin/reload` builds a new
-Runtime and swaps it in; a bad edit never replaces the running config.
+"""Live reload: a changed config file or policy file (polled), SIGHUP or `POST /admin/reload`
+builds a new Runtime and swaps it in; a bad edit never replaces the running config.
 
     read + validate everything  -> invalid: keep running as is, log, count it
     build the new Runtime, start it -> swap the reference (new requests use it)
@@ -21,6 +21,7 @@ from typing import Literal
 
 from gateway.cache.service import SemanticCache
 from gateway.config import ConfigError, Settings, load_settings
+from gateway.config.loading import policy_files
 from gateway.resilience.breaker import Breakers
 from gateway.runtime import Runtime, RuntimeRef
 
@@ -50,7 +51,7 @@ class Reloader:
         self.cache = cache
         self._on_result = on_result
         self._lock = asyncio.Lock()
-        self._digest = _digest(Path(ref.current.settings.source))
+        self._digest = _digest(ref.current.settings)
         self._closing: set[asyncio.Task[None]] = set()
 
     @property
@@ -58,10 +59,10 @@ class Reloader:
         return Path(self.ref.current.settings.source)
 
     async def watch(self) -> None:
-        """Poll the config file; reload when its content changes."""
+        """Poll the config and policy files; reload when their content changes."""
         while True:
             await asyncio.sleep(POLL_SECONDS)
-            if _digest(self.path) not in (self._digest, None):
+            if await asyncio.to_thread(_digest, self.ref.current.settings) != self._digest:
                 await self.reload()
 
     async def reload(self) -> ReloadOutcome:
@@ -73,14 +74,15 @@ class Reloader:
 
     async def _reload(self) -> ReloadOutcome:
         path = self.path
-        digest = _digest(path)
+        digest = _digest(self.ref.current.settings)
         try:
             settings = await asyncio.to_thread(load_settings, path)
         except ConfigError as err:
             self._digest = digest  # do not retry the same bad content every second
             log.error("config reload refused, still running the previous config: %s", err)
             return ReloadOutcome("invalid", str(path), tuple(err.problems))
-        if digest == self._digest and settings.file == self.ref.current.settings.file:
+        if _same(settings, self.ref.current.settings):
+            self._digest = _digest(settings)
             return ReloadOutcome("unchanged", str(path))
         old = self.ref.current
         _warn_about_restart_only_changes(old.settings, settings)
@@ -94,7 +96,7 @@ class Reloader:
             log.exception("config reload failed, still running the previous config")
             return ReloadOutcome("failed", str(path), (f"{type(exc).__name__}: {exc}",))
         self.ref.current = new
-        self._digest = digest
+        self._digest = _digest(settings)
         task = asyncio.get_running_loop().create_task(_close_when_idle(old))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
@@ -115,11 +117,24 @@ async def _close_when_idle(runtime: Runtime) -> None:
     await runtime.close()
 
 
-def _digest(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
+def _digest(settings: Settings) -> str:
+    """Of the config file and every policy file of the directory it names (a file added,
+    removed or edited changes it)."""
+    path = Path(settings.source)
+    digest = hashlib.sha256()
+    for file in (path, *policy_files(path, settings.file)):
+        digest.update(str(file).encode() + b"\0")
+        try:
+            digest.update(file.read_bytes())
+        except OSError:
+            digest.update(b"\0missing")
+    return digest.hexdigest()
+
+
+def _same(a: Settings, b: Settings) -> bool:
+    mine = [(p.name, p.match, p.overlay) for p in a.policies.policies]
+    theirs = [(p.name, p.match, p.overlay) for p in b.policies.policies]
+    return a.file == b.file and mine == theirs
 
 
 def _warn_about_restart_only_changes(old: Settings, new: Settings) -> None:

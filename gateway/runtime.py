@@ -74,7 +74,17 @@ class Runtime:
 
 
 class RuntimeRef:
-    """The current Runtime. Swapped whole, never mutated."""
+    """The current Runtime (swapped whole, never mutated), and the requests in flight on the
+    process, whichever runtime they run on."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.current = runtime
+        self.in_flight = 0
+
+    def enter(self) -> int:
+        """Count a request in; returns how many are running, itself included."""
+        self.in_flight += 1
+        return self.in_flight
+
+    def leave(self) -> None:
+        self.in_flight -= 1

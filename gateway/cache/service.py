@@ -104,7 +104,7 @@ class SemanticCache:
     ) -> CachePlan | None:
         """A plan when this request may use the cache; None (and the reason on ctx) if not.
         `context` is anything else the answer depends on (the knowledge base), kept in scope."""
-        policy = route.cache
+        policy = ctx.policy.cache_for(route.cache) if ctx.policy else route.cache
         if not policy.enabled:
             return None
         text = last_user_text(body)

@@ -1,5 +1,5 @@
-"""Reading config.yaml: YAML to a validated ConfigFile, with every bad field named by its dotted
-path and line. Nothing else in the gateway parses YAML."""
+"""Reading config.yaml and policies/*.yaml: YAML to validated models, with every bad field named
+by its file, dotted path and line. Nothing else in the gateway parses YAML."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from gateway.config.policies import Policy, PolicyProblem, PolicySet, validate_policy
 from gateway.config.schema import ConfigFile
 from gateway.config.settings import Settings, build_settings
 
@@ -40,12 +41,64 @@ def parse_config(text: str, source: str = "<config>") -> ConfigFile:
 
 
 def load_settings(path: Path | str = DEFAULT_CONFIG_PATH) -> Settings:
+    """config.yaml and the policies beside it, all validated; ConfigError lists every problem."""
     path = Path(path)
+    file = parse_config(_read(path), str(path))
+    policies = load_policies(policy_files(path, file), file)
+    problems = policies.check()
+    if problems:
+        raise ConfigError(str(path), problems)
+    return build_settings(file, str(path), policies=policies)
+
+
+def policy_files(config_path: Path, file: ConfigFile) -> list[Path]:
+    """The policy files of a config, in name order (none when the directory does not exist)."""
+    directory = config_path.parent / file.policies.dir
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def load_policies(paths: list[Path], file: ConfigFile) -> PolicySet:
+    policies: list[Policy] = []
+    problems: list[str] = []
+    for path in paths:
+        try:
+            policies.append(parse_policy(_read(path), path.stem, str(path), file))
+        except ConfigError as err:
+            problems += [f"{err.source}: {p}" for p in err.problems]
+    names = [p.name for p in policies]
+    problems += [
+        f"two policy files are named {n!r}"
+        for n in sorted({n for n in names if names.count(n) > 1})
+    ]
+    if problems:
+        raise ConfigError(file.policies.dir, problems)
+    return PolicySet(file, policies)
+
+
+def parse_policy(text: str, name: str, source: str, file: ConfigFile) -> Policy:
+    """One policy file, checked against the config it overlays."""
     try:
-        text = path.read_text(encoding="utf-8")
+        root = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
+    try:
+        return validate_policy(name, source, data, file)
+    except PolicyProblem as err:
+        loc = tuple(int(p) if p.isdigit() else p for p in err.where.split(".") if p)
+        line = _line_of(root, loc) if loc else None
+        where = f"{err.where} (line {line})" if line else err.where
+        message = str(err).removeprefix(f"{err.where}: ") if err.where else str(err)
+        raise ConfigError(source, [f"{where}: {message}" if where else message]) from None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(path), [f"cannot read: {exc}"]) from None
-    return build_settings(parse_config(text, str(path)), str(path))
 
 
 def _describe(err: Any, root: yaml.Node | None) -> str:

@@ -30,6 +30,12 @@ class ServerConfig(Strict):
     )
 
 
+class PoliciesConfig(Strict):
+    dir: str = Field(
+        "policies", description="Directory of policy files (*.yaml), relative to this file."
+    )
+
+
 class ApiKeyConfig(Strict):
     env: str = Field(description="Name of the environment variable that holds the key.")
     tenant: str = Field(min_length=1, max_length=64)
@@ -126,6 +132,7 @@ class ConfigFile(Strict):
     guard: GuardConfig = Field(default_factory=GuardConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     rate_limits: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
+    policies: PoliciesConfig = Field(default_factory=PoliciesConfig)
 
     @model_validator(mode="after")
     def _cross_references(self) -> ConfigFile:

@@ -17,6 +17,7 @@ from pydantic import SecretStr
 from gateway.config.cache import CachePolicy
 from gateway.config.guard import GuardConfig
 from gateway.config.knowledge import KnowledgeBaseConfig
+from gateway.config.policies import PolicySet
 from gateway.config.resilience import DegradationConfig, ResilienceConfig
 from gateway.config.routing import RoutingConfig
 from gateway.config.schema import (
@@ -82,6 +83,7 @@ class Settings:
     routes: Mapping[str, ModelRoute]  # every public name and alias -> its route
     tenant_by_key_hash: Mapping[str, str]
     admin_key_hash: str | None
+    policies: PolicySet
     kb_by_tenant: Mapping[str, str] = field(default_factory=dict)
     kb_secrets: Mapping[str, SecretStr] = field(default_factory=dict)  # knowledge base -> token
     loaded_at: int = field(default_factory=lambda: int(time.time()))
@@ -131,9 +133,14 @@ class Settings:
         ]
 
     def secrets(self) -> list[str]:
-        """Every secret value in force, so error messages and logs can be scrubbed of them."""
+        """Every secret value in force, so error messages and logs can be scrubbed of them:
+        keys, and the values of extra headers (which may carry tokens)."""
         keys = [p.api_key for p in self.providers.values() if p.api_key]
-        return [k.get_secret_value() for k in (*keys, *self.kb_secrets.values())]
+        values = [k.get_secret_value() for k in (*keys, *self.kb_secrets.values())]
+        headers = [p.headers for p in self.providers.values()]
+        headers += [kb.headers for kb in self.knowledge_bases.values()]
+        values += [v for h in headers for v in h.values() if len(v) >= 8]
+        return values
 
 
 def hash_key(key: str) -> str:
@@ -141,7 +148,10 @@ def hash_key(key: str) -> str:
 
 
 def build_settings(
-    file: ConfigFile, source: str, environ: Mapping[str, str] | None = None
+    file: ConfigFile,
+    source: str,
+    environ: Mapping[str, str] | None = None,
+    policies: PolicySet | None = None,
 ) -> Settings:
     env = os.environ if environ is None else environ
     providers = {name: _provider_settings(name, p, env) for name, p in file.providers.items()}
@@ -168,6 +178,7 @@ def build_settings(
         admin_key_hash=hash_key(admin_key) if admin_key else None,
         kb_by_tenant={t: n for n, kb in file.knowledge_bases.items() for t in kb.attach.tenants},
         kb_secrets=kb_secrets,
+        policies=policies or PolicySet(file),
     )
 
 

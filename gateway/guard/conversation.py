@@ -12,6 +12,7 @@ from gateway.errors import GatewayError
 from gateway.guard.compression import Compressor
 from gateway.guard.loops import check_loop, finalize_request
 from gateway.guard.summarizer import summary_request, summary_text
+from gateway.overload import sheds
 from gateway.resilience.executor import UpstreamExecutor
 
 log = logging.getLogger("gateway.guard")
@@ -34,7 +35,7 @@ class ConversationGuard:
     def stop_loops(self, ctx: RequestContext, body: Json) -> Json:
         """The body to send: as it came, or (a loop detected, policy `finalize`) one that asks
         the model to answer from what it has, with tools off. Policy `error`: a 400."""
-        config = self.settings.guard.loops
+        config = self.settings.policies.of(ctx).guard.loops
         if not config.enabled:
             return body
         stop = check_loop(body["messages"], config)
@@ -51,8 +52,9 @@ class ConversationGuard:
         return finalize_request(body, stop)
 
     async def compress(self, ctx: RequestContext, route: ModelRoute, body: Json) -> Json:
-        config = self.settings.guard.compression
-        if not config.enabled:
+        policy = self.settings.policies.of(ctx)
+        config = policy.guard.compression
+        if not config.enabled or sheds(ctx, "compression"):
             return body
         summarizer = self.settings.routes.get(config.summarizer_model or route.name, route)
 

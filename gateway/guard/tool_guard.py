@@ -35,9 +35,9 @@ class ToolCallGuard:
         self.settings = settings
         self.executor = executor
 
-    def applies(self, body: Json) -> bool:
+    def applies(self, ctx: RequestContext, body: Json) -> bool:
         """Requests that declare tools, with one choice (n > 1 answers pass unchecked)."""
-        config = self.settings.guard.tools
+        config = self.settings.policies.of(ctx).guard.tools
         return config.enabled and bool(body.get("tools")) and (body.get("n") or 1) == 1
 
     async def review(self, ctx: RequestContext, route: ModelRoute, body: Json, reply: Json) -> Json:
@@ -62,7 +62,7 @@ class ToolCallGuard:
     async def _settle(
         self, ctx: RequestContext, route: ModelRoute, body: Json, message: Json
     ) -> Settled:
-        config = self.settings.guard.tools
+        config = self.settings.policies.of(ctx).guard.tools
         catalog = ToolCatalog.from_request(body.get("tools"), config.rules, config.clean)
         answering = self.settings.routes.get(ctx.fallback_model or route.name, route)
 

@@ -10,10 +10,12 @@ import orjson
 from aiohttp import web
 
 from gateway.cache.service import Directive, SemanticCache
+from gateway.config.policies import Policy
 from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
 from gateway.http import render
 from gateway.http.keys import BREAKERS, CACHE, CTX, METRICS, RELOADER, RUNTIME
 from gateway.metrics import CONTENT_TYPE
+from gateway.redact import redacted
 from gateway.streaming import ChunkStream
 from gateway.tokens import message_text
 from gateway.wire import ChatCompletionRequest, EmbeddingRequest, validate
@@ -154,7 +156,8 @@ async def metrics(request: web.Request) -> web.StreamResponse:
 
 
 async def admin_config(request: web.Request) -> web.StreamResponse:
-    """The config in force. It holds environment variable *names*, never their values."""
+    """The config in force. It holds environment variable *names*, never their values, and
+    header values and URL credentials are redacted (gateway/redact.py)."""
     settings = request[RUNTIME].settings
     providers = {
         name: {"enabled": p.disabled_reason is None, "disabled_reason": p.disabled_reason}
@@ -165,10 +168,51 @@ async def admin_config(request: web.Request) -> web.StreamResponse:
         {
             "source": settings.source,
             "loaded_at": settings.loaded_at,
-            "config": settings.file.model_dump(mode="json"),
+            "config": redacted(settings.file.model_dump(mode="json")),
             "providers": providers,
+            "policies": [_policy_summary(p) for p in settings.policies.policies],
         },
     )
+
+
+async def admin_policies(request: web.Request) -> web.StreamResponse:
+    """Which policies apply to a tenant asking for a model, and why:
+    `GET /admin/policies?tenant=T&model=M`. Without both, the loaded policies."""
+    settings = request[RUNTIME].settings
+    tenant, model = request.query.get("tenant"), request.query.get("model")
+    if tenant is None and model is None:
+        policies = [_policy_summary(p) for p in settings.policies.policies]
+        return render.json(request[CTX], {"policies": policies})
+    if not tenant or model is None:
+        raise InvalidRequest(
+            "Ask with both: /admin/policies?tenant=NAME&model=NAME (model may be empty for "
+            "what depends on the tenant only).",
+            code="invalid_query",
+        )
+    resolved = settings.policies.resolve(tenant, model)
+    effective = {
+        "cache": resolved.cache.model_dump(mode="json", exclude_none=True),
+        "knowledge": resolved.knowledge.model_dump(mode="json"),
+        "rate_limit": resolved.rate_limit.model_dump(mode="json"),
+        "byok": resolved.byok.model_dump(mode="json"),
+        "overload": resolved.overload.model_dump(mode="json"),
+        "metrics": resolved.metrics.model_dump(mode="json"),
+        "guard": resolved.guard.model_dump(mode="json"),
+        "degradation": resolved.degradation.model_dump(mode="json"),
+        "routing": {"aliases": resolved.routing.model_dump(mode="json")["aliases"]},
+    }
+    body = {**resolved.explain(), "effective": redacted(effective)}
+    return render.json(request[CTX], body)
+
+
+def _policy_summary(policy: Policy) -> dict[str, Any]:
+    return {
+        "name": policy.name,
+        "source": policy.source,
+        "description": policy.description,
+        "match": policy.match.model_dump(),
+        "sets": sorted(policy.fields),
+    }
 
 
 async def admin_cache_stats(request: web.Request) -> web.StreamResponse:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from gateway import auth
-from gateway.config import Settings
+from gateway.config import RateLimitConfig
 from gateway.context import RequestContext
 from gateway.errors import (
     GatewayError,
@@ -53,11 +53,15 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     metrics = request.app[METRICS]
     metrics.in_flight.inc()
     runtime.enter()
+    ctx.in_flight = request.app[RUNTIME_REF].enter()
     try:
         if ctx.endpoint in ("chat", "embeddings", "models"):
             ctx.tenant = auth.tenant_for(runtime.settings, request.headers.get("Authorization"))
             if ctx.endpoint != "models":
-                ctx.permit = await _admit(request, ctx.tenant, runtime.settings)
+                policy = runtime.settings.policies.for_tenant(ctx.tenant)
+                given = request.headers.get(auth.PROVIDER_KEY_HEADER)
+                auth.bring_own_key(ctx, policy.byok, given)
+                ctx.permit = await _admit(request, ctx, policy.rate_limit)
         elif ctx.endpoint == "admin":
             auth.check_admin(runtime.settings, request.headers.get("Authorization"))
         response = await handler(request)
@@ -78,20 +82,26 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         if ctx.permit is not None:
             await _settle_permit(ctx.permit, ctx.usage)
         runtime.leave()
+        request.app[RUNTIME_REF].leave()
         metrics.in_flight.dec()
         metrics.observe(ctx)
         request.app[ACCESS_LOG].write(ctx, request.method, request.path)
 
 
-async def _admit(request: web.Request, tenant: str, settings: Settings) -> Permit | None:
-    """The tenant's rate-limit permit, or a 429 with Retry-After. Counted in tokens by a
-    cheap estimate of the request body (the prompt); the answer's tokens are added after."""
-    limits = settings.file.rate_limits.for_tenant(tenant)
+async def _admit(
+    request: web.Request, ctx: RequestContext, limits: RateLimitConfig
+) -> Permit | None:
+    """The rate-limit permit of the tenant (or of the caller's own key, which has a budget of
+    its own), or a 429 with Retry-After. Counted in tokens by a cheap estimate of the request
+    body (the prompt); the answer's tokens are added after."""
     if limits.unlimited:
         return None
+    owner = ctx.tenant or ""
+    if ctx.byok_hash is not None:
+        owner += f":key:{ctx.byok_hash}"
     estimate = (request.content_length or 0) // 4 if limits.tokens_per_minute else 0
     try:
-        return await request.app[LIMITER].acquire(tenant, limits, estimate)
+        return await request.app[LIMITER].acquire(owner, limits, estimate)
     except RateLimited as refused:
         request[CTX].rate_limited = refused.limit
         raise

@@ -103,4 +103,6 @@ def _headers(ctx: RequestContext) -> dict[str, str]:
         headers["x-gateway-compression"] = f"{ctx.compression}; turns={ctx.compressed_turns}"
     if ctx.tool_guard is not None:
         headers["x-gateway-tool-guard"] = ctx.tool_guard
+    if ctx.shed:
+        headers["x-gateway-shed"] = ",".join(ctx.shed)
     return headers

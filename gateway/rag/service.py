@@ -5,7 +5,8 @@
     level 3  retrieval failed or timed out: the same, marked as retrieval unavailable
 
 A base is chosen per request by the `x-gateway-knowledge-base` header (a name, or `none`),
-else by the tenant's attachment, else by the model's.
+else by the request's policy (`knowledge.base`), else by the tenant's attachment, else by the
+model's. A policy can also change the sufficiency rule (`min_chunks`, `min_score`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from gateway.cache.scope import last_user_text
 from gateway.config import KnowledgeBaseConfig, ModelRoute, Settings
+from gateway.config.policy import NO_KNOWLEDGE_BASE
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest
 from gateway.rag.base import KnowledgeBase, Passage, RetrievalFailed
@@ -26,7 +28,6 @@ from gateway.resilience.breaker import Breakers
 
 log = logging.getLogger("gateway.rag")
 Json = dict[str, Any]
-NO_KNOWLEDGE_BASE = "none"
 WARN_INTERVAL_SECONDS = 30.0
 
 
@@ -61,7 +62,15 @@ class Knowledge:
                     code="invalid_header",
                 )
             return asked
+        by_policy = self.settings.policies.of(ctx).knowledge.base
+        if by_policy is not None:
+            return None if by_policy == NO_KNOWLEDGE_BASE else by_policy
         return self.settings.kb_by_tenant.get(ctx.tenant or "") or route.knowledge_base
+
+    def skipped(self, ctx: RequestContext, name: str) -> Grounding:
+        """Retrieval left out to shed load: answered like level 3, with the disclaimer."""
+        ctx.knowledge_base, ctx.retrieval, ctx.degradation_level = name, "skipped", 3
+        return Grounding(3, error="skipped under load")
 
     async def ground(
         self, ctx: RequestContext, name: str, body: Json, time_left: float = math.inf
@@ -84,8 +93,11 @@ class Knowledge:
             self._warn(name, reason)
             grounding = Grounding(3, error=reason)
         else:
-            good = [p for p in passages if p.score >= config.min_score][: config.top_k]
-            grounding = Grounding(1, good) if len(good) >= config.min_chunks else Grounding(2)
+            rule = self.settings.policies.of(ctx).knowledge
+            min_score = config.min_score if rule.min_score is None else rule.min_score
+            min_chunks = config.min_chunks if rule.min_chunks is None else rule.min_chunks
+            good = [p for p in passages if p.score >= min_score][: config.top_k]
+            grounding = Grounding(1, good) if len(good) >= min_chunks else Grounding(2)
         ctx.retrieval_seconds = time.perf_counter() - started
         ctx.retrieval = {1: "grounded", 2: "insufficient", 3: "failed"}[grounding.level]
         ctx.degradation_level = grounding.level

@@ -6,6 +6,9 @@ retried with backoff while its failures are worth retrying; all of it inside the
 deadline. A client error (4xx other than 429) ends the walk at once: every model would refuse
 the same request. When nothing answers, AllUpstreamsUnavailable carries the last cause and a
 Retry-After, and the pipeline decides what the client receives (degradation level 4).
+
+A caller who brings its own provider key is served only by deployments on the providers the
+key is for (its policy's `byok.providers`), so its requests never spend the gateway's keys.
 """
 
 from __future__ import annotations
@@ -15,11 +18,14 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from typing import Any, TypeVar
+
+from pydantic import SecretStr
 
 from gateway.config import Deployment, ModelRoute, Settings
 from gateway.context import RequestContext
-from gateway.errors import GatewayError, UpstreamTimeout
+from gateway.errors import GatewayError, InvalidRequest, UpstreamTimeout
 from gateway.resilience.breaker import BreakerOpen, Breakers
 from gateway.resilience.retry import Backoff, Outcome, classify, failure_reason, retry_after_seconds
 from gateway.streaming import ChunkStream
@@ -28,7 +34,7 @@ from gateway.upstream.base import Provider
 
 Json = dict[str, Any]
 T = TypeVar("T")
-Call = Callable[[Provider, Json], Awaitable[T]]
+Call = Callable[[Provider, Json, SecretStr | None], Awaitable[T]]
 
 
 MIN_ATTEMPT_SECONDS = 0.05  # less time left than this: the deadline has passed
@@ -69,7 +75,9 @@ class UpstreamExecutor:
         if not stream:
             return await self._timed(ctx, self._run(ctx, route, body, _chat, fallbacks=True))
 
-        async def open_stream(provider: Provider, upstream_body: Json) -> ChunkStream:
+        async def open_stream(
+            provider: Provider, upstream_body: Json, key: SecretStr | None
+        ) -> ChunkStream:
             if provider.settings.stream_usage and not wants_usage:
                 # Ask for usage anyway, for accounting; ChunkStream hides it from the client.
                 options = upstream_body.get("stream_options") or {}
@@ -78,7 +86,7 @@ class UpstreamExecutor:
             breaker = self.breakers.get(served.key) if served else None
             return await ChunkStream.open(
                 ctx,
-                provider.stream(upstream_body),
+                provider.stream(upstream_body, key),
                 wants_usage,
                 on_break=breaker.record_failure if breaker else None,
             )
@@ -92,7 +100,11 @@ class UpstreamExecutor:
         breakers, retries and fallbacks, on a context of its own so the request's record stays
         its own, its tokens accounted to the request as `purpose`."""
         sub = RequestContext(
-            request_id=f"{ctx.request_id}-{purpose}", endpoint="chat", tenant=ctx.tenant
+            request_id=f"{ctx.request_id}-{purpose}",
+            endpoint="chat",
+            tenant=ctx.tenant,
+            byok_key=ctx.byok_key,
+            byok_providers=ctx.byok_providers,
         )
         reply = await self._timed(sub, self._run(sub, route, body, _chat, fallbacks=True))
         ctx.add_guard_usage(purpose, route.name, sub.usage)
@@ -123,7 +135,10 @@ class UpstreamExecutor:
         attempt_cap = self.settings.resilience.attempt_timeout_seconds or math.inf
         last: GatewayError | None = None
         waits: list[float] = []  # what upstreams and breakers said about when to come back
-        for model in self._chain(route) if fallbacks else [route]:
+        chain = list(self._chain(route)) if fallbacks else [route]
+        if ctx.byok_key is not None:
+            chain = _for_callers_key(chain, ctx.byok_providers, route.name)
+        for model in chain:
             for deployment in _weighted_order(model.deployments):
                 breaker = self.breakers.get(deployment.key)
                 provider = self.upstreams.get(deployment.provider)
@@ -138,7 +153,12 @@ class UpstreamExecutor:
                             ctx.attempts += 1  # only calls that go out count
                             upstream_body = {**body, "model": deployment.upstream_model}
                             return await _attempt(
-                                call, provider, upstream_body, cap=attempt_cap, time_left=remaining
+                                call,
+                                provider,
+                                upstream_body,
+                                ctx.byok_key,
+                                cap=attempt_cap,
+                                time_left=remaining,
                             )
                     except BreakerOpen as err:
                         ctx.note_failure(deployment.key, "breaker_open")
@@ -202,7 +222,13 @@ class UpstreamExecutor:
 
 
 async def _attempt(
-    call: Call[T], provider: Provider, body: Json, *, cap: float, time_left: float
+    call: Call[T],
+    provider: Provider,
+    body: Json,
+    key: SecretStr | None,
+    *,
+    cap: float,
+    time_left: float,
 ) -> T:
     """One attempt, bounded by `attempt_timeout_seconds` (`cap`) or by what is left of the
     request's deadline, whichever is sooner. Running out of the cap is an upstream timeout the
@@ -211,7 +237,7 @@ async def _attempt(
     seconds = min(cap, time_left)
     try:
         async with asyncio.timeout(seconds):
-            return await call(provider, body)
+            return await call(provider, body, key)
     except TimeoutError:
         if cap < time_left:
             raise UpstreamTimeout(
@@ -223,12 +249,31 @@ async def _attempt(
         ) from None
 
 
-async def _chat(provider: Provider, body: Json) -> Json:
-    return await provider.chat(body)
+async def _chat(provider: Provider, body: Json, key: SecretStr | None) -> Json:
+    return await provider.chat(body, key)
 
 
-async def _embeddings(provider: Provider, body: Json) -> Json:
-    return await provider.embeddings(body)
+async def _embeddings(provider: Provider, body: Json, key: SecretStr | None) -> Json:
+    return await provider.embeddings(body, key)
+
+
+def _for_callers_key(
+    chain: list[ModelRoute], providers: tuple[str, ...], model: str
+) -> list[ModelRoute]:
+    """The chain cut down to the deployments on the providers a caller's own key is for."""
+    kept = []
+    for route in chain:
+        deployments = tuple(d for d in route.deployments if d.provider in providers)
+        if deployments:
+            kept.append(replace(route, deployments=deployments))
+    if not kept:
+        raise InvalidRequest(
+            f"The model '{model}' is not served by a provider your own key is for "
+            f"({', '.join(providers)}).",
+            param="model",
+            code="byok_provider_mismatch",
+        )
+    return kept
 
 
 def _weighted_order(deployments: tuple[Deployment, ...]) -> list[Deployment]:

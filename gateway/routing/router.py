@@ -69,13 +69,10 @@ class Router:
         """Exemplars embedded: scores include their votes."""
         return self._ready
 
-    def alias(self, name: str) -> AliasConfig | None:
-        return self.settings.routing.aliases.get(name)
-
-    def first_tier(self, name: str) -> str:
-        """For an alias, its first usable tier's model (where a request starts before it is
-        scored); any other name as it is. An alias with no usable tier is a 404."""
-        config = self.settings.routing.aliases.get(name)
+    def first_tier(self, name: str, config: AliasConfig | None) -> str:
+        """For an alias (`config` its tiers, as the request's policy has them), its first
+        usable tier's model: where a request starts before it is scored. Any other name as it
+        is. An alias with no usable tier is a 404."""
         if config is None:
             return name
         routes = self.settings.routes
@@ -106,7 +103,8 @@ class Router:
             log.exception("routing exemplars could not be embedded: scoring on features only")
 
     async def decide(self, ctx: RequestContext, alias: str, body: Json) -> RouteDecision:
-        config = self.settings.routing.aliases[alias]
+        """The tier for a request to `alias`, with its tiers as the request's policy has them."""
+        config = self.settings.policies.of(ctx).routing.aliases[alias]
         features = extract(body)
         score = self.scorer.score(features, await self._vector(ctx, body))
         tier = tier_for(config, score.value)

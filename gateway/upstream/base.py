@@ -2,6 +2,10 @@
 
 Bodies are OpenAI-format dicts in and out: an adapter for another wire format translates at
 this boundary, so nothing outside `upstream/` knows a provider's URL or payload shape.
+
+`key`, when given, is a caller's own provider key (bring your own key): it replaces the
+configured one for that call only, and a provider that rejects it is the caller's problem (a
+401), not the provider's.
 """
 
 from __future__ import annotations
@@ -9,6 +13,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from typing import Any
+
+from pydantic import SecretStr
 
 from gateway.config import ProviderSettings
 
@@ -24,11 +30,11 @@ class Provider(ABC):
         return self.settings.name
 
     @abstractmethod
-    async def chat(self, body: Json) -> Json:
+    async def chat(self, body: Json, key: SecretStr | None = None) -> Json:
         """One chat completion. Raises a GatewayError (mapped status) on any failure."""
 
     @abstractmethod
-    def stream(self, body: Json) -> AsyncIterator[list[Json]]:
+    def stream(self, body: Json, key: SecretStr | None = None) -> AsyncIterator[list[Json]]:
         """Chat completion chunks as they arrive, in batches (the chunks one network read
         completed, so the relay answers one read with one write), ending at `[DONE]`.
 
@@ -38,7 +44,7 @@ class Provider(ABC):
         """
 
     @abstractmethod
-    async def embeddings(self, body: Json) -> Json:
+    async def embeddings(self, body: Json, key: SecretStr | None = None) -> Json:
         """One embeddings call."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook; most adapters hold nothing

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
+from pydantic import SecretStr
 
 from gateway import wire
 from gateway.tokens import estimate_prompt_tokens, estimate_tokens, message_text
@@ -26,7 +27,7 @@ EMBEDDING_DIMENSIONS = 256
 
 
 class DemoProvider(Provider):
-    async def chat(self, body: Json) -> Json:
+    async def chat(self, body: Json, key: SecretStr | None = None) -> Json:
         message, finish = _answer(body)
         model = str(body.get("model", "demo"))
         prompt = estimate_prompt_tokens(body.get("messages", []))
@@ -37,7 +38,7 @@ class DemoProvider(Provider):
             model, message, finish, wire.usage(prompt, completion), system_fingerprint="demo"
         )
 
-    async def stream(self, body: Json) -> AsyncIterator[list[Json]]:
+    async def stream(self, body: Json, key: SecretStr | None = None) -> AsyncIterator[list[Json]]:
         for chunk in await self._chunks(body):
             yield [chunk]  # one at a time, as a model would
 
@@ -70,7 +71,7 @@ class DemoProvider(Provider):
             out.append(make(None, usage=reply["usage"]))
         return out
 
-    async def embeddings(self, body: Json) -> Json:
+    async def embeddings(self, body: Json, key: SecretStr | None = None) -> Json:
         inputs = body.get("input")
         texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
         dims = int(body.get("dimensions") or EMBEDDING_DIMENSIONS)

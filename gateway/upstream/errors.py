@@ -2,7 +2,8 @@
 
 The rules, in one place: the client's mistakes (4xx) keep their status and the upstream's
 message; 429 keeps its Retry-After; the gateway's own credential problem (401/403 from the
-upstream) is a 502, because the caller's key was fine; 5xx and network failures are 502,
+upstream) is a 502, because the caller's key was fine, unless the key was the caller's own
+provider key (bring your own key): then it is the caller's 401; 5xx and network failures are 502,
 timeouts 504. Messages never carry provider keys or HTML.
 """
 
@@ -21,7 +22,13 @@ _MAX_MESSAGE = 500
 
 
 def from_response(
-    provider: str, status: int, raw: bytes, headers: Mapping[str, str], secrets: list[str]
+    provider: str,
+    status: int,
+    raw: bytes,
+    headers: Mapping[str, str],
+    secrets: list[str],
+    *,
+    callers_key: bool = False,
 ) -> GatewayError:
     message, type_, code, param = _error_fields(raw)
     if message:
@@ -34,6 +41,14 @@ def from_response(
             type=type_ or "rate_limit_error",
             code=code or "rate_limit_exceeded",
             headers={"Retry-After": retry_after} if retry_after else None,
+        )
+    if status in (401, 403) and callers_key:
+        return GatewayError(
+            f"provider '{provider}' rejected the key sent in x-gateway-provider-key "
+            f"(HTTP {status})",
+            status=401,
+            type="invalid_request_error",
+            code="provider_key_rejected",
         )
     if status in (401, 403):
         return UpstreamError(

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import orjson
+from pydantic import SecretStr
 
 from gateway import sse
 from gateway.config import ProviderSettings
@@ -40,21 +41,21 @@ class OpenAICompatible(Provider):
             self._session = make_session(self.settings)
         return self._session
 
-    async def chat(self, body: Json) -> Json:
-        return await self._post_json("/chat/completions", body)
+    async def chat(self, body: Json, key: SecretStr | None = None) -> Json:
+        return await self._post_json("/chat/completions", body, key)
 
-    async def embeddings(self, body: Json) -> Json:
-        return await self._post_json("/embeddings", body)
+    async def embeddings(self, body: Json, key: SecretStr | None = None) -> Json:
+        return await self._post_json("/embeddings", body, key)
 
-    async def stream(self, body: Json) -> AsyncIterator[list[Json]]:
+    async def stream(self, body: Json, key: SecretStr | None = None) -> AsyncIterator[list[Json]]:
         with errors.network_errors(self.name):
             async with self.session.post(
                 self._base_url + "/chat/completions",
                 data=orjson.dumps(body),
-                headers=self._headers,
+                headers=self._headers_with(key),
             ) as resp:
                 if resp.status >= 400:
-                    raise await self._error(resp)
+                    raise await self._error(resp, key)
                 if not resp.headers.get("Content-Type", "").startswith("text/event-stream"):
                     raise UpstreamError(
                         f"provider '{self.name}' did not answer with an event stream",
@@ -82,19 +83,27 @@ class OpenAICompatible(Provider):
         if self._session is not None:
             await self._session.close()
 
-    async def _post_json(self, path: str, body: Json) -> Json:
+    async def _post_json(self, path: str, body: Json, key: SecretStr | None) -> Json:
         with errors.network_errors(self.name):
             async with self.session.post(
-                self._base_url + path, data=orjson.dumps(body), headers=self._headers
+                self._base_url + path, data=orjson.dumps(body), headers=self._headers_with(key)
             ) as resp:
                 if resp.status >= 400:
-                    raise await self._error(resp)
+                    raise await self._error(resp, key)
                 raw = await resp.read()
         return errors.parse_json(self.name, raw)
 
-    async def _error(self, resp: aiohttp.ClientResponse) -> Exception:
+    def _headers_with(self, key: SecretStr | None) -> dict[str, str]:
+        if key is None:
+            return self._headers
+        return {**self._headers, "Authorization": f"Bearer {key.get_secret_value()}"}
+
+    async def _error(self, resp: aiohttp.ClientResponse, key: SecretStr | None) -> Exception:
         raw = await resp.content.read(_MAX_ERROR_BODY)
-        return errors.from_response(self.name, resp.status, raw, resp.headers, self._secrets)
+        secrets = self._secrets if key is None else [*self._secrets, key.get_secret_value()]
+        return errors.from_response(
+            self.name, resp.status, raw, resp.headers, secrets, callers_key=key is not None
+        )
 
     def _chunk(self, data: bytes) -> Json:
         chunk = errors.parse_json(self.name, data)

@@ -1,0 +1,410 @@
+"""Policies: overlays on config.yaml, chosen per request by tenant and model.
+
+Precedence (docs/POLICIES.md). A policy matches a request when one of its tenant patterns
+matches the tenant and one of its model patterns the model. Each side scores how specifically
+it matched: 2 for an exact name, 1 for a glob, 0 for `*`. Matching policies apply from the
+least to the most specific, ranked by the tenant's score first and the model's second, so the
+most specific policy wins every field it sets; fields nobody sets come from config.yaml.
+
+Two policies of the same rank that match one request and set the same field are a tie: an
+error when the policies load (and so in `gateway check` and on reload). Ties are looked for
+among every tenant and model config.yaml names plus an example name for every pattern.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from gateway.config.base import Strict
+from gateway.config.cache import CachePolicy, CachePolicyOverride
+from gateway.config.guard import GuardConfig
+from gateway.config.limits import RateLimitConfig
+from gateway.config.policy import (
+    NO_KNOWLEDGE_BASE,
+    SECTIONS,
+    TENANT_SECTIONS,
+    ByokConfig,
+    KnowledgePolicy,
+    MetricsPolicy,
+    OverloadConfig,
+    PolicyMatch,
+    PolicyRouting,
+)
+from gateway.config.resilience import DegradationConfig
+from gateway.config.routing import RoutingConfig
+from gateway.config.schema import ConfigFile
+
+log = logging.getLogger("gateway.policies")
+Json = dict[str, Any]
+CONFIG_FILE = "config.yaml"  # how `origin` names a field nobody overrode
+_GLOB = re.compile(r"[*?\[]")
+_MEMO_LIMIT = 10_000
+
+
+class PolicyProblem(ValueError):
+    """A policy that cannot be used: `where` names the field (and the file's line, if known)."""
+
+    def __init__(self, where: str, message: str) -> None:
+        self.where = where
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+def specificity(pattern: str, name: str) -> int | None:
+    """2: the exact name, 1: a glob matching it, 0: `*`; None when it does not match."""
+    if pattern == "*":
+        return 0
+    if _GLOB.search(pattern) is None:
+        return 2 if pattern == name else None
+    return 1 if fnmatchcase(name, pattern) else None
+
+
+def _best(patterns: list[str], name: str) -> tuple[int, str] | None:
+    scored = [(s, p) for p in patterns if (s := specificity(p, name)) is not None]
+    return max(scored, default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """One loaded policy file: its match and the sections exactly as written."""
+
+    name: str
+    source: str
+    match: PolicyMatch
+    overlay: Mapping[str, Json]
+    description: str | None = None
+    fields: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        leaves = {path for section, body in self.overlay.items() for path in _leaves(section, body)}
+        object.__setattr__(self, "fields", frozenset(leaves))
+
+    def applies(self, tenant: str, model: str) -> Applied | None:
+        by_tenant = _best(self.match.tenants, tenant)
+        by_model = _best(self.match.models, model)
+        if by_tenant is None or by_model is None:
+            return None
+        return Applied(self, (by_tenant[0], by_model[0]), by_tenant[1], by_model[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    policy: Policy
+    rank: tuple[int, int]  # (tenant specificity, model specificity)
+    tenant_pattern: str
+    model_pattern: str
+
+    def why(self) -> str:
+        def side(kind: str, pattern: str, score: int) -> str:
+            how = ("any " + kind, f"{kind} glob {pattern!r}", f"{kind} {pattern!r} exactly")
+            return how[score]
+
+        return (
+            f"{side('tenant', self.tenant_pattern, self.rank[0])}, "
+            f"{side('model', self.model_pattern, self.rank[1])}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What applies to one tenant asking for one model: every section, effective."""
+
+    tenant: str
+    model: str
+    applied: tuple[Applied, ...]  # least specific first
+    origin: Mapping[str, str]  # overridden field path -> the policy that set it
+    cache: CachePolicyOverride
+    routing: RoutingConfig
+    guard: GuardConfig
+    knowledge: KnowledgePolicy
+    degradation: DegradationConfig
+    rate_limit: RateLimitConfig
+    byok: ByokConfig
+    overload: OverloadConfig
+    metrics: MetricsPolicy
+
+    def cache_for(self, base: CachePolicy) -> CachePolicy:
+        """The model's cache policy with this request's overrides."""
+        changes = self.cache.model_dump(exclude_none=True)
+        return base.model_copy(update=changes) if changes else base
+
+    def explain(self) -> Json:
+        return {
+            "tenant": self.tenant,
+            "model": self.model,
+            "policies": [
+                {
+                    "name": a.policy.name,
+                    "source": a.policy.source,
+                    "rank": list(a.rank),
+                    "why": a.why(),
+                    "sets": sorted(a.policy.fields),
+                }
+                for a in reversed(self.applied)  # the winner first
+            ],
+            "origin": dict(sorted(self.origin.items())),
+        }
+
+
+class Request(Protocol):
+    """What resolution needs of a request (gateway.context.RequestContext has it)."""
+
+    policy: Resolved | None
+    tenant: str | None
+    requested_model: str | None
+
+
+class PolicySet:
+    """The loaded policies of one config, and the resolution of (tenant, model) pairs."""
+
+    def __init__(self, file: ConfigFile, policies: Iterable[Policy] = ()) -> None:
+        self.file = file
+        self.policies = tuple(sorted(policies, key=lambda p: p.name))
+        self._defaults = {
+            "routing": file.routing,
+            "guard": file.guard,
+            "degradation": file.degradation,
+        }
+        self._memo: dict[tuple[str, str], Resolved] = {}
+
+    def resolve(self, tenant: str, model: str) -> Resolved:
+        """The policy of a request (memoized; `model` "" for what depends on the tenant only)."""
+        key = (tenant, model)
+        found = self._memo.get(key)
+        if found is None:
+            if len(self._memo) >= _MEMO_LIMIT:
+                self._memo.clear()
+            applied = self.matching(tenant, model)
+            try:
+                found = self.build(tenant, model, applied)
+            except PolicyProblem as err:  # a combination no example name showed at load
+                log.error("policies for tenant %r, model %r do not combine: %s", tenant, model, err)
+                found = self.build(tenant, model, ())
+            self._memo[key] = found
+        return found
+
+    def of(self, ctx: Request) -> Resolved:
+        """The request's policy, resolved once and kept on it."""
+        if ctx.policy is None:
+            ctx.policy = self.resolve(ctx.tenant or "", ctx.requested_model or "")
+        return ctx.policy
+
+    def for_tenant(self, tenant: str) -> Resolved:
+        return self.resolve(tenant, "")
+
+    def matching(self, tenant: str, model: str) -> tuple[Applied, ...]:
+        applied = [a for p in self.policies if (a := p.applies(tenant, model)) is not None]
+        return tuple(sorted(applied, key=lambda a: a.rank))
+
+    def build(self, tenant: str, model: str, applied: tuple[Applied, ...]) -> Resolved:
+        origin: dict[str, str] = {}
+        merged: dict[str, Json] = {}
+        for a in applied:
+            for section, body in a.policy.overlay.items():
+                merged[section] = _deep_merge(merged.get(section, {}), body)
+            origin.update(dict.fromkeys(a.policy.fields, a.policy.name))
+        sections = {name: self._section(name, tenant, merged.get(name)) for name in SECTIONS}
+        routing = sections.pop("routing")
+        assert isinstance(routing, PolicyRouting)
+        if "routing" in merged:
+            routing_config = RoutingConfig(
+                aliases=routing.aliases, scoring=self.file.routing.scoring
+            )
+        else:
+            routing_config = self.file.routing
+        return Resolved(tenant, model, applied, origin, routing=routing_config, **sections)  # type: ignore[arg-type]
+
+    def _section(self, name: str, tenant: str, overlay: Json | None) -> Strict:
+        default = self._default(name, tenant)
+        if overlay is None:
+            return default
+        merged = _deep_merge(default.model_dump(exclude_unset=name == "cache"), overlay)
+        try:
+            return SECTIONS[name].model_validate(merged)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in (name, *first["loc"]))
+            raise PolicyProblem(where, first["msg"]) from None
+
+    def _default(self, name: str, tenant: str) -> Strict:
+        if name == "routing":
+            return PolicyRouting(aliases=self.file.routing.aliases)
+        if name == "rate_limit":
+            return self.file.rate_limits.for_tenant(tenant)
+        if name in self._defaults:
+            return self._defaults[name]
+        return SECTIONS[name]()
+
+    def check(self) -> list[str]:
+        """Problems of the set as a whole: ties, and combinations that do not validate.
+        Every tenant and model config.yaml names is tried, and an example of each pattern."""
+        problems: list[str] = []
+        seen: set[tuple[str, tuple[str, ...]]] = set()
+        for tenant in self._example_tenants():
+            for model in self._example_models():
+                applied = self.matching(tenant, model)
+                problems += _ties(applied, tenant, model)
+                key = (tenant if self._tenant_dependent(applied) else "", _names(applied))
+                if len(applied) > 1 and key not in seen:
+                    seen.add(key)
+                    try:
+                        self.build(tenant, model, applied)
+                    except PolicyProblem as err:
+                        names = ", ".join(_names(applied))
+                        problems.append(
+                            f"policies {names} together (tenant {tenant!r}, model {model!r}): {err}"
+                        )
+        return sorted(set(problems))
+
+    def _tenant_dependent(self, applied: tuple[Applied, ...]) -> bool:
+        return any("rate_limit" in a.policy.overlay for a in applied)
+
+    def _example_tenants(self) -> set[str]:
+        file = self.file
+        names = {file.auth.anonymous_tenant, *(k.tenant for k in file.auth.keys)}
+        names |= set(file.rate_limits.tenants)
+        names |= {t for kb in file.knowledge_bases.values() for t in kb.attach.tenants}
+        names |= {t for a in file.routing.aliases.values() for t in a.escalate.tenants}
+        return names | _examples(p.match.tenants for p in self.policies)
+
+    def _example_models(self) -> set[str]:
+        names = {n for m in self.file.models for n in (m.name, *m.aliases)}
+        names |= set(self.file.routing.aliases) | {""}
+        return names | _examples(p.match.models for p in self.policies)
+
+
+def _ties(applied: tuple[Applied, ...], tenant: str, model: str) -> list[str]:
+    problems = []
+    for i, a in enumerate(applied):
+        for b in applied[i + 1 :]:
+            if a.rank != b.rank:
+                continue
+            shared = sorted(a.policy.fields & b.policy.fields)
+            if shared:
+                problems.append(
+                    f"tie: policies {a.policy.name!r} ({a.policy.source}) and "
+                    f"{b.policy.name!r} ({b.policy.source}) are equally specific for tenant "
+                    f"{tenant!r}, model {model!r}, and both set {', '.join(shared)}; make one "
+                    "more specific or move the field to one of them"
+                )
+    return problems
+
+
+def _names(applied: tuple[Applied, ...]) -> tuple[str, ...]:
+    return tuple(a.policy.name for a in applied)
+
+
+def _examples(pattern_lists: Iterable[list[str]]) -> set[str]:
+    """For each pattern, a name it matches: itself if exact, else the glob with `*` empty,
+    `?` an x and a bracket its first character."""
+    out = set()
+    for patterns in pattern_lists:
+        for pattern in patterns:
+            example = re.sub(r"\[!?(.)[^\]]*\]", r"\1", pattern)
+            out.add(example.replace("*", "").replace("?", "x"))
+    return out
+
+
+def _leaves(prefix: str, value: Any) -> Iterable[str]:
+    if isinstance(value, dict) and value:
+        for key, child in value.items():
+            yield from _leaves(f"{prefix}.{key}", child)
+    else:
+        yield prefix
+
+
+def _deep_merge(base: Json, overlay: Json) -> Json:
+    out = dict(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def validate_policy(name: str, source: str, data: Any, file: ConfigFile) -> Policy:
+    """A policy file's data (parsed YAML) checked against config.yaml, or PolicyProblem."""
+    if not isinstance(data, dict):
+        raise PolicyProblem("", "a policy is a mapping with `match:` and the sections it sets")
+    allowed = {"description", "match", *SECTIONS}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise PolicyProblem(
+            unknown[0], f"not a policy field; allowed: {', '.join(sorted(allowed))}"
+        )
+    try:
+        match = PolicyMatch.model_validate(data.get("match") or {})
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise PolicyProblem(
+            ".".join(str(p) for p in ("match", *first["loc"])), first["msg"]
+        ) from None
+    overlay = {}
+    for section in SECTIONS:
+        if section not in data:
+            continue
+        body = data[section]
+        if not isinstance(body, dict):
+            raise PolicyProblem(section, "must be a mapping")
+        overlay[section] = body
+    description = data.get("description")
+    policy = Policy(
+        name, source, match, overlay, description if isinstance(description, str) else None
+    )
+    scoped = sorted(TENANT_SECTIONS & set(overlay))
+    if scoped and match.models != ["*"]:
+        raise PolicyProblem(
+            "match.models",
+            f"{' and '.join(scoped)} apply per tenant (they are decided before the request is "
+            "read), so a policy that sets them cannot narrow models",
+        )
+    alone = PolicySet(file, [policy])
+    tenant = next(iter(_examples([match.tenants])))
+    resolved = alone.build(tenant, "", (Applied(policy, (0, 0), "*", "*"),))
+    _check_references(resolved, overlay, file)
+    return policy
+
+
+def _check_references(resolved: Resolved, overlay: Mapping[str, Json], file: ConfigFile) -> None:
+    if "routing" in overlay:
+        for alias in overlay["routing"].get("aliases", {}):
+            if alias not in file.routing.aliases:
+                raise PolicyProblem(
+                    f"routing.aliases.{alias}",
+                    "not an alias of config.yaml; policies change aliases, config.yaml "
+                    f"defines them (defined: {', '.join(sorted(file.routing.aliases)) or 'none'})",
+                )
+    if "routing" in overlay or "guard" in overlay:
+        try:  # the same cross-checks config.yaml gets: tiers, floors, the summarizer
+            ConfigFile.model_validate(
+                {
+                    **file.model_dump(),
+                    "routing": resolved.routing.model_dump(),
+                    "guard": resolved.guard.model_dump(),
+                }
+            )
+        except ValidationError as err:
+            first = err.errors()[0]
+            raise PolicyProblem("", str(first["msg"]).removeprefix("Value error, ")) from None
+    base = resolved.knowledge.base
+    if base is not None and base != NO_KNOWLEDGE_BASE and base not in file.knowledge_bases:
+        known = ", ".join(sorted(file.knowledge_bases)) or "none configured"
+        raise PolicyProblem(
+            "knowledge.base", f"unknown knowledge base {base!r} ({known}; or 'none')"
+        )
+    byok = resolved.byok
+    if byok.enabled and not byok.providers:
+        raise PolicyProblem("byok.providers", "name the providers the caller's key is for")
+    for provider in byok.providers:
+        config = file.providers.get(provider)
+        if config is None or config.type != "openai":
+            raise PolicyProblem(
+                "byok.providers", f"{provider!r} is not an 'openai' provider of config.yaml"
+            )
