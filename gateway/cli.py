@@ -1,4 +1,5 @@
-"""`gateway serve | check | cache stats | kb ingest | route` (also `python -m gateway`)."""
+"""`gateway serve | check | schema | policy | cache stats | kb ingest | route` (also
+`python -m gateway`)."""
 
 from __future__ import annotations
 
@@ -39,8 +40,18 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", help="listen address (default: server.host from config)")
     serve.add_argument("--port", type=int, help="listen port (default: server.port; 0 = any)")
 
-    check = commands.add_parser("check", help="validate the config and exit")
+    check = commands.add_parser("check", help="validate the config and its policies, and exit")
     check.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
+
+    schema = commands.add_parser(
+        "schema", help="write the JSON Schemas of config.yaml and of policy files (for editors)"
+    )
+    schema.add_argument("--out", type=Path, default=Path("schemas"), help="default: schemas/")
+
+    policy = commands.add_parser("policy", help="show which policies apply to a request, and why")
+    policy.add_argument("--tenant", required=True)
+    policy.add_argument("--model", default="", help="as clients send it (default: none)")
+    policy.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
 
     cache = commands.add_parser("cache", help="look at the cache store")
     cache.add_argument("action", choices=["stats"])
@@ -62,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     route.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
 
     args = parser.parse_args(argv)
+    if args.command == "schema":
+        return _write_schemas(args.out)
     try:
         settings = load_settings(args.config)
     except ConfigError as err:
@@ -73,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         return _check(settings)
     if args.command == "cache":
         return _cache_stats(settings)
+    if args.command == "policy":
+        resolved = settings.policies.resolve(args.tenant, args.model)
+        print(json.dumps(resolved.explain(), indent=2, ensure_ascii=False))
+        return 0
     if args.command == "route":
         return _route(settings, args.prompt, args.alias)
     if args.command == "kb":
@@ -85,7 +102,11 @@ def _check(settings: Settings) -> int:
         return 1
     served = settings.served_models()
     providers = len(settings.providers)
-    print(f"{settings.source}: OK ({len(served)} servable models, {providers} providers)")
+    policies = len(settings.policies.policies)
+    print(
+        f"{settings.source}: OK ({len(served)} servable models, {providers} providers, "
+        f"{policies} policies)"
+    )
     for name, provider in settings.providers.items():
         if provider.disabled_reason:
             print(f"  note: provider '{name}' is disabled: {provider.disabled_reason}")
@@ -237,6 +258,17 @@ async def _run_ingest(
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _write_schemas(out: Path) -> int:
+    from gateway.config.schemas import SCHEMAS
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name, make in SCHEMAS.items():
+        path = out / name
+        path.write_text(json.dumps(make(), indent=2, ensure_ascii=False) + "\n", "utf-8")
+        print(f"wrote {path}")
+    return 0
 
 
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:

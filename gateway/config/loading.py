@@ -44,7 +44,7 @@ def load_settings(path: Path | str = DEFAULT_CONFIG_PATH) -> Settings:
     """config.yaml and the policies beside it, all validated; ConfigError lists every problem."""
     path = Path(path)
     file = parse_config(_read(path), str(path))
-    policies = load_policies(policy_files(path, file), file)
+    policies = load_policies(policy_files(path, file), file, str(path))
     problems = policies.check()
     if problems:
         raise ConfigError(str(path), problems)
@@ -59,7 +59,7 @@ def policy_files(config_path: Path, file: ConfigFile) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
 
 
-def load_policies(paths: list[Path], file: ConfigFile) -> PolicySet:
+def load_policies(paths: list[Path], file: ConfigFile, source: str) -> PolicySet:
     policies: list[Policy] = []
     problems: list[str] = []
     for path in paths:
@@ -73,7 +73,7 @@ def load_policies(paths: list[Path], file: ConfigFile) -> PolicySet:
         for n in sorted({n for n in names if names.count(n) > 1})
     ]
     if problems:
-        raise ConfigError(file.policies.dir, problems)
+        raise ConfigError(source, problems)
     return PolicySet(file, policies)
 
 

@@ -120,9 +120,8 @@ def policy_json_schema() -> dict[str, Any]:
     only what it changes."""
     schema = PolicyFile.model_json_schema()
     _drop_required(schema)
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "Gateway policy (policies/*.yaml)"
-    return schema
+    draft = "https://json-schema.org/draft/2020-12/schema"
+    return {"$schema": draft, **schema, "title": "Gateway policy (policies/*.yaml)"}
 
 
 def _drop_required(node: Any) -> None:

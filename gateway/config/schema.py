@@ -185,7 +185,9 @@ class ConfigFile(Strict):
                     )
             highest = len(config.tiers) - 1
             escalate = config.escalate
-            floors = [escalate.tools, escalate.images, escalate.long_context_tier]
+            floors = [escalate.tools, escalate.images]
+            if escalate.long_context_tokens is not None:
+                floors.append(escalate.long_context_tier)
             floors += list(escalate.tenants.values())
             if any(floor is not None and floor > highest for floor in floors):
                 raise ValueError(f"{where}.escalate: a tier above the highest ({highest})")
