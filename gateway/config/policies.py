@@ -128,11 +128,20 @@ class Resolved:
     byok: ByokConfig
     overload: OverloadConfig
     metrics: MetricsPolicy
+    _cache_changes: Json = field(default_factory=dict, repr=False)
+    _cache_memo: dict[int, tuple[CachePolicy, CachePolicy]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def cache_for(self, base: CachePolicy) -> CachePolicy:
-        """The model's cache policy with this request's overrides."""
-        changes = self.cache.model_dump(exclude_none=True)
-        return base.model_copy(update=changes) if changes else base
+        """The model's cache policy with this request's overrides (made once per model)."""
+        changes = self._cache_changes
+        if not changes:
+            return base
+        found = self._cache_memo.get(id(base))
+        if found is None or found[0] is not base:
+            found = self._cache_memo[id(base)] = (base, base.model_copy(update=changes))
+        return found[1]
 
     def explain(self) -> Json:
         return {
@@ -218,7 +227,16 @@ class PolicySet:
             )
         else:
             routing_config = self.file.routing
-        return Resolved(tenant, model, applied, origin, routing=routing_config, **sections)  # type: ignore[arg-type]
+        cache_changes = sections["cache"].model_dump(exclude_none=True)
+        return Resolved(
+            tenant,
+            model,
+            applied,
+            origin,
+            routing=routing_config,
+            _cache_changes=cache_changes,
+            **sections,  # type: ignore[arg-type]
+        )
 
     def _section(self, name: str, tenant: str, overlay: Json | None) -> Strict:
         default = self._default(name, tenant)
