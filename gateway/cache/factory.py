@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from gateway.cache.embedded_store import EmbeddedStore
 from gateway.cache.service import SemanticCache
+from gateway.cache.store import CacheStore
 from gateway.config import CacheConfig, EmbedderConfig, ModelRoute
 
 if TYPE_CHECKING:
@@ -20,11 +21,22 @@ def build_cache(config: CacheConfig, routes: Iterable[ModelRoute]) -> SemanticCa
     policies = [route.cache for route in routes if route.cache.enabled]
     if not policies:
         return None
-    store = EmbeddedStore(
-        None if config.store.type == "memory" else config.store.path,
-        max_entries=config.store.max_entries,
-        approximate_above=config.store.approximate_above,
-    )
+    store: CacheStore
+    if config.store.type == "redis":
+        from gateway.cache.redis_store import RedisStore
+
+        store = RedisStore(
+            config.store.url,
+            config.store.namespace,
+            max_entries=config.store.max_entries,
+            approximate_above=config.store.approximate_above,
+        )
+    else:
+        store = EmbeddedStore(
+            None if config.store.type == "memory" else config.store.path,
+            max_entries=config.store.max_entries,
+            approximate_above=config.store.approximate_above,
+        )
     semantic = any(policy.semantic for policy in policies)
     return SemanticCache(store, shared_embedder(config.embedder) if semantic else None)
 

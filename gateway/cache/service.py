@@ -3,6 +3,9 @@
 Lookup order: the exact tier (a hash of the scope and the normalized last user turn, no
 embedding) first, then the semantic tier inside the same scope: the best few neighbours at or
 above the threshold, each checked by the near-miss guards before it counts as a hit.
+
+A store that fails (a shared Redis store while Redis is away) costs a miss, never a request:
+the lookup reports `error`, the write is dropped, and the failure is logged at most every 30 s.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ Json = dict[str, Any]
 Directive = Literal["default", "refresh", "bypass"]
 _CANDIDATES = 4
 SWEEP_SECONDS = 60.0
+WARN_EVERY = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +57,8 @@ class SemanticCache:
         self._writes: set[asyncio.Task[None]] = set()
         self._loading: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._last_warning = -WARN_EVERY
+        self._suppressed = 0
 
     async def start(self) -> None:
         """Open the store now; load the embedder in the background. Until it is loaded the
@@ -81,8 +87,8 @@ class SemanticCache:
             await asyncio.sleep(SWEEP_SECONDS)
             try:
                 await self.store.evict(time.time())
-            except Exception:
-                log.exception("cache sweep failed")
+            except Exception as err:
+                self._store_failed("sweep", err)
 
     async def _load_embedder(self) -> None:
         assert self.embedder is not None
@@ -133,8 +139,27 @@ class SemanticCache:
             if not (plan.policy.semantic and self.embedder and self.embedder_ready):
                 return None
             return await self._semantic(ctx, plan, now)
+        except Exception as err:  # the store is away: answer from the upstream
+            ctx.cache_result = "error"
+            self._store_failed("lookup", err)
+            return None
         finally:
             ctx.cache_lookup_seconds = time.perf_counter() - started
+
+    def _store_failed(self, what: str, err: Exception) -> None:
+        now = time.monotonic()
+        if now - self._last_warning < WARN_EVERY:
+            self._suppressed += 1
+            return
+        more = f" ({self._suppressed} more failures since the last warning)"
+        log.warning(
+            "cache %s failed: %s: %s%s",
+            what,
+            type(err).__name__,
+            err,
+            more if self._suppressed else "",
+        )
+        self._last_warning, self._suppressed = now, 0
 
     def store_later(self, ctx: RequestContext, plan: CachePlan, completion: Json) -> None:
         """Store a fresh answer in the background: the client does not wait for the write,
@@ -193,8 +218,8 @@ class SemanticCache:
                     embedder=self.embedder.name if vector is not None and self.embedder else None,
                 )
             )
-        except Exception:
-            log.exception("cache write failed for request %s", ctx.request_id)
+        except Exception as err:
+            self._store_failed(f"write (request {ctx.request_id})", err)
 
 
 def cacheable(completion: Json, policy: CachePolicy) -> bool:

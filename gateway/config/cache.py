@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gateway.config.base import Strict
 
@@ -55,12 +55,24 @@ class EmbedderConfig(Strict):
 
 
 class CacheStoreConfig(Strict):
-    type: Literal["sqlite", "memory"] = "sqlite"
-    path: str = Field("data/cache.sqlite3", description="SQLite file (WAL mode).")
+    type: Literal["sqlite", "memory", "redis"] = Field(
+        "sqlite", description="redis: shared by every replica (docs/DEPLOY.md)."
+    )
+    path: str = Field("data/cache.sqlite3", description="sqlite: the file (WAL mode).")
+    url: str = Field("redis://127.0.0.1:6379/0", description="redis: the server.")
+    namespace: str = Field(
+        "gateway:cache", min_length=1, max_length=64, description="redis: key prefix."
+    )
     max_entries: int = Field(100_000, ge=1)
     approximate_above: int = Field(
         20_000, ge=1, description="Entries in one scope past which search uses HNSW, not flat."
     )
+
+    @model_validator(mode="after")
+    def _redis_url(self) -> CacheStoreConfig:
+        if self.type == "redis" and not self.url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("url must start with redis://, rediss:// or unix://")
+        return self
 
 
 class CacheConfig(Strict):
