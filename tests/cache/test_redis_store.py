@@ -162,7 +162,7 @@ async def test_redis_away_is_a_miss_and_the_replica_resyncs(tmp_path: object) ->
         await store.open()
         await store.put(_entry(1))
     # the server is gone now
-    with pytest.raises(Exception):  # noqa: B017,PT011 - the service turns any into a miss
+    with pytest.raises(Exception):  # noqa: B017 - the service turns any into a miss
         await store.get("s:1", time.time())
     await _until(lambda: _not_synced(store))
     await store.close()
