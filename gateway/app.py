@@ -17,6 +17,7 @@ from gateway.http.keys import (
     ACCESS_LOG,
     BREAKERS,
     CACHE,
+    DRAIN,
     LIMITER,
     METRICS,
     RELOADER,
@@ -28,6 +29,7 @@ from gateway.ratelimit import RateLimiter
 from gateway.reload import Reloader
 from gateway.resilience.breaker import Breakers
 from gateway.runtime import Runtime, RuntimeRef
+from gateway.shutdown import Drain
 
 
 def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Application:
@@ -44,6 +46,7 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     app[RELOADER] = Reloader(ref, breakers, cache, on_result=metrics.config_reloaded)
     app[LIMITER] = RateLimiter(settings.file.rate_limits.storage)
     app[ACCESS_LOG] = access_log or AccessLog(enabled=settings.server.access_log)
+    app[DRAIN] = Drain()
     if cache is not None:
         metrics.cache_entries.set_function(lambda: len(cache.store))
     app.cleanup_ctx.append(_cache_lifetime)

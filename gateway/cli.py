@@ -300,7 +300,10 @@ async def _run(settings: Settings, host: str, port: int) -> None:
     from gateway.http.keys import RELOADER
 
     app = build_app(settings)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    timeout = settings.server.shutdown_timeout_seconds
+    runner = web.AppRunner(
+        app, handler_cancellation=True, access_log=None, shutdown_timeout=timeout
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
@@ -327,5 +330,22 @@ async def _run(settings: Settings, host: str, port: int) -> None:
     loop.add_signal_handler(signal.SIGHUP, reload_now)
     try:
         await stop.wait()
+        await _drain(app, settings)
     finally:
         await runner.cleanup()
+
+
+async def _drain(app: web.Application, settings: Settings) -> None:
+    """Not ready first, so the balancer stops sending; aiohttp then stops accepting and waits
+    for requests in flight (runner.cleanup); streams running at the timeout end cleanly."""
+    from gateway.http.keys import DRAIN, RUNTIME_REF
+    from gateway.shutdown import EXPIRY_MARGIN_SECONDS
+
+    drain = app[DRAIN]
+    drain.draining = True
+    in_flight = app[RUNTIME_REF].in_flight
+    print(f"gateway draining: {in_flight} requests in flight", flush=True)
+    await asyncio.sleep(settings.server.drain_seconds)
+    timeout = settings.server.shutdown_timeout_seconds
+    expire_in = max(0.0, timeout - EXPIRY_MARGIN_SECONDS)
+    asyncio.get_running_loop().call_later(expire_in, drain.expire)

@@ -28,6 +28,20 @@ class ServerConfig(Strict):
     watch_config: bool = Field(
         True, description="Reload when the config file changes (also: SIGHUP, POST /admin/reload)."
     )
+    drain_seconds: float = Field(
+        0.0,
+        ge=0,
+        le=600,
+        description="SIGTERM: report not ready this long before refusing connections "
+        "(a balancer's health-check interval or two).",
+    )
+    shutdown_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="SIGTERM: the longest requests in flight may take to finish; streams still "
+        "running then end with an SSE error event.",
+    )
 
 
 class PoliciesConfig(Strict):

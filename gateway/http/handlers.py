@@ -13,7 +13,7 @@ from gateway.cache.service import Directive, SemanticCache
 from gateway.config.policies import Policy
 from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
 from gateway.http import render
-from gateway.http.keys import BREAKERS, CACHE, CTX, METRICS, RELOADER, RUNTIME
+from gateway.http.keys import BREAKERS, CACHE, CTX, DRAIN, METRICS, RELOADER, RUNTIME
 from gateway.metrics import CONTENT_TYPE
 from gateway.redact import redacted
 from gateway.streaming import ChunkStream
@@ -119,6 +119,12 @@ async def healthz(request: web.Request) -> web.StreamResponse:
 
 async def readyz(request: web.Request) -> web.StreamResponse:
     runtime = request[RUNTIME]
+    if request.app[DRAIN].draining:
+        raise GatewayError(
+            "The gateway is shutting down: finishing requests in flight, taking no new ones.",
+            status=503,
+            code="draining",
+        )
     models = runtime.settings.served_models()
     if not models:
         raise GatewayError(

@@ -12,6 +12,7 @@ from gateway.ratelimit import RateLimiter
 from gateway.reload import Reloader
 from gateway.resilience.breaker import Breakers
 from gateway.runtime import Runtime, RuntimeRef
+from gateway.shutdown import Drain
 
 RUNTIME_REF = web.AppKey("runtime_ref", RuntimeRef)
 METRICS = web.AppKey("metrics", Metrics)
@@ -20,5 +21,6 @@ CACHE: web.AppKey[SemanticCache | None] = web.AppKey("cache")  # None: no model 
 BREAKERS = web.AppKey("breakers", Breakers)  # per process: survive config reloads
 RELOADER = web.AppKey("reloader", Reloader)
 LIMITER = web.AppKey("limiter", RateLimiter)  # per process; budgets outlive reloads
+DRAIN = web.AppKey("drain", Drain)  # set on SIGTERM (gateway/shutdown.py)
 CTX = web.RequestKey("ctx", RequestContext)
 RUNTIME = web.RequestKey("runtime", Runtime)  # the runtime this request started with

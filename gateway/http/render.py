@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from contextlib import aclosing
 from typing import Any
@@ -12,6 +14,8 @@ from aiohttp import web
 from gateway import degradation, sse
 from gateway.context import RequestContext
 from gateway.errors import GatewayError, InternalError
+from gateway.http.keys import DRAIN
+from gateway.shutdown import ShuttingDown
 from gateway.streaming import ChunkStream
 
 log = logging.getLogger("gateway")
@@ -49,6 +53,10 @@ async def stream(
         }
     )
     await response.prepare(request)
+    drain = request.app[DRAIN]
+    task = asyncio.current_task()
+    if task is not None:
+        drain.streams.add(task)
     try:
         async with aclosing(chunks.relay()) as relay:
             try:
@@ -69,6 +77,17 @@ async def stream(
     except ConnectionResetError:
         # The client left; closing the relay above already released the upstream request.
         ctx.status, ctx.error_code = CLIENT_CLOSED, "client_disconnected"
+    except asyncio.CancelledError:
+        if not drain.expired or task is None:
+            raise
+        # Ended by the shutdown (Drain.expire), not by the client: say so, then finish.
+        task.uncancel()
+        ctx.error_code = ShuttingDown.code
+        with contextlib.suppress(ConnectionResetError):
+            await response.write(sse.encode(ShuttingDown().body()) + sse.DONE)
+            await response.write_eof()
+    finally:
+        drain.streams.discard(task)
     return response
 
 
