@@ -298,3 +298,38 @@ def last_upstream_body(fake: FakeUpstream, path: str = "/v1/chat/completions") -
     assert received, f"the upstream received nothing on {path}"
     body: Json = received[-1]["body"]
     return body
+
+
+def settings_from_files(
+    directory: Path,
+    config: str,
+    policies: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """`config` written as directory/config.yaml and each policy as
+    directory/policies/<name>.yaml, then loaded as `gateway serve` loads them (load_settings),
+    with `environ` set in the environment while they load (keys are read then, once)."""
+    from gateway.config import load_settings
+
+    (directory / "policies").mkdir(parents=True, exist_ok=True)
+    path = directory / "config.yaml"
+    path.write_text(config, encoding="utf-8")
+    for name, text in (policies or {}).items():
+        (directory / "policies" / f"{name}.yaml").write_text(text, encoding="utf-8")
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in (environ or {}).items():
+            patch.setenv(name, value)
+        return load_settings(path)
+
+
+def metric_value(exposition: str, sample: str, **labels: str) -> float:
+    """The value of one sample (e.g. `gateway_shed_total`) in a Prometheus exposition whose
+    labels include `labels`, summed over the matching series; 0.0 when there is none."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(exposition)
+        for s in family.samples
+        if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())
+    )
