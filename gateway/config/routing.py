@@ -57,7 +57,7 @@ class ScoringConfig(Strict):
     )
     neighbours: int = Field(7, ge=1, le=50, description="Exemplars that vote.")
     exemplar_weight: float = Field(
-        0.5, ge=0, le=1, description="Share of the score from exemplar votes (0: features only)."
+        0.0, ge=0, le=1, description="Share of the score from exemplar votes (0: features only)."
     )
 
 

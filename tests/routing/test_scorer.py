@@ -136,7 +136,7 @@ async def test_one_neighbour_votes_its_own_difficulty(tmp_path: Path) -> None:
 async def test_more_neighbours_than_exemplars_use_them_all(tmp_path: Path) -> None:
     path = write_exemplars(tmp_path, [("alpha beta", 0.2), ("gamma delta", 0.8)])
     embedder = HashEmbedder()
-    scorer = ComplexityScorer(ScoringConfig(exemplars=path, neighbours=50))
+    scorer = ComplexityScorer(ScoringConfig(exemplars=path, neighbours=50, exemplar_weight=0.5))
     await scorer.prepare(embedder)
     score = scorer.score(features("x"), await embedder.embed("alpha beta"))
     assert len(score.neighbours) == 2 and 0.2 <= score.parts["exemplars"] <= 0.8
@@ -154,7 +154,7 @@ async def test_no_vector_or_no_exemplar_weight_means_features_only() -> None:
 
 
 async def test_a_vector_from_another_embedder_is_an_error() -> None:
-    scorer = ComplexityScorer(ScoringConfig())
+    scorer = ComplexityScorer(ScoringConfig(exemplar_weight=0.5))
     await scorer.prepare(HashEmbedder(dim=64))
     with pytest.raises(ValueError, match="use the same embedder"):
         scorer.score(features(HI), np.ones(32, dtype=np.float32))
@@ -217,12 +217,17 @@ async def _scores(scorer: ComplexityScorer, embedder: Embedder, texts: list[str]
 async def test_with_minilm_simple_prompts_score_below_hard_ones(
     minilm: Embedder, language: str
 ) -> None:
-    scorer = ComplexityScorer(ScoringConfig())
+    default = ComplexityScorer(ScoringConfig())  # features only, as fitted
+    await default.prepare(minilm)
+    simple = await _scores(default, minilm, SIMPLE[language])
+    hard = await _scores(default, minilm, HARD[language])
+    assert max(s.value for s in simple) < min(s.value for s in hard)
+    # Mixed with the exemplar vote, as policy may set it: both halves agree on the direction.
+    scorer = ComplexityScorer(ScoringConfig(exemplar_weight=0.5, neighbours=7))
     await scorer.prepare(minilm)
     simple = await _scores(scorer, minilm, SIMPLE[language])
     hard = await _scores(scorer, minilm, HARD[language])
     assert max(s.value for s in simple) < min(s.value for s in hard)
-    # Both halves agree on the direction, not only their mix.
     for part in ("features", "exemplars"):
         simple_mean = np.mean([s.parts[part] for s in simple])
         assert simple_mean < np.mean([s.parts[part] for s in hard]), part
