@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -29,13 +29,16 @@ from gateway.ratelimit import RateLimiter
 from gateway.reload import Reloader
 from gateway.resilience.breaker import Breakers
 from gateway.runtime import Runtime, RuntimeRef
+from gateway.shared_state import shared_parts
 from gateway.shutdown import Drain
 
 
 def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Application:
     # Bodies are read and limited by the handlers against the live config, not by aiohttp.
     app = web.Application(middlewares=[gateway_middleware], client_max_size=2**40)
-    cache = app[CACHE] = build_cache(settings.file.cache, settings.routes.values())
+    cache = app[CACHE] = build_cache(
+        settings.file.cache, settings.routes.values(), settings.policies.policies
+    )
     metrics = app[METRICS] = Metrics()
     resilience = settings.resilience
     breakers = app[BREAKERS] = Breakers(
@@ -49,6 +52,8 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     app[DRAIN] = Drain()
     if cache is not None:
         metrics.cache_entries.set_function(lambda: len(cache.store))
+    for component, up in shared_parts(cache, breakers, app[LIMITER]).items():
+        metrics.redis_up.labels(component).set_function(_as_float(up))
     app.cleanup_ctx.append(_cache_lifetime)
     app.cleanup_ctx.append(_runtime_lifetime)
     app.cleanup_ctx.append(_config_watch)
@@ -67,6 +72,10 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     app.router.add_get("/admin/breakers", handlers.admin_breakers)
     app.router.add_post("/admin/breakers/{name:.+}/{action:reset|open}", handlers.admin_breaker)
     return app
+
+
+def _as_float(check: Callable[[], bool]) -> Callable[[], float]:
+    return lambda: float(check())
 
 
 async def _cache_lifetime(app: web.Application) -> AsyncIterator[None]:

@@ -297,6 +297,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.redis_up = Gauge(
+            "gateway_redis_up",
+            "1 while a part that shares state through Redis reaches it (the cache: also "
+            "synchronised); 0 while it runs on local state.",
+            ["component"],
+            registry=r,
+        )
         self.build_info = Gauge(
             "gateway_build_info",
             "Always 1; labels name the running build.",

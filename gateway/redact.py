@@ -21,25 +21,25 @@ def redacted(value: Any) -> Any:
         return {k: _redact_field(k, v) for k, v in value.items()}
     if isinstance(value, list):
         return [redacted(v) for v in value]
+    if isinstance(value, str) and "://" in value and "@" in value:
+        return without_credentials(value)
     return value
 
 
 def _redact_field(key: str, value: Any) -> Any:
     if key == "headers" and isinstance(value, dict):
         return dict.fromkeys(value, REDACTED)
-    if isinstance(value, str) and "://" in value and "@" in value:
-        return without_credentials(value)
     return redacted(value)
 
 
 def without_credentials(url: str) -> str:
+    """The URL with whatever stands before the host's `@` replaced (the host, port and path
+    kept as written, IPv6 brackets included); anything unparsable is redacted whole."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return REDACTED
-    if parts.username is None and parts.password is None:
+    _, at, host = parts.netloc.rpartition("@")
+    if not at:
         return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host += f":{parts.port}"
     return urlunsplit(parts._replace(netloc=f"{REDACTED}@{host}"))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from gateway.cache.factory import cache_wanted
 from gateway.cache.service import SemanticCache
 from gateway.config import ConfigError, Settings, load_settings
 from gateway.config.loading import policy_files
@@ -86,6 +87,8 @@ class Reloader:
             return ReloadOutcome("unchanged", str(path))
         old = self.ref.current
         _warn_about_restart_only_changes(old.settings, settings)
+        if self.cache is None and cache_wanted(settings):
+            log.warning("the cache was off at start: turning it on takes effect at a restart")
         try:
             self.breakers.configure(
                 settings.resilience.breaker, settings.resilience.breaker_storage
@@ -142,5 +145,7 @@ def _warn_about_restart_only_changes(old: Settings, new: Settings) -> None:
         old.file.cache.embedder != new.file.cache.embedder
     ):
         log.warning("cache store or embedder changes take effect at the next restart")
+    if old.file.rate_limits.storage != new.file.rate_limits.storage:
+        log.warning("rate_limits.storage changes take effect at the next restart")
     if old.server != new.server:
         log.warning("server settings (host, port, ...) take effect at the next restart")

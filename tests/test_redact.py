@@ -134,11 +134,11 @@ models:
     assert "up.example" in shown and "r.example:6379" in shown
 
 
-# --- gateway bugs: these fail until gateway/redact.py is fixed --------------------------------
+# --- regressions: bugs found by these tests, fixed in gateway/redact.py ----------------------
 
 
-def test_bug_url_credentials_in_a_list_of_strings_are_stripped() -> None:
-    """BUG (gateway/redact.py, redacted): list items go through redacted(), which returns
+def test_fixed_url_credentials_in_a_list_of_strings_are_stripped() -> None:
+    """Was a bug (gateway/redact.py, redacted): list items go through redacted(), which returns
     strings as they are; only dict values reach the URL check in _redact_field. A URL with
     credentials directly inside a list is shown in full. (No config field holds a list of URLs
     today, but the module promises "wherever they appear".)"""
@@ -151,8 +151,8 @@ def test_bug_url_credentials_in_a_list_of_strings_are_stripped() -> None:
     "url",
     ["https://user:tok@host:99999/v1", "redis://:pw@host:port/0"],
 )
-def test_bug_url_with_credentials_and_a_bad_port_does_not_raise(url: str) -> None:
-    """BUG (gateway/redact.py, without_credentials): only urlsplit() is inside the try;
+def test_fixed_url_with_credentials_and_a_bad_port_does_not_raise(url: str) -> None:
+    """Was a bug (gateway/redact.py, without_credentials): only urlsplit() is inside the try;
     `parts.port` raises ValueError for a port out of range or not a number. Config validation
     only checks the scheme of base_url / storage urls, so such a URL loads, and redacting the
     config for /admin/config raises instead of hiding the credentials."""
@@ -161,8 +161,8 @@ def test_bug_url_with_credentials_and_a_bad_port_does_not_raise(url: str) -> Non
     assert "pw" not in shown
 
 
-def test_bug_ipv6_host_keeps_its_brackets() -> None:
-    """BUG (gateway/redact.py, without_credentials): the netloc is rebuilt from
+def test_fixed_ipv6_host_keeps_its_brackets() -> None:
+    """Was a bug (gateway/redact.py, without_credentials): the netloc is rebuilt from
     parts.hostname, which drops the brackets of an IPv6 literal: the shown URL becomes
     "redis://<redacted>@::1:6379/0", which no longer says where the port starts."""
     assert without_credentials("redis://:pw@[::1]:6379/0") == "redis://<redacted>@[::1]:6379/0"

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from gateway.cache.embedded_store import EmbeddedStore
 from gateway.cache.service import SemanticCache
 from gateway.cache.store import CacheStore
-from gateway.config import CacheConfig, EmbedderConfig, ModelRoute
+from gateway.config import CacheConfig, EmbedderConfig, ModelRoute, Settings
+from gateway.config.policies import Policy
 
 if TYPE_CHECKING:
     from gateway.cache.embedder import Embedder
@@ -16,10 +17,14 @@ if TYPE_CHECKING:
 _shared: dict[EmbedderConfig, Embedder] = {}
 
 
-def build_cache(config: CacheConfig, routes: Iterable[ModelRoute]) -> SemanticCache | None:
-    """The cache, or None when no model uses it (then no store is opened, no model loaded)."""
-    policies = [route.cache for route in routes if route.cache.enabled]
-    if not policies:
+def build_cache(
+    config: CacheConfig, routes: Iterable[ModelRoute], policies: Iterable[Policy] = ()
+) -> SemanticCache | None:
+    """The cache, or None when neither a model nor a policy turns it on (then no store is
+    opened, no model loaded)."""
+    enabled = [route.cache for route in routes if route.cache.enabled]
+    by_policy = _enabling(policies)
+    if not enabled and not by_policy:
         return None
     store: CacheStore
     if config.store.type == "redis":
@@ -37,8 +42,22 @@ def build_cache(config: CacheConfig, routes: Iterable[ModelRoute]) -> SemanticCa
             max_entries=config.store.max_entries,
             approximate_above=config.store.approximate_above,
         )
-    semantic = any(policy.semantic for policy in policies)
+    default_semantic = config.defaults.semantic is not False
+    semantic = any(policy.semantic for policy in enabled) or any(
+        cache.get("semantic", default_semantic) for cache in by_policy
+    )
     return SemanticCache(store, shared_embedder(config.embedder) if semantic else None)
+
+
+def cache_wanted(settings: Settings) -> bool:
+    """Whether a model or a policy turns the cache on."""
+    routes = settings.routes.values()
+    return any(r.cache.enabled for r in routes) or bool(_enabling(settings.policies.policies))
+
+
+def _enabling(policies: Iterable[Policy]) -> list[dict[str, object]]:
+    """The cache sections of the policies that turn the cache on."""
+    return [p.overlay["cache"] for p in policies if p.overlay.get("cache", {}).get("enabled")]
 
 
 def shared_embedder(config: EmbedderConfig) -> Embedder:

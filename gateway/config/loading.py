@@ -31,7 +31,7 @@ def parse_config(text: str, source: str = "<config>") -> ConfigFile:
         root = yaml.compose(text)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
+        raise ConfigError(source, [_yaml_problem(exc)]) from None
     if not isinstance(data, dict):
         raise ConfigError(source, ["the top level must be a mapping"])
     try:
@@ -68,10 +68,9 @@ def load_policies(paths: list[Path], file: ConfigFile, source: str) -> PolicySet
         except ConfigError as err:
             problems += [f"{err.source}: {p}" for p in err.problems]
     names = [p.name for p in policies]
-    problems += [
-        f"two policy files are named {n!r}"
-        for n in sorted({n for n in names if names.count(n) > 1})
-    ]
+    for twice in sorted({n for n in names if names.count(n) > 1}):
+        both = " and ".join(str(p) for p in paths if p.stem == twice)
+        problems.append(f"two policy files are named {twice!r}: {both} (keep one)")
     if problems:
         raise ConfigError(source, problems)
     return PolicySet(file, policies)
@@ -83,7 +82,7 @@ def parse_policy(text: str, name: str, source: str, file: ConfigFile) -> Policy:
         root = yaml.compose(text)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
+        raise ConfigError(source, [_yaml_problem(exc)]) from None
     try:
         return validate_policy(name, source, data, file)
     except PolicyProblem as err:
@@ -92,6 +91,14 @@ def parse_policy(text: str, name: str, source: str, file: ConfigFile) -> Policy:
         where = f"{err.where} (line {line})" if line else err.where
         message = str(err).removeprefix(f"{err.where}: ") if err.where else str(err)
         raise ConfigError(source, [f"{where}: {message}" if where else message]) from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What is wrong and where, without quoting the file: the line may hold a secret."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or type(exc).__name__
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"not valid YAML: {problem}{where}"
 
 
 def _read(path: Path) -> str:

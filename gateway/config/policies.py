@@ -248,7 +248,7 @@ class PolicySet:
         except ValidationError as err:
             first = err.errors()[0]
             where = ".".join(str(p) for p in (name, *first["loc"]))
-            raise PolicyProblem(where, first["msg"]) from None
+            raise PolicyProblem(where, _message(first["msg"])) from None
 
     def _default(self, name: str, tenant: str) -> Strict:
         if name == "routing":
@@ -260,28 +260,34 @@ class PolicySet:
         return SECTIONS[name]()
 
     def check(self) -> list[str]:
-        """Problems of the set as a whole: ties, and combinations that do not validate.
-        Every tenant and model config.yaml names is tried, and an example of each pattern."""
-        problems: list[str] = []
-        seen: set[tuple[str, tuple[str, ...]]] = set()
-        for tenant in self._example_tenants():
-            for model in self._example_models():
+        """Problems of the set as a whole: ties, and what does not validate once policies
+        combine (or once a rate limit meets a tenant's own limits). Every tenant and model
+        config.yaml names is tried, and an example name for each pattern."""
+        problems: dict[tuple[object, ...], str] = {}  # one report per problem, not per name
+        built: set[tuple[str, tuple[str, ...]]] = set()
+        for tenant in sorted(self._example_tenants()):
+            for model in sorted(self._example_models()):
                 applied = self.matching(tenant, model)
-                problems += _ties(applied, tenant, model)
-                key = (tenant if self._tenant_dependent(applied) else "", _names(applied))
-                if len(applied) > 1 and key not in seen:
-                    seen.add(key)
-                    try:
-                        self.build(tenant, model, applied)
-                    except PolicyProblem as err:
-                        names = ", ".join(_names(applied))
-                        problems.append(
-                            f"policies {names} together (tenant {tenant!r}, model {model!r}): {err}"
-                        )
-        return sorted(set(problems))
-
-    def _tenant_dependent(self, applied: tuple[Applied, ...]) -> bool:
-        return any("rate_limit" in a.policy.overlay for a in applied)
+                for a, b, shared in _ties(applied):
+                    problems.setdefault((a, b, shared), _tie_message(a, b, shared, tenant, model))
+                dependent = any("rate_limit" in a.policy.overlay for a in applied)
+                if len(applied) < 2 and not dependent:
+                    continue  # a policy alone was checked when it loaded
+                key = (tenant if dependent else "", _names(applied))
+                if key in built:
+                    continue
+                built.add(key)
+                try:
+                    resolved = self.build(tenant, model, applied)
+                    _check_references(resolved, _sections(applied), self.file)
+                except PolicyProblem as err:
+                    sources = " and ".join(a.policy.source for a in applied)
+                    together = " together" if len(applied) > 1 else ""
+                    target = f"tenant {tenant!r}" + (f", model {model!r}" if model else "")
+                    problems.setdefault(
+                        (key[1], str(err)), f"{sources}{together}, for {target}: {err}"
+                    )
+        return list(problems.values())
 
     def _example_tenants(self) -> set[str]:
         file = self.file
@@ -297,21 +303,27 @@ class PolicySet:
         return names | _examples(p.match.models for p in self.policies)
 
 
-def _ties(applied: tuple[Applied, ...], tenant: str, model: str) -> list[str]:
-    problems = []
+def _ties(applied: tuple[Applied, ...]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(policy, policy, fields both set) for equally specific policies of one request."""
+    found = []
     for i, a in enumerate(applied):
         for b in applied[i + 1 :]:
-            if a.rank != b.rank:
-                continue
-            shared = sorted(a.policy.fields & b.policy.fields)
-            if shared:
-                problems.append(
-                    f"tie: policies {a.policy.name!r} ({a.policy.source}) and "
-                    f"{b.policy.name!r} ({b.policy.source}) are equally specific for tenant "
-                    f"{tenant!r}, model {model!r}, and both set {', '.join(shared)}; make one "
-                    "more specific or move the field to one of them"
-                )
-    return problems
+            shared = tuple(sorted(a.policy.fields & b.policy.fields))
+            if a.rank == b.rank and shared:
+                found.append((a.policy.source, b.policy.source, shared))
+    return found
+
+
+def _tie_message(a: str, b: str, shared: tuple[str, ...], tenant: str, model: str) -> str:
+    return (
+        f"tie: {a} and {b} are equally specific (e.g. for tenant {tenant!r}, model "
+        f"{model!r}) and both set {', '.join(shared)}; make one more specific or set the "
+        "field in only one of them"
+    )
+
+
+def _sections(applied: tuple[Applied, ...]) -> dict[str, Json]:
+    return {section: {} for a in applied for section in a.policy.overlay}
 
 
 def _names(applied: tuple[Applied, ...]) -> tuple[str, ...]:
@@ -349,6 +361,12 @@ def _deep_merge(base: Json, overlay: Json) -> Json:
 
 def validate_policy(name: str, source: str, data: Any, file: ConfigFile) -> Policy:
     """A policy file's data (parsed YAML) checked against config.yaml, or PolicyProblem."""
+    if data is None:
+        raise PolicyProblem(
+            "",
+            "the file is empty; a policy needs `match:` and the sections it sets (to turn "
+            "a policy off, move its file out of the directory)",
+        )
     if not isinstance(data, dict):
         raise PolicyProblem("", "a policy is a mapping with `match:` and the sections it sets")
     allowed = {"description", "match", *SECTIONS}
@@ -361,9 +379,8 @@ def validate_policy(name: str, source: str, data: Any, file: ConfigFile) -> Poli
         match = PolicyMatch.model_validate(data.get("match") or {})
     except ValidationError as err:
         first = err.errors()[0]
-        raise PolicyProblem(
-            ".".join(str(p) for p in ("match", *first["loc"])), first["msg"]
-        ) from None
+        where = ".".join(str(p) for p in ("match", *first["loc"]))
+        raise PolicyProblem(where, _message(first["msg"])) from None
     overlay = {}
     for section in SECTIONS:
         if section not in data:
@@ -378,19 +395,25 @@ def validate_policy(name: str, source: str, data: Any, file: ConfigFile) -> Poli
     )
     scoped = sorted(TENANT_SECTIONS & set(overlay))
     if scoped and match.models != ["*"]:
+        verb = "applies" if len(scoped) == 1 else "apply"
         raise PolicyProblem(
             "match.models",
-            f"{' and '.join(scoped)} apply per tenant (they are decided before the request is "
-            "read), so a policy that sets them cannot narrow models",
+            f"{' and '.join(scoped)} {verb} per tenant (decided before the request is read), "
+            "so a policy that sets it cannot narrow models",
         )
+    # Against config.yaml's defaults; each tenant's own rate limits: PolicySet.check().
     alone = PolicySet(file, [policy])
-    tenant = next(iter(_examples([match.tenants])))
-    resolved = alone.build(tenant, "", (Applied(policy, (0, 0), "*", "*"),))
+    resolved = alone.build("", "", (Applied(policy, (0, 0), "*", "*"),))
     _check_references(resolved, overlay, file)
     return policy
 
 
+def _message(msg: str) -> str:
+    return msg.removeprefix("Value error, ")
+
+
 def _check_references(resolved: Resolved, overlay: Mapping[str, Json], file: ConfigFile) -> None:
+    chat = {n for m in file.models if m.kind == "chat" for n in (m.name, *m.aliases)}
     if "routing" in overlay:
         for alias in overlay["routing"].get("aliases", {}):
             if alias not in file.routing.aliases:
@@ -399,30 +422,41 @@ def _check_references(resolved: Resolved, overlay: Mapping[str, Json], file: Con
                     "not an alias of config.yaml; policies change aliases, config.yaml "
                     f"defines them (defined: {', '.join(sorted(file.routing.aliases)) or 'none'})",
                 )
-    if "routing" in overlay or "guard" in overlay:
-        try:  # the same cross-checks config.yaml gets: tiers, floors, the summarizer
-            ConfigFile.model_validate(
-                {
-                    **file.model_dump(),
-                    "routing": resolved.routing.model_dump(),
-                    "guard": resolved.guard.model_dump(),
-                }
-            )
-        except ValidationError as err:
-            first = err.errors()[0]
-            raise PolicyProblem("", str(first["msg"]).removeprefix("Value error, ")) from None
+        for alias, config in resolved.routing.aliases.items():
+            for n, tier in enumerate(config.tiers):
+                if tier.model not in chat:
+                    raise PolicyProblem(
+                        f"routing.aliases.{alias}.tiers.{n}.model",
+                        f"{tier.model!r} is not a configured chat model",
+                    )
+    summarizer = resolved.guard.compression.summarizer_model
+    if "guard" in overlay and summarizer is not None and summarizer not in chat:
+        raise PolicyProblem(
+            "guard.compression.summarizer_model", f"{summarizer!r} is not a configured chat model"
+        )
     base = resolved.knowledge.base
     if base is not None and base != NO_KNOWLEDGE_BASE and base not in file.knowledge_bases:
         known = ", ".join(sorted(file.knowledge_bases)) or "none configured"
         raise PolicyProblem(
             "knowledge.base", f"unknown knowledge base {base!r} ({known}; or 'none')"
         )
+    rule = resolved.knowledge
+    if rule.min_chunks is not None:
+        named = [base] if base is not None and base != NO_KNOWLEDGE_BASE else []
+        for name in named or list(file.knowledge_bases):
+            top_k = file.knowledge_bases[name].top_k
+            if rule.min_chunks > top_k:
+                raise PolicyProblem(
+                    "knowledge.min_chunks",
+                    f"{rule.min_chunks} is more than knowledge base {name!r} retrieves "
+                    f"(top_k {top_k}): no answer could be grounded",
+                )
     byok = resolved.byok
     if byok.enabled and not byok.providers:
         raise PolicyProblem("byok.providers", "name the providers the caller's key is for")
     for provider in byok.providers:
-        config = file.providers.get(provider)
-        if config is None or config.type != "openai":
+        provider_config = file.providers.get(provider)
+        if provider_config is None or provider_config.type != "openai":
             raise PolicyProblem(
                 "byok.providers", f"{provider!r} is not an 'openai' provider of config.yaml"
             )

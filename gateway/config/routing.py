@@ -43,6 +43,13 @@ class AliasConfig(Strict):
             raise ValueError("every tier but the last needs max_score")
         if bounds != sorted(bounds):  # type: ignore[type-var]
             raise ValueError("tiers must go from cheap to strong: max_score increasing")
+        highest = len(self.tiers) - 1
+        escalate = self.escalate
+        floors = [escalate.tools, escalate.images, *escalate.tenants.values()]
+        if escalate.long_context_tokens is not None:
+            floors.append(escalate.long_context_tier)
+        if any(floor is not None and floor > highest for floor in floors):
+            raise ValueError(f"escalate: a tier above the highest ({highest})")
         return self
 
 

@@ -197,14 +197,6 @@ class ConfigFile(Strict):
                     raise ValueError(
                         f"{where}.tiers: {tier.model!r} is not a configured chat model"
                     )
-            highest = len(config.tiers) - 1
-            escalate = config.escalate
-            floors = [escalate.tools, escalate.images]
-            if escalate.long_context_tokens is not None:
-                floors.append(escalate.long_context_tier)
-            floors += list(escalate.tenants.values())
-            if any(floor is not None and floor > highest for floor in floors):
-                raise ValueError(f"{where}.escalate: a tier above the highest ({highest})")
 
     def _check_attachments(self, kinds: dict[str, str]) -> None:
         """Each model or tenant gets at most one knowledge base, and only chat models get one."""

@@ -13,9 +13,10 @@ from gateway.cache.service import Directive, SemanticCache
 from gateway.config.policies import Policy
 from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
 from gateway.http import render
-from gateway.http.keys import BREAKERS, CACHE, CTX, DRAIN, METRICS, RELOADER, RUNTIME
+from gateway.http.keys import BREAKERS, CACHE, CTX, DRAIN, LIMITER, METRICS, RELOADER, RUNTIME
 from gateway.metrics import CONTENT_TYPE
 from gateway.redact import redacted
+from gateway.shared_state import shared_parts
 from gateway.streaming import ChunkStream
 from gateway.tokens import message_text
 from gateway.wire import ChatCompletionRequest, EmbeddingRequest, validate
@@ -130,10 +131,16 @@ async def readyz(request: web.Request) -> web.StreamResponse:
         raise GatewayError(
             "No model is servable: every provider is disabled.", status=503, code="not_ready"
         )
+    app = request.app
+    shared = {
+        name: up() for name, up in shared_parts(app[CACHE], app[BREAKERS], app[LIMITER]).items()
+    }
     return render.json(
         request[CTX],
         {
-            "status": "ready",
+            # degraded: some shared state is unreachable; this replica serves on local state
+            "status": "ready" if all(shared.values()) else "degraded",
+            "shared_state": {name: "ok" if up else "unreachable" for name, up in shared.items()},
             "config": runtime.settings.source,
             "models": len(models),
             "providers": runtime.upstreams.names(),

@@ -140,6 +140,15 @@ class RateLimiter:
 
             self._backend = MemoryBackend(clock)
 
+    @property
+    def shared_up(self) -> bool | None:
+        """With Redis storage, whether Redis answered lately (else limits are not enforced);
+        None with memory storage."""
+        from gateway.ratelimit.redis_backend import RedisBackend
+
+        backend = self._backend
+        return backend.up if isinstance(backend, RedisBackend) else None
+
     async def acquire(
         self, tenant: str, limits: RateLimitConfig, estimated_tokens: int = 0
     ) -> Permit:

@@ -146,6 +146,7 @@ class RedisBackend:
         self._record = self._redis.register_script(RECORD)
         self._paused_until = 0.0
         self._next_warning = 0.0
+        self.up = True  # the last call to Redis worked
         self._pending: set[asyncio.Task[None]] = set()
 
     def keys(self, tenant: str) -> tuple[str, str, str]:
@@ -155,7 +156,7 @@ class RedisBackend:
     async def acquire(
         self, tenant: str, limits: RateLimitConfig, tokens: int, slot: str | None
     ) -> Refusal | None:
-        if self._paused():
+        if self.paused():
             return None
         args = (
             limits.requests_per_second or 0,
@@ -177,6 +178,7 @@ class RedisBackend:
         except (RedisError, OSError) as exc:
             self._failed("acquire", exc)
             return None
+        self.up = True
         limit, wait = int(result[0]), float(result[1])
         return Refusal(_LIMITS[limit], wait) if limit else None
 
@@ -186,7 +188,7 @@ class RedisBackend:
         # slot TTL), but then in the background, so that the request is not kept waiting.
         key = self.keys(tenant)[1]
         call = self._call("release", lambda: self._redis.zrem(key, slot), always=True)
-        if self._paused():
+        if self.paused():
             self._later(call)
         else:
             await asyncio.shield(call)
@@ -205,12 +207,14 @@ class RedisBackend:
     async def _call(
         self, what: str, call: Callable[[], Awaitable[Any]], *, always: bool = False
     ) -> None:
-        if self._paused() and not always:
+        if self.paused() and not always:
             return
         try:
             await call()
         except (RedisError, OSError) as exc:
             self._failed(what, exc)
+        else:
+            self.up = True
 
     async def _release_when_done(
         self, task: asyncio.Future[object], tenant: str, slot: str
@@ -226,12 +230,14 @@ class RedisBackend:
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    def _paused(self) -> bool:
+    def paused(self) -> bool:
+        """Within a second of a failure: Redis is not asked, requests are admitted."""
         return time.monotonic() < self._paused_until
 
     def _failed(self, what: str, exc: BaseException) -> None:
         now = time.monotonic()
         self._paused_until = now + PAUSE_AFTER_FAILURE
+        self.up = False
         if now >= self._next_warning:
             self._next_warning = now + WARN_EVERY
             log.warning("rate limits: Redis %s failed, admitting requests unlimited: %r", what, exc)

@@ -21,31 +21,13 @@ import pybreaker
 
 from gateway.config import BreakerConfig, BreakerStorageConfig
 from gateway.errors import GatewayError
+from gateway.resilience.shared_storage import RedisHealth, SharedStorage
 
 if TYPE_CHECKING:
     from redis import Redis
 
 log = logging.getLogger("gateway.breaker")
 
-
-class _OncePerInterval(logging.Filter):
-    """pybreaker logs a traceback for every failed Redis call (several per request while Redis
-    is down): let one through per interval, so the log says what is wrong without flooding."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__()
-        self._seconds = seconds
-        self._next = 0.0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        now = time.monotonic()
-        if now < self._next:
-            return False
-        self._next = now + self._seconds
-        return True
-
-
-logging.getLogger("pybreaker").addFilter(_OncePerInterval(30.0))
 
 CLOSED, OPEN, HALF_OPEN = pybreaker.STATE_CLOSED, pybreaker.STATE_OPEN, pybreaker.STATE_HALF_OPEN
 STATE_VALUES = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}  # the metric's encoding
@@ -227,6 +209,7 @@ class Breakers:
         self._on_change = on_change
         self._storage_config = storage
         self._redis: Redis | None = None
+        self.redis_health = RedisHealth()  # meaningful with Redis storage only
         self._breakers: dict[str, Breaker] = {}
         self._own_config: set[str] = set()  # breakers with their own thresholds (retrievers)
 
@@ -283,18 +266,8 @@ class Breakers:
             self._redis = redis.Redis.from_url(
                 config.url, socket_timeout=0.25, socket_connect_timeout=0.25
             )
-        return _RedisStorage(CLOSED, self._redis, namespace=f"{config.namespace}:{name}")
+        return SharedStorage(self._redis, f"{config.namespace}:{name}", self.redis_health)
 
-
-class _RedisStorage(pybreaker.CircuitRedisStorage):
-    """pybreaker's Redis storage, except that an unreachable Redis does not fail making one
-    (which raised at start-up, for every deployment): its keys are created on the first read
-    that finds Redis back (see `state`), meanwhile the breaker reads as closed."""
-
-    def _initialize_redis_state(self, state: str) -> None:
-        from redis.exceptions import RedisError
-
-        try:
-            super()._initialize_redis_state(state)
-        except RedisError as exc:
-            log.warning("circuit breaker storage: Redis unreachable, breakers closed: %s", exc)
+    @property
+    def shared(self) -> bool:
+        return self._storage_config.type == "redis"

@@ -147,7 +147,7 @@ class UpstreamExecutor:
                     if remaining < MIN_ATTEMPT_SECONDS:
                         raise self._unavailable(last, waits, deadline_passed=True)
                     ctx.served_deployment = deployment
-                    ctx.fallback_model = model.name if model is not route else None
+                    ctx.fallback_model = model.name if model.name != route.name else None
                     try:
                         with breaker.attempt():
                             ctx.attempts += 1  # only calls that go out count

@@ -69,7 +69,7 @@ class OpenAICompatible(Provider):
                                 yield batch
                             return
                         try:
-                            batch.append(self._chunk(data))
+                            batch.append(self._chunk(data, key))
                         except UpstreamError:
                             if batch:  # what arrived before the bad event still goes out
                                 yield batch
@@ -100,13 +100,21 @@ class OpenAICompatible(Provider):
 
     async def _error(self, resp: aiohttp.ClientResponse, key: SecretStr | None) -> Exception:
         raw = await resp.content.read(_MAX_ERROR_BODY)
-        secrets = self._secrets if key is None else [*self._secrets, key.get_secret_value()]
         return errors.from_response(
-            self.name, resp.status, raw, resp.headers, secrets, callers_key=key is not None
+            self.name,
+            resp.status,
+            raw,
+            resp.headers,
+            self._secrets_with(key),
+            callers_key=key is not None,
         )
 
-    def _chunk(self, data: bytes) -> Json:
+    def _chunk(self, data: bytes, key: SecretStr | None) -> Json:
         chunk = errors.parse_json(self.name, data)
         if "error" in chunk and "choices" not in chunk:
-            raise errors.from_stream_event(self.name, data, self._secrets)
+            raise errors.from_stream_event(self.name, data, self._secrets_with(key))
         return chunk
+
+    def _secrets_with(self, key: SecretStr | None) -> list[str]:
+        """What messages are scrubbed of: the configured secrets and the caller's own key."""
+        return self._secrets if key is None else [*self._secrets, key.get_secret_value()]

@@ -412,9 +412,8 @@ def test_admin_reload_refuses_a_bad_policy_naming_file_and_line(
 def test_admin_reload_names_the_line_of_an_unknown_tier_model(
     tmp_path: Path, fake_upstream: FakeUpstream
 ) -> None:
-    """docs/POLICIES.md: every problem names the file, the field path and the line. A tier
-    naming a model config.yaml lacks is refused, but without a line (the cross-check of the
-    routing section in gateway/config/policies.py raises PolicyProblem with no `where`)."""
+    """docs/POLICIES.md: every problem names the file, the field path and the line, also for
+    a tier naming a model config.yaml lacks (a cross-reference check)."""
     with gateway(tmp_path, fake_upstream.url, watch=False) as gw:
         url, route = gw.url, gw.route
         route.write_text(route_policy("m9"), encoding="utf-8")  # the tier is on line 8

@@ -63,9 +63,9 @@ def problems_of(root: Path, files: dict[str, str], config: str = CONFIG) -> list
 
 def _tie(a: str, b: str, tenant: str, model: str, fields: str) -> str:
     return (
-        f"tie: policies '{a}' (<dir>/{a}.yaml) and '{b}' (<dir>/{b}.yaml) are equally specific "
-        f"for tenant '{tenant}', model '{model}', and both set {fields}; make one more specific "
-        "or move the field to one of them"
+        f"tie: <dir>/{a}.yaml and <dir>/{b}.yaml are equally specific (e.g. for tenant "
+        f"'{tenant}', model '{model}') and both set {fields}; make one more specific or set the "
+        "field in only one of them"
     )
 
 
@@ -74,14 +74,9 @@ BAD = [
         "invalid-yaml",
         {"a.yaml": "match:\n  tenants: [acme]\ncache:\n  enabled: [true\n"},
         [
-            "<dir>/a.yaml: not valid YAML: while parsing a flow sequence\n"
-            '  in "<unicode string>", line 4, column 12:\n'
-            "      enabled: [true\n"
-            "               ^\n"
-            "expected ',' or ']', but got '<stream end>'\n"
-            '  in "<unicode string>", line 5, column 1:\n'
-            "    \n"
-            "    ^"
+            # the line itself is not quoted: it may hold a secret
+            "<dir>/a.yaml: not valid YAML: expected ',' or ']', but got '<stream end>' "
+            "(line 5, column 1)"
         ],
     ),
     (
@@ -105,12 +100,18 @@ BAD = [
     (
         "empty-file",
         {"a.yaml": ""},
-        ["<dir>/a.yaml: a policy is a mapping with `match:` and the sections it sets"],
+        [
+            "<dir>/a.yaml: the file is empty; a policy needs `match:` and the sections it sets (to "
+            "turn a policy off, move its file out of the directory)"
+        ],
     ),
     (
         "only-comments",
         {"a.yaml": "# cache:\n#   enabled: true\n"},
-        ["<dir>/a.yaml: a policy is a mapping with `match:` and the sections it sets"],
+        [
+            "<dir>/a.yaml: the file is empty; a policy needs `match:` and the sections it sets (to "
+            "turn a policy off, move its file out of the directory)"
+        ],
     ),
     (
         "unknown-top-level-field",
@@ -198,15 +199,15 @@ BAD = [
     (
         "guard-compression-keep-not-below-max",
         {"a.yaml": "guard:\n  compression:\n    keep_turns: 30\n"},
-        [
-            "<dir>/a.yaml: guard.compression (line 3): Value error, keep_turns must be smaller "
-            "than max_turns"
-        ],
+        ["<dir>/a.yaml: guard.compression (line 3): keep_turns must be smaller than max_turns"],
     ),
     (
         "guard-summarizer-not-chat",
         {"a.yaml": "guard:\n  compression:\n    summarizer_model: emb\n"},
-        ["<dir>/a.yaml: guard.compression.summarizer_model: 'emb' is not a chat model"],
+        [
+            "<dir>/a.yaml: guard.compression.summarizer_model (line 3): 'emb' is not a "
+            "configured chat model"
+        ],
     ),
     (
         "overload-skip-unknown",
@@ -217,8 +218,8 @@ BAD = [
         "rate-limit-with-models",
         {"a.yaml": "match:\n  models: [big]\nrate_limit:\n  concurrent: 4\n"},
         [
-            "<dir>/a.yaml: match.models (line 2): rate_limit apply per tenant (they are decided "
-            "before the request is read), so a policy that sets them cannot narrow models"
+            "<dir>/a.yaml: match.models (line 2): rate_limit applies per tenant (decided before "
+            "the request is read), so a policy that sets it cannot narrow models"
         ],
     ),
     (
@@ -234,23 +235,24 @@ BAD = [
             """
         },
         [
-            "<dir>/a.yaml: match.models (line 3): byok apply per tenant (they are decided "
-            "before the request is read), so a policy that sets them cannot narrow models"
+            "<dir>/a.yaml: match.models (line 3): byok applies per tenant (decided before "
+            "the request is read), so a policy that sets it cannot narrow models"
         ],
     ),
     (
         "rate-limit-with-star-and-a-model",
         {"a.yaml": 'match: {tenants: [acme], models: ["*", big]}\nrate_limit: {concurrent: 2}\n'},
         [
-            "<dir>/a.yaml: match.models (line 1): rate_limit apply per tenant (they are decided "
-            "before the request is read), so a policy that sets them cannot narrow models"
+            "<dir>/a.yaml: match.models (line 1): rate_limit applies per tenant (decided before "
+            "the request is read), so a policy that sets it cannot narrow models"
         ],
     ),
     (
         # acme's own limits in config.yaml have no requests_per_second to merge under burst
         "burst-without-rate-anywhere",
         {"a.yaml": "match:\n  tenants: [acme]\nrate_limit:\n  burst: 10\n"},
-        ["<dir>/a.yaml: rate_limit (line 4): Value error, burst needs requests_per_second"],
+        # valid over config.yaml's default limits; refused for acme, whose own have no rate
+        ["<dir>/a.yaml, for tenant 'acme': rate_limit: burst needs requests_per_second"],
     ),
     (
         "routing-alias-not-in-config",
@@ -263,17 +265,23 @@ BAD = [
     (
         "routing-tier-unknown-model",
         {"a.yaml": "routing:\n  aliases:\n    auto:\n      tiers: [{model: nope}]\n"},
-        ["<dir>/a.yaml: routing.aliases.auto.tiers: 'nope' is not a configured chat model"],
+        [
+            "<dir>/a.yaml: routing.aliases.auto.tiers.0.model (line 4): 'nope' is not a "
+            "configured chat model"
+        ],
     ),
     (
         "routing-tier-embedding-model",
         {"a.yaml": "routing:\n  aliases:\n    auto:\n      tiers: [{model: emb}]\n"},
-        ["<dir>/a.yaml: routing.aliases.auto.tiers: 'emb' is not a configured chat model"],
+        [
+            "<dir>/a.yaml: routing.aliases.auto.tiers.0.model (line 4): 'emb' is not a "
+            "configured chat model"
+        ],
     ),
     (
         "routing-floor-above-tiers",
         {"a.yaml": "routing:\n  aliases:\n    auto:\n      escalate: {tools: 5}\n"},
-        ["<dir>/a.yaml: routing.aliases.auto.escalate: a tier above the highest (1)"],
+        ["<dir>/a.yaml: routing.aliases.auto (line 4): escalate: a tier above the highest (1)"],
     ),
     (
         "routing-tiers-out-of-order",
@@ -289,8 +297,8 @@ BAD = [
             """
         },
         [
-            "<dir>/a.yaml: routing.aliases.auto (line 4): Value error, tiers must go from cheap "
-            "to strong: max_score increasing"
+            "<dir>/a.yaml: routing.aliases.auto (line 4): tiers must go from cheap to strong: "
+            "max_score increasing"
         ],
     ),
     (
@@ -322,7 +330,7 @@ BAD = [
     (
         "two-files-same-stem",
         {"a.yaml": "cache: {enabled: true}\n", "a.yml": "metrics: {per_tenant: true}\n"},
-        ["two policy files are named 'a'"],
+        ["two policy files are named 'a': <dir>/a.yaml and <dir>/a.yml (keep one)"],
     ),
     (
         "every-bad-file-is-reported",
@@ -364,10 +372,7 @@ BAD = [
             "a.yaml": 'match: {models: ["b*"]}\ncache: {enabled: true}\n',
             "b.yaml": 'match: {models: ["?ig"]}\ncache: {enabled: false}\n',
         },
-        [
-            _tie("a", "b", tenant, "big", "cache.enabled")
-            for tenant in ["", "acme", "local", "team-a"]
-        ],
+        [_tie("a", "b", "", "big", "cache.enabled")],  # once, with the first example
     ),
 ]
 
@@ -381,17 +386,15 @@ def test_bad_policies_are_refused_with_exact_problems(
     assert problems == [p.replace(DIR, directory) for p in expected]
 
 
-def test_a_tie_for_a_whole_tenant_is_reported_once_per_model_name(tmp_path: Path) -> None:
-    """One tie between two tenant-wide policies comes out once per model name config.yaml
-    knows, "" included (noisy, but each line is exact)."""
+def test_a_tie_for_a_whole_tenant_is_reported_once(tmp_path: Path) -> None:
+    """One tie between two tenant-wide policies comes out once, with the first example."""
     files = {
         "a.yaml": "match: {tenants: [acme]}\ncache: {enabled: true}\n",
         "b.yaml": "match: {tenants: [acme]}\ncache: {enabled: false}\n",
     }
     directory = str(tmp_path / "policies")
-    expected = [
-        _tie("a", "b", "acme", m, "cache.enabled").replace(DIR, directory) for m in MODEL_NAMES
-    ]
+    expected = [_tie("a", "b", "acme", sorted(MODEL_NAMES)[0], "cache.enabled")]
+    expected = [p.replace(DIR, directory) for p in expected]
     assert problems_of(tmp_path, files) == expected
 
 
@@ -402,7 +405,7 @@ def test_a_glob_tie_names_the_example_tenant_made_from_the_glob(tmp_path: Path) 
         "b.yaml": "match: {tenants: ['t*'], models: [big]}\ncache: {enabled: false}\n",
     }
     directory = str(tmp_path / "policies")
-    expected = [_tie("a", "b", t, "big", "cache.enabled") for t in ["team-", "team-a"]]
+    expected = [_tie("a", "b", "team-", "big", "cache.enabled")]
     assert problems_of(tmp_path, files) == [p.replace(DIR, directory) for p in expected]
 
 
@@ -547,8 +550,8 @@ def test_each_policy_must_be_valid_alone_over_config_yaml(tmp_path: Path) -> Non
         "b.yaml": "match: {tenants: [acme]}\nguard:\n  compression: {max_turns: 6}\n",
     }
     assert problems_of(tmp_path, files) == [
-        f"{tmp_path / 'policies' / 'b.yaml'}: guard.compression (line 3): Value error, "
-        "keep_turns must be smaller than max_turns"
+        f"{tmp_path / 'policies' / 'b.yaml'}: guard.compression (line 3): keep_turns must be "
+        "smaller than max_turns"
     ]
 
 
@@ -559,17 +562,19 @@ def test_combinations_that_do_not_validate_are_refused(tmp_path: Path) -> None:
         "c.yaml": "match: {models: [big]}\nguard:\n  compression: {max_turns: 9}\n",
     }
     problems = problems_of(tmp_path, files)
+    directory = tmp_path / "policies"
     assert problems == [
-        "policies a, c, b together (tenant 'acme', model 'big'): guard.compression: Value "
-        "error, keep_turns must be smaller than max_turns"
+        f"{directory / 'a.yaml'} and {directory / 'c.yaml'} and {directory / 'b.yaml'} "
+        "together, for tenant 'acme', model 'big': guard.compression: keep_turns must be "
+        "smaller than max_turns"
     ]
 
 
-# --- gateway bugs: these fail until the gateway is fixed ---------------------------------------
+# --- regressions: bugs found by these tests, fixed in the gateway -----------------------------
 
 
-def test_bug_tenant_wide_burst_is_checked_for_every_config_tenant(tmp_path: Path) -> None:
-    """BUG (gateway/config/policies.py, PolicySet.check / validate_policy): a `tenants: ["*"]`
+def test_fixed_tenant_wide_burst_is_checked_for_every_config_tenant(tmp_path: Path) -> None:
+    """Was a bug (gateway/config/policies.py, PolicySet.check / validate_policy): a `tenants: ["*"]`
     policy setting only `rate_limit.burst` is validated for the example tenant "" (the
     default limits, which have a rate) and PolicySet.check() builds only combinations of two
     or more policies. acme's own limits in config.yaml have no requests_per_second, so for
@@ -586,8 +591,8 @@ def test_bug_tenant_wide_burst_is_checked_for_every_config_tenant(tmp_path: Path
     assert [a.policy.name for a in resolved.applied] == ["a"], "loaded, then dropped for acme"
 
 
-def test_bug_validation_of_a_multi_tenant_policy_is_deterministic(tmp_path: Path) -> None:
-    """BUG (gateway/config/policies.py, validate_policy: `next(iter(_examples(...)))`): a
+def test_fixed_validation_of_a_multi_tenant_policy_is_deterministic(tmp_path: Path) -> None:
+    """Was a bug (gateway/config/policies.py, validate_policy: `next(iter(_examples(...)))`): a
     policy is checked for one example tenant taken from a *set*, so which of its tenants is
     checked depends on string hashing (PYTHONHASHSEED). `tenants: [acme, team-a]` with only a
     burst is refused in some processes (acme checked) and loaded in others (team-a checked)."""
@@ -616,8 +621,8 @@ def test_bug_validation_of_a_multi_tenant_policy_is_deterministic(tmp_path: Path
     assert outcomes == {"refused"}
 
 
-def test_bug_combined_routing_overlays_are_cross_checked(tmp_path: Path) -> None:
-    """BUG (gateway/config/policies.py, PolicySet.check/build): the routing cross-checks of
+def test_fixed_combined_routing_overlays_are_cross_checked(tmp_path: Path) -> None:
+    """Was a bug (gateway/config/policies.py, PolicySet.check/build): the routing cross-checks of
     config.yaml (tiers name chat models, escalation floors within the tiers) run on each policy
     alone (_check_references), not on combinations. Here one policy leaves `auto` one tier and
     a more specific one sets a floor of tier 1: each is valid alone, together acme's `auto` has
@@ -633,8 +638,8 @@ def test_bug_combined_routing_overlays_are_cross_checked(tmp_path: Path) -> None
     assert any("a tier above the highest" in p for p in problems), problems
 
 
-def test_bug_policy_min_chunks_cannot_exceed_the_bases_top_k(tmp_path: Path) -> None:
-    """BUG (gateway/config/policies.py, _check_references): config.yaml refuses a knowledge
+def test_fixed_policy_min_chunks_cannot_exceed_the_bases_top_k(tmp_path: Path) -> None:
+    """Was a bug (gateway/config/policies.py, _check_references): config.yaml refuses a knowledge
     base whose min_chunks exceeds its top_k ("min_chunks cannot exceed top_k"), but a policy
     naming that base with a larger min_chunks loads; gateway/rag/service.py then can never
     reach level 1 (it keeps at most top_k passages), so every answer is ungrounded."""
