@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from gateway.cache.index import ScopedIndex
+from gateway.cache.index import IndexesByEmbedder
 from gateway.cache.store import CacheEntry, StoreStats
 
 SCHEMA = """
@@ -68,7 +68,7 @@ class EmbeddedStore:
         self._lru: OrderedDict[int, None] = OrderedDict()
         self._touched: dict[int, float] = {}
         self._expiries: list[tuple[float, int]] = []  # a heap; stale pairs are skipped
-        self._indexes: dict[str, ScopedIndex] = {}  # one per embedder
+        self._indexes = IndexesByEmbedder(approximate_above)
         self._opened = False
 
     def __len__(self) -> int:
@@ -83,9 +83,7 @@ class EmbeddedStore:
         for row_id, exact_key, scope, tenant, model, embedder, vector, expires_at in rows:
             self._remember(row_id, _Meta(scope, exact_key, tenant, model, embedder, expires_at))
             if vector is not None and embedder is not None:
-                self._index_for(embedder, len(vector) // 4).add(
-                    scope, row_id, np.frombuffer(vector, dtype=np.float32)
-                )
+                self._indexes.add(embedder, scope, row_id, np.frombuffer(vector, np.float32))
         self._opened = True
 
     async def close(self) -> None:
@@ -106,10 +104,8 @@ class EmbeddedStore:
     async def search(
         self, scope: str, vector: np.ndarray, embedder: str, k: int, now: float
     ) -> list[tuple[CacheEntry, float]]:
-        index = self._indexes.get(embedder)
-        if index is None or index.dim != len(vector):
-            return []
-        found = [(i, s) for i, s in index.search(scope, vector, k) if self._live(i, now)]
+        nearest = self._indexes.search(embedder, scope, vector, k)
+        found = [(i, s) for i, s in nearest if self._live(i, now)]
         if not found:
             return []
         entries = {e.id: e for e in await self._run(self._read, [i for i, _ in found])}
@@ -131,9 +127,7 @@ class EmbeddedStore:
         )
         self._remember(row_id, meta)
         if entry.vector is not None and entry.embedder is not None:
-            self._index_for(entry.embedder, len(entry.vector)).add(
-                entry.scope, row_id, entry.vector
-            )
+            self._indexes.add(entry.embedder, entry.scope, row_id, entry.vector)
         if len(self._meta) > self.max_entries:
             await self.evict(time.time())
         return row_id
@@ -179,16 +173,9 @@ class EmbeddedStore:
         )
 
     async def wait_for_index_builds(self) -> None:
-        for index in list(self._indexes.values()):
-            await index.wait_for_builds()
+        await self._indexes.wait_for_builds()
 
     # --- memory side -------------------------------------------------------------------------
-
-    def _index_for(self, embedder: str, dim: int) -> ScopedIndex:
-        index = self._indexes.get(embedder)
-        if index is None or index.dim != dim:
-            index = self._indexes[embedder] = ScopedIndex(dim, self.approximate_above)
-        return index
 
     def _remember(self, row_id: int, meta: _Meta) -> None:
         self._meta[row_id] = meta
@@ -204,8 +191,7 @@ class EmbeddedStore:
             del self._by_exact[meta.exact_key]
         self._lru.pop(row_id, None)
         self._touched.pop(row_id, None)
-        if meta.embedder and meta.embedder in self._indexes:
-            self._indexes[meta.embedder].remove(row_id)
+        self._indexes.remove(meta.embedder, row_id)
 
     def _live(self, row_id: int, now: float) -> bool:
         meta = self._meta.get(row_id)

@@ -211,3 +211,37 @@ class ScopedIndex:
         finally:
             self._pending.pop(scope, None)
             del self._building[scope]
+
+
+class IndexesByEmbedder:
+    """A ScopedIndex per embedder: vectors of different models (or dimensions) never mix.
+    What both cache stores keep in memory for the semantic tier."""
+
+    def __init__(self, approximate_above: int) -> None:
+        self.approximate_above = approximate_above
+        self._indexes: dict[str, ScopedIndex] = {}
+
+    def add(self, embedder: str, scope: str, id_: int, vector: np.ndarray) -> None:
+        index = self._indexes.get(embedder)
+        if index is None or index.dim != len(vector):
+            index = self._indexes[embedder] = ScopedIndex(len(vector), self.approximate_above)
+        index.add(scope, id_, vector)
+
+    def remove(self, embedder: str | None, id_: int) -> None:
+        index = self._indexes.get(embedder) if embedder else None
+        if index is not None:
+            index.remove(id_)
+
+    def search(
+        self, embedder: str, scope: str, vector: np.ndarray, k: int
+    ) -> list[tuple[int, float]]:
+        """(id, cosine) of the nearest entries, best first; none for another embedder's or
+        dimension's vectors."""
+        index = self._indexes.get(embedder)
+        if index is None or index.dim != len(vector):
+            return []
+        return index.search(scope, vector, k)
+
+    async def wait_for_builds(self) -> None:
+        for index in list(self._indexes.values()):
+            await index.wait_for_builds()

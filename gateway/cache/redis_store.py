@@ -34,7 +34,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from gateway.cache.index import ScopedIndex
+from gateway.cache.index import IndexesByEmbedder
 from gateway.cache.store import CacheEntry, StoreStats
 
 log = logging.getLogger("gateway.cache")
@@ -139,7 +139,7 @@ class RedisStore:
         }
         self._meta: dict[int, _Meta] = {}
         self._by_exact: dict[str, int] = {}
-        self._indexes: dict[str, ScopedIndex] = {}
+        self._indexes = IndexesByEmbedder(approximate_above)
         self._follower: asyncio.Task[None] | None = None
         self._first_sync = asyncio.Event()
         self.synced = False  # local index caught up with Redis (false while Redis is away)
@@ -181,12 +181,9 @@ class RedisStore:
     async def search(
         self, scope: str, vector: np.ndarray, embedder: str, k: int, now: float
     ) -> list[tuple[CacheEntry, float]]:
-        index = self._indexes.get(embedder)
-        if index is None or index.dim != len(vector):
-            return []
         found = [
             (self._meta[i].exact_key, i, s)
-            for i, s in index.search(scope, vector, k)
+            for i, s in self._indexes.search(embedder, scope, vector, k)
             if i in self._meta and self._meta[i].expires_at > now
         ]
         if not found:
@@ -281,8 +278,7 @@ class RedisStore:
         )
 
     async def wait_for_index_builds(self) -> None:
-        for index in list(self._indexes.values()):
-            await index.wait_for_builds()
+        await self._indexes.wait_for_builds()
 
     # --- following the other replicas ---------------------------------------------------------
 
@@ -312,7 +308,8 @@ class RedisStore:
         snapshot starts from (events after it are applied on top: idempotent)."""
         newest = await self._follower_redis.xrevrange(self._events, count=1)
         last = newest[0][0] if newest else b"0-0"
-        self._meta, self._by_exact, self._indexes = {}, {}, {}
+        self._meta, self._by_exact = {}, {}
+        self._indexes = IndexesByEmbedder(self.approximate_above)
         async for batch in self._scan_entries(_FIELDS, client=self._follower_redis):
             for exact, (id_, scope, tenant, model, embedder, vector, expires_at) in batch:
                 if id_ is not None and expires_at is not None:
@@ -390,11 +387,7 @@ class RedisStore:
         self._meta[id_] = _Meta(exact, scope, tenant, model, embedder, expires_at)
         self._by_exact[exact] = id_
         if embedder and vector:
-            values = np.frombuffer(vector, dtype=np.float32)
-            index = self._indexes.get(embedder)
-            if index is None or index.dim != len(values):
-                index = self._indexes[embedder] = ScopedIndex(len(values), self.approximate_above)
-            index.add(scope, id_, values)
+            self._indexes.add(embedder, scope, id_, np.frombuffer(vector, dtype=np.float32))
 
     def _remove(self, id_: int) -> None:
         meta = self._meta.pop(id_, None)
@@ -402,8 +395,7 @@ class RedisStore:
             return
         if self._by_exact.get(meta.exact_key) == id_:
             del self._by_exact[meta.exact_key]
-        if meta.embedder and meta.embedder in self._indexes:
-            self._indexes[meta.embedder].remove(id_)
+        self._indexes.remove(meta.embedder, id_)
 
     async def _touch(self, exact_keys: list[str], now: float) -> None:
         if exact_keys:

@@ -7,32 +7,11 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from gateway.cache.embedded_store import EmbeddedStore, file_stats
-from gateway.cache.store import CacheEntry
-
-DIM = 16
-
-
-def _vector(seed: int) -> np.ndarray:
-    v = np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
-    return v / np.linalg.norm(v)
-
-
-def _entry(n: int, scope: str = "s", tenant: str = "t", ttl: float = 3600) -> CacheEntry:
-    return CacheEntry(
-        scope=scope,
-        exact_key=f"{scope}:{n}",
-        tenant=tenant,
-        model="m",
-        text=f"question {n}",
-        response={"answer": n},
-        expires_at=time.time() + ttl,
-        vector=_vector(n),
-        embedder="e",
-    )
+from tests.cache.entries import entry as make_entry
+from tests.cache.entries import vector as unit_vector
 
 
 @pytest.fixture
@@ -44,19 +23,19 @@ async def store(tmp_path: Path) -> AsyncIterator[EmbeddedStore]:
 
 
 async def test_exact_and_semantic_lookups(store: EmbeddedStore) -> None:
-    await store.put(_entry(1))
+    await store.put(make_entry(1))
     now = time.time()
     got = await store.get("s:1", now)
     assert got is not None and got.response == {"answer": 1} and got.text == "question 1"
-    ((found, similarity),) = await store.search("s", _vector(1), "e", 1, now)
+    ((found, similarity),) = await store.search("s", unit_vector(1), "e", 1, now)
     assert found.exact_key == "s:1" and similarity == pytest.approx(1.0, abs=1e-5)
-    assert await store.search("other-scope", _vector(1), "e", 1, now) == []
-    assert await store.search("s", _vector(1), "another-embedder", 1, now) == []
+    assert await store.search("other-scope", unit_vector(1), "e", 1, now) == []
+    assert await store.search("s", unit_vector(1), "another-embedder", 1, now) == []
 
 
 async def test_same_exact_key_replaces(store: EmbeddedStore) -> None:
-    await store.put(_entry(1))
-    replacement = _entry(1)
+    await store.put(make_entry(1))
+    replacement = make_entry(1)
     replacement.response = {"answer": "new"}
     await store.put(replacement)
     got = await store.get("s:1", time.time())
@@ -64,18 +43,18 @@ async def test_same_exact_key_replaces(store: EmbeddedStore) -> None:
 
 
 async def test_expired_entries_are_invisible_then_evicted(store: EmbeddedStore) -> None:
-    await store.put(_entry(1, ttl=0.05))
+    await store.put(make_entry(1, ttl=0.05))
     later = time.time() + 1
     assert await store.get("s:1", later) is None
-    assert await store.search("s", _vector(1), "e", 1, later) == []
+    assert await store.search("s", unit_vector(1), "e", 1, later) == []
     assert await store.evict(later) == 1 and len(store) == 0
 
 
 async def test_least_recently_used_goes_first_past_the_cap(store: EmbeddedStore) -> None:
     for n in range(50):
-        await store.put(_entry(n))
+        await store.put(make_entry(n))
     assert await store.get("s:0", time.time()) is not None  # 0 is now the most recent
-    await store.put(_entry(50))
+    await store.put(make_entry(50))
     assert len(store) == 50
     assert await store.get("s:0", time.time()) is not None
     assert await store.get("s:1", time.time()) is None  # the least recently used went
@@ -83,7 +62,7 @@ async def test_least_recently_used_goes_first_past_the_cap(store: EmbeddedStore)
 
 async def test_purge_by_tenant_model_or_all(store: EmbeddedStore) -> None:
     for n in range(6):
-        await store.put(_entry(n, tenant="a" if n < 4 else "b"))
+        await store.put(make_entry(n, tenant="a" if n < 4 else "b"))
     assert await store.purge(tenant="a") == 4
     assert (await store.stats()).by_tenant == {"b": 2}
     assert await store.purge(model="nope") == 0
@@ -95,14 +74,14 @@ async def test_entries_survive_a_restart(tmp_path: Path) -> None:
     first = EmbeddedStore(path, max_entries=100, approximate_above=1000)
     await first.open()
     for n in range(10):
-        await first.put(_entry(n))
+        await first.put(make_entry(n))
     await first.close()
     second = EmbeddedStore(path, max_entries=100, approximate_above=1000)
     await second.open()
     try:
         assert len(second) == 10
         assert (await second.get("s:3", time.time())) is not None
-        ((found, _),) = await second.search("s", _vector(7), "e", 1, time.time())
+        ((found, _),) = await second.search("s", unit_vector(7), "e", 1, time.time())
         assert found.exact_key == "s:7"
     finally:
         await second.close()

@@ -7,32 +7,11 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import numpy as np
 import pytest
 
 from gateway.cache.redis_store import RedisStore
-from gateway.cache.store import CacheEntry
-
-DIM = 16
-
-
-def _vector(seed: int) -> np.ndarray:
-    v = np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
-    return v / np.linalg.norm(v)
-
-
-def _entry(n: int, scope: str = "s", tenant: str = "t", ttl: float = 3600) -> CacheEntry:
-    return CacheEntry(
-        scope=scope,
-        exact_key=f"{scope}:{n}",
-        tenant=tenant,
-        model="m",
-        text=f"question {n}",
-        response={"answer": n},
-        expires_at=time.time() + ttl,
-        vector=_vector(n),
-        embedder="e",
-    )
+from tests.cache.entries import entry as make_entry
+from tests.cache.entries import vector as unit_vector
 
 
 async def _until(check: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
@@ -58,19 +37,19 @@ async def test_a_write_on_one_replica_is_read_on_the_other(
     replicas: tuple[RedisStore, RedisStore],
 ) -> None:
     a, b = replicas
-    await a.put(_entry(1))
+    await a.put(make_entry(1))
     now = time.time()
     exact = await b.get("s:1", now)  # the exact tier reads Redis directly: no lag
     assert exact is not None and exact.response == {"answer": 1} and exact.text == "question 1"
 
     async def found_semantically() -> bool:
-        return bool(await b.search("s", _vector(1), "e", 1, time.time()))
+        return bool(await b.search("s", unit_vector(1), "e", 1, time.time()))
 
     await _until(found_semantically)
-    ((entry, similarity),) = await b.search("s", _vector(1), "e", 1, time.time())
+    ((entry, similarity),) = await b.search("s", unit_vector(1), "e", 1, time.time())
     assert entry.exact_key == "s:1" and similarity == pytest.approx(1.0, abs=1e-5)
-    assert await b.search("other-scope", _vector(1), "e", 1, time.time()) == []
-    assert await b.search("s", _vector(1), "other-embedder", 1, time.time()) == []
+    assert await b.search("other-scope", unit_vector(1), "e", 1, time.time()) == []
+    assert await b.search("s", unit_vector(1), "other-embedder", 1, time.time()) == []
     assert b.lags and max(b.lags) < 5
 
 
@@ -78,15 +57,15 @@ async def test_a_replaced_answer_is_never_served_stale(
     replicas: tuple[RedisStore, RedisStore],
 ) -> None:
     a, b = replicas
-    await a.put(_entry(1))
+    await a.put(make_entry(1))
     await _until(lambda: _has(b, "s:1"))
-    newer = _entry(1)
+    newer = make_entry(1)
     newer.response = {"answer": "new"}
     await b.put(newer)
     for store in (a, b):
         got = await store.get("s:1", time.time())
         assert got is not None and got.response == {"answer": "new"}
-        hits = await store.search("s", _vector(1), "e", 4, time.time())
+        hits = await store.search("s", unit_vector(1), "e", 4, time.time())
         assert [h.response for h, _ in hits] in ([{"answer": "new"}], [])
     assert len(a) == len(b) == 1 or await _settles(a, b, 1)
 
@@ -96,7 +75,7 @@ async def test_a_purge_through_one_replica_is_seen_by_all(
 ) -> None:
     a, b = replicas
     for n in range(6):
-        await a.put(_entry(n, tenant="x" if n % 2 else "y"))
+        await a.put(make_entry(n, tenant="x" if n % 2 else "y"))
     await _settles(a, b, 6)
     assert await b.purge(tenant="x") == 3
     assert await a.get("s:1", time.time()) is None
@@ -109,12 +88,12 @@ async def test_expired_entries_are_not_served_and_are_swept(
     replicas: tuple[RedisStore, RedisStore],
 ) -> None:
     a, b = replicas
-    await a.put(_entry(1, ttl=0.3))
-    await a.put(_entry(2))
+    await a.put(make_entry(1, ttl=0.3))
+    await a.put(make_entry(2))
     await asyncio.sleep(0.4)
     now = time.time()
     assert await b.get("s:1", now) is None
-    assert [e.exact_key for e, _ in await b.search("s", _vector(1), "e", 4, now)] != ["s:1"]
+    assert [e.exact_key for e, _ in await b.search("s", unit_vector(1), "e", 4, now)] != ["s:1"]
     assert await a.evict(now) == 1
     await _settles(a, b, 1)
 
@@ -127,7 +106,7 @@ async def test_the_size_cap_holds_across_replicas(redis_url: str) -> None:
     await b.open()
     try:
         for n in range(15):
-            await (a if n % 2 else b).put(_entry(n))
+            await (a if n % 2 else b).put(make_entry(n))
         await a.evict(time.time())
         await _settles(a, b, 10)
         assert await a.get("s:14", time.time()) is not None  # the newest stay
@@ -142,12 +121,14 @@ async def test_a_late_replica_starts_from_a_snapshot(
 ) -> None:
     a, _ = replicas
     for n in range(5):
-        await a.put(_entry(n))
+        await a.put(make_entry(n))
     late = RedisStore(redis_url, a._prefix.removesuffix(":e:"), 50, 1000)
     await late.open()
     try:
         assert len(late) == 5 and late.synced
-        assert (await late.search("s", _vector(3), "e", 1, time.time()))[0][0].exact_key == "s:3"
+        assert (await late.search("s", unit_vector(3), "e", 1, time.time()))[0][
+            0
+        ].exact_key == "s:3"
     finally:
         await late.close()
 
@@ -160,7 +141,7 @@ async def test_redis_away_is_a_miss_and_the_replica_resyncs(tmp_path: object) ->
     with redis_server() as url:
         store = RedisStore(url, "gone", max_entries=50, approximate_above=1000)
         await store.open()
-        await store.put(_entry(1))
+        await store.put(make_entry(1))
     # the server is gone now
     with pytest.raises(Exception):  # noqa: B017 - the service turns any into a miss
         await store.get("s:1", time.time())
