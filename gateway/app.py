@@ -12,7 +12,7 @@ from aiohttp import web
 from gateway.accesslog import AccessLog
 from gateway.cache.factory import build_cache
 from gateway.config import Settings
-from gateway.http import handlers
+from gateway.http import handlers, malformed
 from gateway.http.keys import (
     ACCESS_LOG,
     BREAKERS,
@@ -34,6 +34,7 @@ from gateway.shutdown import Drain
 
 
 def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Application:
+    malformed.install()  # requests aiohttp refuses before routing get OpenAI error bodies too
     # Bodies are read and limited by the handlers against the live config, not by aiohttp.
     app = web.Application(middlewares=[gateway_middleware], client_max_size=2**40)
     cache = app[CACHE] = build_cache(

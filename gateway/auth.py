@@ -38,6 +38,17 @@ def tenant_for(settings: Settings, authorization: str | None) -> str:
     return tenant
 
 
+def check_metrics(settings: Settings, authorization: str | None) -> None:
+    """/metrics is open unless auth.metrics_key_env names a key (then it needs that key, or
+    the admin key)."""
+    if settings.metrics_key_hash is None:
+        return
+    token = bearer_token(authorization)
+    digest = hash_key(token) if token else None
+    if digest is None or digest not in (settings.metrics_key_hash, settings.admin_key_hash):
+        raise AuthenticationFailed("Incorrect or missing metrics key.")
+
+
 def check_admin(settings: Settings, authorization: str | None) -> None:
     if settings.admin_key_hash is None:
         raise AuthenticationFailed(

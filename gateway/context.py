@@ -48,7 +48,9 @@ class RequestContext:
     embed_seconds: float | None = None
     embedding: Any = None  # the last user turn's vector, computed once, reused by later stages
     saved_usage: dict[str, Any] | None = None  # usage of the upstream call a hit avoided
-    permit: Permit | None = None  # the rate limiter's; released when the response is done
+    permits: list[Permit] = field(default_factory=list)  # the rate limiter's; released at the end
+    tokens_charged: int = 0  # prompt tokens the rate limiter charged on admission (estimate)
+    body_bytes: int | None = None  # size of the request body, once read
     rate_limited: str | None = None  # which limit refused the request
     # routing stage
     routing: RouteDecision | None = None  # set when the request named a routed alias

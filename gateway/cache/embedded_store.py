@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import os
 import sqlite3
 import time
 from collections import Counter, OrderedDict
@@ -209,8 +210,10 @@ class EmbeddedStore:
     # --- SQLite side (runs on the store's own thread) ----------------------------------------
 
     def _open_db(self, now: float) -> list[tuple[Any, ...]]:
-        if self.path is not None:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        if self.path is not None:  # prompts and answers: readable by this user only
+            Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            Path(self.path).touch(mode=0o600, exist_ok=True)
+            os.chmod(self.path, 0o600)  # SQLite gives its -wal and -shm files the same mode
         db = sqlite3.connect(self.path or ":memory:", isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL mode

@@ -48,7 +48,10 @@ def load_settings(path: Path | str = DEFAULT_CONFIG_PATH) -> Settings:
     problems = policies.check()
     if problems:
         raise ConfigError(str(path), problems)
-    return build_settings(file, str(path), policies=policies)
+    try:
+        return build_settings(file, str(path), policies=policies)
+    except ValueError as err:  # keys that collide (named by variable, never by value)
+        raise ConfigError(str(path), [str(err)]) from None
 
 
 def policy_files(config_path: Path, file: ConfigFile) -> list[Path]:

@@ -63,6 +63,11 @@ class AuthConfig(Strict):
     admin_key_env: str | None = Field(
         "GATEWAY_ADMIN_KEY", description="Environment variable with the admin key."
     )
+    metrics_key_env: str | None = Field(
+        None,
+        description="Environment variable with a key /metrics then requires (Prometheus: "
+        "authorization: {credentials: ...}); unset: /metrics is open, like /healthz.",
+    )
 
 
 class TimeoutConfig(Strict):

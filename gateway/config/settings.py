@@ -83,6 +83,7 @@ class Settings:
     routes: Mapping[str, ModelRoute]  # every public name and alias -> its route
     tenant_by_key_hash: Mapping[str, str]
     admin_key_hash: str | None
+    metrics_key_hash: str | None
     policies: PolicySet
     kb_by_tenant: Mapping[str, str] = field(default_factory=dict)
     kb_secrets: Mapping[str, SecretStr] = field(default_factory=dict)  # knowledge base -> token
@@ -162,8 +163,10 @@ def build_settings(
         for public in (model.name, *model.aliases):
             routes[public] = _renamed(route, public, kb_by_model.get(public, route.knowledge_base))
     tenant_by_key_hash = {hash_key(env[k.env]): k.tenant for k in file.auth.keys if env.get(k.env)}
-    admin_env = file.auth.admin_key_env
+    admin_env, metrics_env = file.auth.admin_key_env, file.auth.metrics_key_env
     admin_key = env.get(admin_env) if admin_env else None
+    metrics_key = env.get(metrics_env) if metrics_env else None
+    _check_distinct_keys(file, env)
     kb_secrets = {
         name: SecretStr(env[kb.api_key_env])
         for name, kb in file.knowledge_bases.items()
@@ -176,10 +179,35 @@ def build_settings(
         routes=routes,
         tenant_by_key_hash=tenant_by_key_hash,
         admin_key_hash=hash_key(admin_key) if admin_key else None,
+        metrics_key_hash=hash_key(metrics_key) if metrics_key else None,
         kb_by_tenant={t: n for n, kb in file.knowledge_bases.items() for t in kb.attach.tenants},
         kb_secrets=kb_secrets,
         policies=policies or PolicySet(file),
     )
+
+
+def _check_distinct_keys(file: ConfigFile, env: Mapping[str, str]) -> None:
+    """Each tenant key, the admin key and the metrics key must differ: a shared value would
+    make one tenant another, or a tenant an admin. Names the variables, never the values."""
+    named = [(k.env, f"tenant {k.tenant!r}") for k in file.auth.keys]
+    for special, role in (
+        (file.auth.admin_key_env, "admin"),
+        (file.auth.metrics_key_env, "metrics"),
+    ):
+        if special:
+            named.append((special, role))
+    seen: dict[str, str] = {}
+    for variable, role in named:
+        value = env.get(variable)
+        if not value:
+            continue
+        other = seen.get(value)
+        if other is not None and other != variable:
+            raise ValueError(
+                f"auth: {other} and {variable} ({role}) hold the same key; every tenant, the "
+                "admin and /metrics each need their own"
+            )
+        seen[value] = variable
 
 
 def _route(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -141,7 +142,7 @@ async def readyz(request: web.Request) -> web.StreamResponse:
             # degraded: some shared state is unreachable; this replica serves on local state
             "status": "ready" if all(shared.values()) else "degraded",
             "shared_state": {name: "ok" if up else "unreachable" for name, up in shared.items()},
-            "config": runtime.settings.source,
+            "config": Path(runtime.settings.source).name,  # not the path: /readyz is open
             "models": len(models),
             "providers": runtime.upstreams.names(),
             "cache": _cache_state(request.app[CACHE]),
@@ -309,6 +310,7 @@ async def read_json(request: web.Request) -> Any:
             if len(pieces) > limit:
                 raise _too_large(limit)
         raw = bytes(pieces)
+    request[CTX].body_bytes = len(raw)
     if not raw:
         raise InvalidRequest("The request body is empty; send a JSON object.", code="invalid_json")
     try:

@@ -61,9 +61,11 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
                 policy = runtime.settings.policies.for_tenant(ctx.tenant)
                 given = request.headers.get(auth.PROVIDER_KEY_HEADER)
                 auth.bring_own_key(ctx, policy.byok, given)
-                ctx.permit = await _admit(request, ctx, policy.rate_limit)
+                await _admit(request, ctx, policy.rate_limit)
         elif ctx.endpoint == "admin":
             auth.check_admin(runtime.settings, request.headers.get("Authorization"))
+        elif ctx.endpoint == "metrics":
+            auth.check_metrics(runtime.settings, request.headers.get("Authorization"))
         response = await handler(request)
         if ctx.error_code is None:
             ctx.status = response.status
@@ -79,8 +81,8 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         log.exception("unhandled error in request %s", ctx.request_id)
         return render.error(ctx, render.internal_error(ctx))
     finally:
-        if ctx.permit is not None:
-            await _settle_permit(ctx.permit, ctx.usage)
+        for permit in ctx.permits:
+            await _settle_permit(permit, ctx)
         runtime.leave()
         request.app[RUNTIME_REF].leave()
         metrics.in_flight.dec()
@@ -88,29 +90,35 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         request.app[ACCESS_LOG].write(ctx, request.method, request.path)
 
 
-async def _admit(
-    request: web.Request, ctx: RequestContext, limits: RateLimitConfig
-) -> Permit | None:
-    """The rate-limit permit of the tenant (or of the caller's own key, which has a budget of
-    its own), or a 429 with Retry-After. Counted in tokens by a cheap estimate of the request
-    body (the prompt); the answer's tokens are added after."""
+async def _admit(request: web.Request, ctx: RequestContext, limits: RateLimitConfig) -> None:
+    """Rate-limit permits onto `ctx.permits`, or a 429 with Retry-After: the tenant's, and for
+    a caller's own provider key also the key's (each key has a budget of its own, within the
+    tenant's: new keys cannot multiply a tenant's budget). Counted in tokens by a cheap
+    estimate of the request body (the prompt); the rest is charged when the request ends."""
     if limits.unlimited:
-        return None
-    owner = ctx.tenant or ""
+        return
+    owners = [ctx.tenant or ""]
     if ctx.byok_hash is not None:
-        owner += f":key:{ctx.byok_hash}"
+        owners.append(f"{owners[0]}:key:{ctx.byok_hash}")
     estimate = (request.content_length or 0) // 4 if limits.tokens_per_minute else 0
+    ctx.tokens_charged = estimate
     try:
-        return await request.app[LIMITER].acquire(owner, limits, estimate)
+        for owner in owners:
+            ctx.permits.append(await request.app[LIMITER].acquire(owner, limits, estimate))
     except RateLimited as refused:
-        request[CTX].rate_limited = refused.limit
+        ctx.rate_limited = refused.limit
         raise
 
 
-async def _settle_permit(permit: Permit, usage: dict[str, object] | None) -> None:
-    completion = usage.get("completion_tokens") if usage else None
-    if isinstance(completion, int) and completion > 0:
-        await permit.record_tokens(completion)
+async def _settle_permit(permit: Permit, ctx: RequestContext) -> None:
+    """Charge what admission could not know: the completion's tokens, and the prompt's beyond
+    what was charged on admission (a chunked body has no Content-Length to estimate from: its
+    size once read counts, or the upstream's own count when that is larger)."""
+    usage = ctx.usage or {}
+    reported, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    prompt = max((ctx.body_bytes or 0) // 4, reported if isinstance(reported, int) else 0)
+    extra = max(0, prompt - ctx.tokens_charged)
+    await permit.record_tokens(extra + (completion if isinstance(completion, int) else 0))
     await permit.release()
 
 

@@ -30,9 +30,7 @@ def from_response(
     *,
     callers_key: bool = False,
 ) -> GatewayError:
-    message, type_, code, param = _error_fields(raw)
-    if message:
-        message = scrub(message, secrets)[:_MAX_MESSAGE]
+    message, type_, code, param = _error_fields(raw, secrets)
     if status == 429:
         retry_after = headers.get("Retry-After")
         return GatewayError(
@@ -72,8 +70,8 @@ def from_response(
 
 def from_stream_event(provider: str, raw: bytes, secrets: list[str]) -> GatewayError:
     """An `{"error": ...}` event inside a stream that had already started."""
-    message = _error_fields(raw)[0]
-    detail = f": {scrub(message, secrets)[:_MAX_MESSAGE]}" if message else ""
+    message = _error_fields(raw, secrets)[0]
+    detail = f": {message}" if message else ""
     return UpstreamError(f"provider '{provider}' reported an error mid-stream{detail}")
 
 
@@ -124,7 +122,11 @@ def scrub(text: str, secrets: list[str]) -> str:
     return text
 
 
-def _error_fields(raw: bytes) -> tuple[str | None, str | None, str | None, str | None]:
+def _error_fields(
+    raw: bytes, secrets: list[str]
+) -> tuple[str | None, str | None, str | None, str | None]:
+    """message, type, code and param of an upstream error body, each scrubbed of secrets and
+    cut short (the client sees them; `code` also reaches the access log)."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -133,12 +135,12 @@ def _error_fields(raw: bytes) -> tuple[str | None, str | None, str | None, str |
         return None, None, None, None
     err = data.get("error", data)
     if isinstance(err, str):
-        return err, None, None, None
+        return scrub(err, secrets)[:_MAX_MESSAGE], None, None, None
     if not isinstance(err, dict):
         return None, None, None, None
 
     def text(key: str) -> str | None:
         value = err.get(key)
-        return str(value) if value not in (None, "") else None
+        return scrub(str(value), secrets)[:_MAX_MESSAGE] if value not in (None, "") else None
 
     return text("message") or text("detail"), text("type"), text("code"), text("param")

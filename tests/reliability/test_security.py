@@ -6,23 +6,23 @@ error-echo checks, a tiny upstream of our own that quotes the credentials it was
 sockets are used wherever the bytes matter (control characters, folded or oversized headers,
 un-normalised paths, a Content-Length that lies).
 
-Tests named `test_finding_*` fail on purpose: each is a finding of the review, and its
-docstring says where the problem is, what happens and what should happen instead. Every other
-test checks a property that holds.
+Tests named `test_was_finding_*` (and the /metrics one) are the review's findings, fixed in
+the gateway since; each docstring says what was wrong. Every test checks a property that
+holds now.
 
-Findings (see each test):
+Findings, all fixed (see each test):
   F1 upstream error `type`, `code` and `param` are passed to the client unscrubbed: a provider
      key or a caller's own key echoed there leaks into the error body and the access log.
   F2 a header line aiohttp cannot parse is quoted whole in the 400 body and in the
      `aiohttp.server` ERROR log, keys included (Authorization, x-gateway-provider-key).
   F3 a chunked body is never charged to tokens_per_minute (the prompt estimate is taken from
      Content-Length only, and reported prompt tokens are never recorded).
-  F4 every fresh x-gateway-provider-key string gets a fresh rate-limit bucket: a tenant with
-     BYOK escapes its requests_per_second / concurrent limits by minting key strings.
+  F4 every fresh x-gateway-provider-key string got a fresh rate-limit bucket: a tenant with
+     BYOK escaped its limits by minting key strings (now a key is limited within the tenant).
   F5 key collisions are accepted at load: an admin key equal to a tenant key makes that tenant
      an admin; two tenants with one key silently become one.
-  F6 /metrics and /readyz answer anyone: tenant names (per-tenant metrics) and the config file's
-     absolute path are visible without a key on a gateway that otherwise requires one.
+  F6 /metrics and /readyz answered anyone: tenant names and the config file's absolute path
+     (now /readyz names the file only, and auth.metrics_key_env protects /metrics).
   F7 the SQLite cache (every tenant's prompts and answers) is created with the process umask
      (world-readable under the usual 022).
 """
@@ -76,6 +76,7 @@ PROVIDER_KEY = "sk-prov-SECRET-a1b2c3d4e5"
 HEADER_TOKEN = "hdr-SECRET-f6g7h8i9j0"
 ECHO_PROVIDER_KEY = "sk-echo-SECRET-k1l2m3n4"
 ADMIN_KEY = "adm-SECRET-o5p6q7r8s9"
+METRICS_KEY = "mtr-SECRET-m1n2o3p4"
 BYOK_KEY = "sk-byok-SECRET-b8c9d0e1"
 TENANT_KEYS = {
     "team-a": "sk-gw-a-SECRET-t0u1v2w3",
@@ -104,6 +105,7 @@ ENVIRON = {
     "SEC_PROVIDER": PROVIDER_KEY,
     "SEC_ECHO": ECHO_PROVIDER_KEY,
     "SEC_ADMIN": ADMIN_KEY,
+    "SEC_METRICS": METRICS_KEY,
     **{env_name(t): k for t, k in TENANT_KEYS.items()},
 }
 
@@ -114,6 +116,7 @@ def config_yaml(fake_url: str, echo_url: str, cache_path: Path) -> str:
 server: {{watch_config: false, max_body_bytes: {MAX_BODY}}}
 auth:
   admin_key_env: SEC_ADMIN
+  metrics_key_env: SEC_METRICS
   keys:
 {keys}
 providers:
@@ -469,7 +472,7 @@ def test_no_key_appears_in_responses_logs_metrics_admin_output_or_the_cache(
     assert not leaks({"an upstream call": json.dumps(list(fake_upstream.received))}, gateway_keys)
 
 
-def test_finding_upstream_error_type_code_and_param_are_not_scrubbed_of_keys(
+def test_was_finding_upstream_error_type_code_and_param_are_not_scrubbed_of_keys(
     sec: Secured,
 ) -> None:
     """F1 (medium). gateway/upstream/errors.py from_response: only the upstream's `message` is
@@ -497,7 +500,7 @@ def test_finding_upstream_error_type_code_and_param_are_not_scrubbed_of_keys(
     assert not found, f"keys echoed by the upstream reach: {found}"
 
 
-def test_finding_a_malformed_header_line_is_echoed_and_logged_with_its_key(
+def test_was_finding_a_malformed_header_line_is_echoed_and_logged_with_its_key(
     sec: Secured, caplog: pytest.LogCaptureFixture
 ) -> None:
     """F2 (low-medium). A header line aiohttp's parser refuses (a control character such as a
@@ -653,7 +656,7 @@ def test_cache_timing_does_not_reveal_another_tenants_prompts(
     assert probe > hit + 0.02 and probe >= 0.028, timings
 
 
-def test_finding_the_cache_database_is_readable_by_other_users(tmp_path: Path) -> None:
+def test_was_finding_the_cache_database_is_readable_by_other_users(tmp_path: Path) -> None:
     """F7 (low). gateway/cache/embedded_store.py _open_db, lines 213-214: the directory and the
     SQLite file (plus -wal/-shm) holding every tenant's prompts and answers are created with
     the process umask, so under the usual 022 any local user can read every tenant's
@@ -874,7 +877,7 @@ def test_the_admin_api_is_disabled_without_an_admin_key(
     ],
     ids=["admin-key-equals-a-tenant-key", "two-tenants-one-key"],
 )
-def test_finding_key_collisions_are_accepted_at_load(
+def test_was_finding_key_collisions_are_accepted_at_load(
     server_thread: ServerThread,
     fake_upstream: FakeUpstream,
     environ: dict[str, str],
@@ -1170,7 +1173,7 @@ def test_client_model_strings_never_reach_a_url_or_the_upstream_model_field(
 # =============================================================================================
 
 
-def test_finding_chunked_bodies_are_never_charged_to_tokens_per_minute(sec: Secured) -> None:
+def test_was_finding_chunked_bodies_are_never_charged_to_tokens_per_minute(sec: Secured) -> None:
     """F3 (medium). gateway/http/middleware.py _admit, line 102: the prompt estimate is
     `request.content_length // 4`, which is 0 for Transfer-Encoding: chunked; and
     _settle_permit (lines 110-114) records only the upstream's completion_tokens, never its
@@ -1190,7 +1193,7 @@ def test_finding_chunked_bodies_are_never_charged_to_tokens_per_minute(sec: Secu
     assert 429 in chunked, f"chunked prompts were never charged: {chunked}"
 
 
-def test_finding_fresh_own_keys_multiply_a_tenants_request_budget(
+def test_was_finding_fresh_own_keys_multiply_a_tenants_request_budget(
     sec: Secured, fake_upstream: FakeUpstream
 ) -> None:
     """F4 (low-medium). gateway/http/middleware.py _admit, lines 99-104: a request with
@@ -1269,24 +1272,15 @@ def test_client_strings_cannot_forge_log_lines(
         assert "forged" not in message or "\n{" not in message, message
 
 
-def test_finding_unauthenticated_probes_show_tenant_names_and_the_config_path(
-    sec: Secured,
-) -> None:
-    """F6 (low). gateway/app.py (lines 65-66) serves /readyz and /metrics on the public port
-    and gateway/http/middleware.py (lines 59-67) checks no key for the "health" and "metrics"
-    endpoints; /readyz includes `config` (gateway/http/handlers.py line 144). On a gateway
-    that otherwise requires keys, anyone who can reach the port reads: the names of tenants
-    whose policy sets metrics.per_tenant (gateway_tenant_requests_total{tenant=...}, cost per
-    tenant), and /readyz's `config` (the absolute path of config.yaml), providers and
-    knowledge bases. Should: /healthz and /readyz stay open but say only ready/not ready;
-    details and /metrics need the admin key (or move to a separate, internal listener)."""
+def test_probes_show_no_config_path_and_metrics_can_require_a_key(sec: Secured) -> None:
+    """Was F6 (low): /readyz and /metrics answered anyone with tenant names (per-tenant
+    metrics) and the absolute path of config.yaml. Now /readyz names the config file only,
+    and auth.metrics_key_env makes /metrics need its key (or the admin key)."""
     assert sec.chat(KEY_A, "count me per tenant", model="plain").status == 200
-    metrics = sec.call("GET", "/metrics")
     ready = sec.call("GET", "/readyz")
-    assert metrics.status == 200 and ready.status == 200
-    shown = []
-    if 'tenant="team-a"' in metrics.text:
-        shown.append("tenant name team-a in /metrics")
-    if str(sec.config_path.parent) in ready.text:
-        shown.append("the config path in /readyz")
-    assert not shown, f"without any key: {shown}"
+    assert ready.status == 200 and str(sec.config_path.parent) not in ready.text
+    for key in (None, KEY_A, "wrong"):
+        refused = sec.call("GET", "/metrics", key=key)
+        assert refused.status == 401 and "team-a" not in refused.text
+    for key in (METRICS_KEY, ADMIN_KEY):
+        assert sec.call("GET", "/metrics", key=key).status == 200

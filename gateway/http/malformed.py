@@ -1,0 +1,55 @@
+"""Requests too broken to reach the application (a bad request line, a header with a control
+character, an oversized header): aiohttp's HTTP parser answers those itself, with a plain-text
+body that quotes the offending bytes, and logs them with a traceback at ERROR. Those bytes can
+be an API key. Here they get an OpenAI error body that quotes nothing, and one log line that
+names the problem but not the bytes.
+
+aiohttp has no setting for this, so `install()` replaces RequestHandler.handle_error for the
+process (it is only called for errors raised outside the application's handlers: everything
+inside goes through the gateway's middleware).
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+
+import orjson
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+
+log = logging.getLogger("gateway")
+_installed = False
+
+
+def _handle_error(
+    self: RequestHandler,
+    request: BaseRequest,
+    status: int = 500,
+    exc: BaseException | None = None,
+    message: str | None = None,
+) -> web.StreamResponse:
+    reason = type(exc).__name__ if exc is not None else HTTPStatus(status).phrase
+    log.info("malformed HTTP request from %s: %s (HTTP %d)", request.remote, reason, status)
+    if request.writer.output_size > 0:  # a response already started: nothing more to say
+        raise ConnectionError("response already started")
+    phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+    error = {
+        "message": f"{phrase}: the request is not valid HTTP ({reason}).",
+        "type": "invalid_request_error" if status < 500 else "server_error",
+        "param": None,
+        "code": "malformed_http_request" if status < 500 else "internal_error",
+    }
+    response = web.Response(
+        status=status, body=orjson.dumps({"error": error}), content_type="application/json"
+    )
+    response.force_close()
+    return response
+
+
+def install() -> None:
+    global _installed
+    if not _installed:
+        RequestHandler.handle_error = _handle_error  # type: ignore[method-assign]
+        _installed = True
