@@ -1,25 +1,46 @@
 """Fit the complexity score's feature weights on labelled prompts that are not a benchmark.
 
-Data: every exemplar in gateway/routing/exemplars.yaml (its `difficulty`) and every problem in
-bench/data/routing_dev.yaml (difficulty `min(0.9, 0.1 + 0.1 * steps)`, the exemplars' scale).
+Data, all written for this project (difficulty on the scale of gateway/routing/exemplars.yaml):
+- every exemplar in gateway/routing/exemplars.yaml (its `difficulty`);
+- the math word problems of bench/data/routing_dev.yaml (difficulty `min(0.9, 0.1 + 0.1 *
+  steps)`, steps checked by bench/check_routing_dev.py);
+- the general prompts of bench/data/routing_dev_general.yaml (chit-chat, lookups, long pastes
+  to summarize, translate, proofread or extract from, code to read or debug, concurrency and
+  design questions, proofs, analysis, planning, writing; labelled by hand, each with a `why`).
 Each text becomes a request body with one user message; its features are squashed exactly as
 `ComplexityScorer.score` squashes them (the scorer itself is called, with unit weights).
 
-1. Bias plus one weight per feature: soft-label logistic regression (cross-entropy against the
-   difficulty) with an L2 penalty `lam / 2 * sum (w - prior)^2` towards the weights set by hand
-   before any fit (PRIOR below; a MAP estimate; the bias is not penalized), by Newton's method.
-   `lam` is chosen by 5-fold cross-validation on the combined set (held-out mean cross-entropy).
+Balance: the gateway serves general traffic, of which math word problems are one kind among
+many. So the fit does not let them weigh by their count (they are most of the texts): math
+word problems (routing_dev.yaml and the exemplars of domain `word-problem`) and everything else
+each get half of the total sample weight, spread evenly within each half (mean weight 1).
+
+1. Bias plus one weight per feature: soft-label logistic regression (weighted cross-entropy
+   against the difficulty) with an L2 penalty `lam / 2 * sum (w - prior)^2` towards the weights
+   set by hand before any fit (PRIOR below; a MAP estimate; the bias is not penalized).
+   Sign constraints: every feature weight keeps the sign of its prior weight or becomes 0 (what
+   a feature means decides whether it raises or lowers complexity: a question mark cannot make a
+   prompt simpler, a chit-chat opener cannot make it harder); the bias is free. Solved by
+   projected Newton (Bertsekas): Newton steps on the weights not held at 0, projection onto the
+   allowed signs, an Armijo line search along the projection; the KKT conditions are checked.
+   `lam` is chosen by 5-fold cross-validation on all texts (held-out weighted cross-entropy),
+   with the one-standard-error rule: the largest lam whose held-out cross-entropy is within one
+   standard error (over the folds) of the lowest, i.e. among the fits the data cannot tell
+   apart, the one nearest the prior (the curve is flat over two decades of lam).
    A feature that never occurs in the data keeps its prior weight.
-2. `exemplar_weight` and `neighbours`: 5-fold cross-validation on the dev set alone. Each fold
-   refits the weights without its held-out problems and scores them with the real scorer: the
-   features plus the vote of exemplars.yaml (the dev set never votes), embedded by the cache's
-   default embedder. Criterion: Spearman rank correlation of score and difficulty, averaged
-   over the held-out folds.
+2. `exemplar_weight` and `neighbours`: 5-fold cross-validation on all dev prompts (word problems
+   and general). Each fold refits the weights without its held-out prompts and scores them with
+   the real scorer: the features plus the vote of exemplars.yaml (the dev prompts never vote),
+   embedded by the cache's default embedder. Criterion, in line with the balance: the mean of
+   the held-out Spearman rank correlations (score vs difficulty, pooled over the folds) of the
+   word problems and of the general prompts. Printed per domain as well, beside the hand-set
+   scorer (the prior weights with the prior exemplar mix, as shipped before any fit).
+3. Probe prompts (written here, in no data set): scores under the hand-set and fitted scorers.
 
     python bench/fit_routing_weights.py [--write]
 
 --write rewrites DEFAULT_WEIGHTS in gateway/routing/scorer.py (rounded to 2 decimals) and the
-defaults of exemplar_weight and neighbours in gateway/config/routing.py.
+defaults of exemplar_weight and neighbours in gateway/config/routing.py if they change.
 """
 
 from __future__ import annotations
@@ -28,11 +49,13 @@ import argparse
 import asyncio
 import re
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere
@@ -46,6 +69,9 @@ from gateway.routing.exemplars import load_exemplars  # noqa: E402
 from gateway.routing.features import SCORED, extract  # noqa: E402
 from gateway.routing.scorer import BIAS, DEFAULT_WEIGHTS, FEATURES_PART, ComplexityScorer  # noqa: E402
 
+DEV_GENERAL = DEV.parent / "routing_dev_general.yaml"
+WORD_PROBLEM = "word-problem"  # the domain of math word problems (exemplars and routing_dev)
+EXEMPLARS, WORD_PROBLEMS, GENERAL = "exemplars", "word problems", "general"  # the sources
 SEED = 0
 FOLDS = 5
 LAMBDAS = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0)
@@ -53,7 +79,8 @@ EXEMPLAR_WEIGHTS = (0.0, 0.25, 0.5, 0.75)
 NEIGHBOURS = (3, 7, 15)
 # The prior: the weights set by hand before any fit, by what each feature means (explicit
 # reasoning asks and code weigh most, chit-chat openers pull down), with their exemplar mix.
-# Kept here, not read from scorer.py, so that a refit pulls towards the same prior.
+# Kept here, not read from scorer.py, so that a refit pulls towards the same prior. Its signs
+# are the fit's sign constraints.
 PRIOR: dict[str, float] = {
     BIAS: -2.5, "last_user_tokens": 1.5, "total_tokens": 0.5, "code_blocks": 1.0,
     "identifiers": 0.8, "code_task": 1.0, "math": 1.2, "numbers": 0.6, "relations": 0.6,
@@ -65,15 +92,61 @@ assert set(PRIOR) == set(DEFAULT_WEIGHTS), "a feature was added: give it a prior
 SCORER_PY = REPO / "gateway" / "routing" / "scorer.py"
 CONFIG_PY = REPO / "gateway" / "config" / "routing.py"
 
+_ARTICLE = (
+    "The Ashford town council has approved a plan to repair the old stone bridge over the river"
+    " Wend, which has been closed to cars since cracks were found in two of its arches last"
+    " winter. Engineers say the bridge is safe for people on foot but cannot carry the weight of"
+    " traffic until the arches are strengthened. The work will cost about 1.2 million pounds, of"
+    " which the county will pay two thirds, and is expected to take nine months. During the"
+    " repairs the footpath will stay open except for four weekends, when a free shuttle bus will"
+    " run between the two banks. Shop owners on Bridge Street say the closure has already cut"
+    " their trade by a quarter, because drivers from the villages to the north now shop in the"
+    " retail park instead, and some asked the council to start the work sooner. The council"
+    " said it could not begin before the spring, because the river is too high in winter for"
+    " the scaffolding to be put up safely. It also promised a temporary car park on the north"
+    " bank and signs on the main road to tell drivers that the shops are still open. Local"
+    " historians welcomed the decision to repair rather than replace the bridge, which was"
+    " built in 1790 and is one of the oldest in the county. The repaired arches will be faced"
+    " with stone from the original quarry, which reopened briefly for the project. A public"
+    " meeting about the timetable will be held in the town hall next Thursday at 7 pm, and the"
+    " plans can be seen in the library until the end of the month. Residents can send comments"
+    " to the council by email or by post, and the council says every comment will be answered"
+    " before the work begins."
+)
+PROBES = {
+    "long summary request": f"Summarize this article in three sentences:\n\n{_ARTICLE}",
+    "short proof": "Prove that there are infinitely many primes of the form 4k + 3.",
+    "code-block bug hunt": (
+        "Two workers sometimes print the same job id. Find the bug.\n\n```python\nimport threading"
+        "\n\nnext_id = 0\nlock = threading.Lock()\n\n\ndef take_id():\n    global next_id\n"
+        "    with lock:\n        current = next_id\n    next_id = current + 1\n    return current\n"
+        "\n\ndef worker(name):\n    for _ in range(1000):\n        print(name, take_id())\n\n\n"
+        "threads = [threading.Thread(target=worker, args=(n,)) for n in 'ab']\n"
+        "for t in threads:\n    t.start()\n```"
+    ),
+    "greeting": "hello!",
+}
+
 
 @dataclass(frozen=True)
 class Data:
     texts: list[str]
     x: np.ndarray  # squashed features in [0, 1], one column per name in `names`
     y: np.ndarray  # difficulty in [0, 1]
-    dev: np.ndarray  # bool: from the dev set (else an exemplar)
+    source: np.ndarray  # str: EXEMPLARS, WORD_PROBLEMS or GENERAL (the file)
+    domain: np.ndarray  # str
     language: list[str]
     names: tuple[str, ...]  # the features that occur in the data (the others keep their prior)
+
+    @property
+    def dev(self) -> np.ndarray:
+        dev: np.ndarray = self.source != EXEMPLARS
+        return dev
+
+    @property
+    def math(self) -> np.ndarray:
+        math: np.ndarray = self.domain == WORD_PROBLEM
+        return math
 
 
 def body(text: str) -> dict[str, Any]:
@@ -91,24 +164,69 @@ def squashed(texts: list[str]) -> np.ndarray:
     return np.array([[p.get(name, 0.0) for name in SCORED] for p in parts])
 
 
+def general_problems(entry: object) -> list[str]:
+    """What is wrong with one entry of routing_dev_general.yaml (empty when it is right)."""
+    if not isinstance(entry, dict):
+        return ["not a mapping"]
+    found = [f"unknown field {k!r}" for k in entry if k not in GENERAL_FIELDS]
+    for name in ("text", "domain", "why"):
+        if not isinstance(entry.get(name), str) or not entry[name].strip():
+            found.append(f"no {name}")
+    if entry.get("language") not in ("en", "zh"):
+        found.append(f"language {entry.get('language')!r}")
+    value = entry.get("difficulty")
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
+        found.append(f"difficulty {value!r}, not in [0, 1]")
+    return found
+
+
+GENERAL_FIELDS = ("text", "language", "domain", "difficulty", "why")
+
+
 def load_data() -> Data:
     dev = load(DEV)
     bad = [(i, p) for i, e in enumerate(dev) for p in problems(e)]
     if bad:
         raise SystemExit(f"{DEV}: {len(bad)} problems, first {bad[0]}; see check_routing_dev.py")
+    general = yaml.safe_load(DEV_GENERAL.read_text("utf-8"))
+    if not isinstance(general, list):
+        raise SystemExit(f"{DEV_GENERAL}: expected a list of entries")
+    bad = [(i, p) for i, e in enumerate(general) for p in general_problems(e)]
+    if bad:
+        raise SystemExit(f"{DEV_GENERAL}: {len(bad)} problems, first {bad[0]}")
     exemplars = load_exemplars()
-    texts = [e.text for e in exemplars] + [e["text"] for e in dev]
-    y = [e.difficulty for e in exemplars] + [difficulty(len(e["steps"])) for e in dev]
+    texts = [e.text for e in exemplars] + [e["text"] for e in dev] + [e["text"] for e in general]
+    y = (
+        [e.difficulty for e in exemplars]
+        + [difficulty(len(e["steps"])) for e in dev]
+        + [float(e["difficulty"]) for e in general]
+    )
     x = squashed(texts)
     occurs = [bool(x[:, j].any()) for j in range(x.shape[1])]
     return Data(
         texts=texts,
         x=x[:, np.array(occurs)],
         y=np.array(y),
-        dev=np.array([False] * len(exemplars) + [True] * len(dev)),
-        language=[""] * len(exemplars) + [e["language"] for e in dev],
+        source=np.array(
+            [EXEMPLARS] * len(exemplars) + [WORD_PROBLEMS] * len(dev) + [GENERAL] * len(general)
+        ),
+        domain=np.array(
+            [e.domain for e in exemplars]
+            + [WORD_PROBLEM] * len(dev)
+            + [e["domain"] for e in general]
+        ),
+        language=[""] * len(exemplars) + [e["language"] for e in (*dev, *general)],
         names=tuple(n for n, o in zip(SCORED, occurs, strict=True) if o),
     )
+
+
+def balance(math: np.ndarray) -> np.ndarray:
+    """Sample weights: math word problems and everything else each get half the total weight,
+    spread evenly (the mean weight is 1, so `lam` keeps its scale)."""
+    n, n_math = len(math), int(math.sum())
+    if n_math in (0, n):
+        return np.ones(n)
+    return np.where(math, n / (2 * n_math), n / (2 * (n - n_math)))
 
 
 # ---------------------------------------------------------------- the fit
@@ -116,6 +234,17 @@ def load_data() -> Data:
 
 def prior(names: tuple[str, ...]) -> np.ndarray:
     return np.array([PRIOR[BIAS], *(PRIOR[n] for n in names)])
+
+
+def bounds(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) for [bias, *weights]: each weight keeps its prior's sign or is 0 (a zero
+    prior would hold its weight at 0); the bias is free."""
+    w0 = prior(names)
+    lower = np.where(w0 > 0, 0.0, -np.inf)
+    upper = np.where(w0 < 0, 0.0, np.inf)
+    lower[w0 == 0] = upper[w0 == 0] = 0.0
+    lower[0], upper[0] = -np.inf, np.inf
+    return lower, upper
 
 
 def design(x: np.ndarray) -> np.ndarray:
@@ -127,41 +256,107 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
     return out
 
 
-def objective(w: np.ndarray, a: np.ndarray, y: np.ndarray, w0: np.ndarray, lam: float) -> float:
-    z = a @ w
-    # -(y log p + (1 - y) log(1 - p)), stable for any z
-    nll = np.sum(np.logaddexp(0.0, z) - y * z)
-    return float(nll + lam / 2 * np.sum((w[1:] - w0[1:]) ** 2))
+@dataclass(frozen=True)
+class Problem:
+    """The MAP objective: weighted soft-label cross-entropy plus the pull towards the prior."""
+
+    a: np.ndarray  # design matrix [1, features]
+    y: np.ndarray
+    s: np.ndarray  # sample weights
+    w0: np.ndarray  # the prior
+    lam: float
+
+    @property
+    def pull(self) -> np.ndarray:
+        pull = np.full(len(self.w0), self.lam)
+        pull[0] = 0.0  # the bias is not pulled towards the prior
+        return pull
+
+    def loss(self, w: np.ndarray) -> float:
+        z = self.a @ w
+        # -(y log p + (1 - y) log(1 - p)), stable for any z
+        nll = self.s @ (np.logaddexp(0.0, z) - self.y * z)
+        return float(nll + np.sum(self.pull * (w - self.w0) ** 2) / 2)
+
+    def gradient(self, w: np.ndarray) -> np.ndarray:
+        p = sigmoid(self.a @ w)
+        grad: np.ndarray = self.a.T @ (self.s * (p - self.y)) + self.pull * (w - self.w0)
+        return grad
+
+    def hessian(self, w: np.ndarray) -> np.ndarray:
+        p = sigmoid(self.a @ w)
+        h: np.ndarray = (self.a.T * (self.s * p * (1 - p))) @ self.a + np.diag(self.pull + 1e-9)
+        return h
 
 
-def fit(x: np.ndarray, y: np.ndarray, w0: np.ndarray, lam: float) -> np.ndarray:
-    """MAP weights [bias, *features]: Newton's method with step halving, from the prior."""
-    a = design(x)
-    mask = np.ones(len(w0))
-    mask[0] = 0.0  # the bias is not pulled towards the prior
-    w = w0.copy()
-    loss = objective(w, a, y, w0, lam)
-    for _ in range(100):
-        p = sigmoid(a @ w)
-        grad = a.T @ (p - y) + lam * mask * (w - w0)
-        hessian = (a.T * (p * (1 - p))) @ a + np.diag(lam * mask + 1e-9)
-        step = np.linalg.solve(hessian, grad)
-        t = 1.0
-        while (new := objective(w - t * step, a, y, w0, lam)) > loss and t > 1e-6:
-            t /= 2
-        w, converged = w - t * step, loss - new < 1e-10
-        loss = min(loss, new)
-        if converged:
+def fit(
+    x: np.ndarray,
+    y: np.ndarray,
+    s: np.ndarray,
+    w0: np.ndarray,
+    lam: float,
+    box: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
+    """MAP weights [bias, *features] within `box` (lower, upper; None: no constraints), by
+    projected Newton (Bertsekas 1982), from the prior projected onto the box.
+
+    Each step: the weights within `eps` of a bound whose gradient pushes them out of the box are
+    held (eps shrinks with the projected gradient, so the set settles on the binding
+    constraints); a Newton step on the others, projected onto the box; Armijo backtracking along
+    that projection. Stops when the projected gradient vanishes (the KKT conditions hold)."""
+    problem = Problem(design(x), y, s, w0, lam)
+    if box is None:
+        box = (np.full(len(w0), -np.inf), np.full(len(w0), np.inf))
+    lower, upper = box
+    w: np.ndarray = np.clip(w0, lower, upper)
+    loss = problem.loss(w)
+    for _ in range(200):
+        grad = problem.gradient(w)
+        projected = w - np.clip(w - grad, lower, upper)
+        if np.max(np.abs(projected)) < 1e-9:
             break
+        eps = min(1e-3, float(np.linalg.norm(projected)))
+        held = ((w <= lower + eps) & (grad > 0)) | ((w >= upper - eps) & (grad < 0))
+        free = ~held
+        step = np.zeros_like(w)
+        h = problem.hessian(w)
+        step[free] = np.linalg.solve(h[np.ix_(free, free)], grad[free])
+        step[held] = grad[held]  # a gradient step for the held: the projection keeps them put
+        t = 1.0
+        while True:
+            new_w: np.ndarray = np.clip(w - t * step, lower, upper)
+            new = problem.loss(new_w)
+            if new <= loss + 1e-4 * grad @ (new_w - w) or t < 1e-12:
+                break
+            t /= 2
+        w, loss = new_w, new
     return w
 
 
-def cross_entropy(p: np.ndarray, y: np.ndarray) -> float:
+def kkt_residual(
+    x: np.ndarray,
+    y: np.ndarray,
+    s: np.ndarray,
+    w0: np.ndarray,
+    lam: float,
+    w: np.ndarray,
+    box: tuple[np.ndarray, np.ndarray],
+) -> float:
+    """The largest violation of the optimality conditions of `fit` at `w`: a zero gradient for
+    the weights inside the box, a gradient pointing out of the box for those on a bound."""
+    grad = Problem(design(x), y, s, w0, lam).gradient(w)
+    lower, upper = box
+    return float(np.max(np.abs(w - np.clip(w - grad, lower, upper))))
+
+
+def cross_entropy(p: np.ndarray, y: np.ndarray, s: np.ndarray) -> float:
     p = np.clip(p, 1e-12, 1 - 1e-12)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+    return float(-np.average(y * np.log(p) + (1 - y) * np.log(1 - p), weights=s))
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
     return float(np.corrcoef(_ranks(a), _ranks(b))[0, 1])
 
 
@@ -173,24 +368,53 @@ def _ranks(v: np.ndarray) -> np.ndarray:
     return average
 
 
-def folds(n: int, seed: int = SEED) -> np.ndarray:
-    return np.random.default_rng(seed).permutation(n) % FOLDS
+def folds(groups: np.ndarray, seed: int = SEED) -> np.ndarray:
+    """A fold for each item, stratified by group (each group spread evenly over the folds)."""
+    rng = np.random.default_rng(seed)
+    fold = np.empty(len(groups), dtype=int)
+    for group in np.unique(groups):
+        where = np.flatnonzero(groups == group)
+        fold[where] = rng.permutation(len(where)) % FOLDS
+    return fold
 
 
-def choose_lambda(d: Data) -> tuple[float, dict[float, tuple[float, float]]]:
-    """lam with the lowest held-out cross-entropy on the combined set; per lam (CE, Spearman)."""
-    fold = folds(len(d.y))
-    w0 = prior(d.names)
+@dataclass(frozen=True)
+class LambdaResult:
+    ce: float  # held-out weighted cross-entropy, pooled over the folds
+    se: float  # its standard error: the spread of the per-fold values / sqrt(FOLDS)
+    rho_math: float  # held-out Spearman of the word problems
+    rho_rest: float  # and of everything else
+
+
+def choose_lambda(d: Data) -> tuple[float, float, dict[float, LambdaResult]]:
+    """(chosen lam, lam with the lowest held-out CE, per lam its numbers). The one-standard-
+    error rule: the largest lam whose held-out CE is within one standard error of the lowest,
+    i.e. the fit nearest the prior among those the data cannot tell apart."""
+    fold = folds(d.source)
+    w0, box = prior(d.names), bounds(d.names)
+    s = balance(d.math)
     results = {}
     for lam in (0.0, *LAMBDAS):  # 0.0: the prior itself, not fitted (for comparison)
         held = np.empty(len(d.y))
         for k in range(FOLDS):
-            test = fold == k
-            w = w0 if lam == 0.0 else fit(d.x[~test], d.y[~test], w0, lam)
+            test, train = fold == k, fold != k
+            w = w0
+            if lam != 0.0:
+                w = fit(d.x[train], d.y[train], balance(d.math[train]), w0, lam, box)
             held[test] = sigmoid(design(d.x[test]) @ w)
-        results[lam] = (cross_entropy(held, d.y), spearman(held, d.y))
-    best = min(LAMBDAS, key=lambda lam: results[lam][0])
-    return best, results
+        per_fold = [
+            cross_entropy(held[fold == k], d.y[fold == k], s[fold == k]) for k in range(FOLDS)
+        ]
+        results[lam] = LambdaResult(
+            cross_entropy(held, d.y, s),
+            float(np.std(per_fold, ddof=1) / np.sqrt(FOLDS)),
+            spearman(held[d.math], d.y[d.math]),
+            spearman(held[~d.math], d.y[~d.math]),
+        )
+    lowest = min(LAMBDAS, key=lambda lam: results[lam].ce)
+    limit = results[lowest].ce + results[lowest].se
+    chosen = max(lam for lam in LAMBDAS if results[lam].ce <= limit)
+    return chosen, lowest, results
 
 
 def weights_dict(w: np.ndarray, names: tuple[str, ...]) -> dict[str, float]:
@@ -201,45 +425,80 @@ def weights_dict(w: np.ndarray, names: tuple[str, ...]) -> dict[str, float]:
 
 # ---------------------------------------------------------------- the exemplar mix
 
+Mix = tuple[float, int]
 
-async def choose_mix(
-    d: Data, lam: float
-) -> tuple[tuple[float, int], dict[tuple[float, int], list[float]], list[float]]:
-    """(exemplar_weight, neighbours) with the best mean held-out Spearman on the dev set; per
-    setting the Spearman of each fold; and per fold that of the hand-set scorer (the prior
-    weights and mix, as shipped before the fit) for comparison."""
+
+@dataclass(frozen=True)
+class MixResult:
+    best: Mix
+    held: dict[Mix, np.ndarray]  # per setting, the held-out score of each dev prompt
+    hand_set: np.ndarray  # the hand-set scorer's score of each dev prompt (nothing fitted)
+    hand_set_features: np.ndarray  # its feature part alone
+    probes: dict[str, tuple[float, float, float, float]]  # hand-set, fitted: value, feature part
+
+
+def balanced_spearman(scores: np.ndarray, y: np.ndarray, math: np.ndarray) -> float:
+    """The criterion: the mean of the Spearman of the word problems and of everything else."""
+    return (spearman(scores[math], y[math]) + spearman(scores[~math], y[~math])) / 2
+
+
+async def choose_mix(d: Data, lam: float, fitted: dict[str, float]) -> MixResult:
+    """(exemplar_weight, neighbours) with the best balanced held-out Spearman on the dev
+    prompts (weights refitted per fold without the held-out prompts; exemplars.yaml votes)."""
     dev = np.flatnonzero(d.dev)
-    fold = folds(len(dev))
+    fold = folds(d.source[dev])
     texts = [d.texts[i] for i in dev]
+    w0, box = prior(d.names), bounds(d.names)
     embedder = new_embedder(EmbedderConfig())
     await embedder.start()
     try:
         vectors = await embedder.embed_many(texts)
-        results: dict[tuple[float, int], list[float]] = {}
-        shipped_scores: list[float] = []
-        shipped = ComplexityScorer(ScoringConfig(weights=PRIOR, **PRIOR_MIX))
-        await shipped.prepare(embedder)
+        held: dict[Mix, np.ndarray] = {
+            (m, n): np.empty(len(dev)) for m in EXEMPLAR_WEIGHTS for n in NEIGHBOURS
+        }
+        hand_set = ComplexityScorer(ScoringConfig(weights=PRIOR, **PRIOR_MIX))
+        await hand_set.prepare(embedder)
+        hand_scores = _score(hand_set, texts, vectors)
+        hand_features = _score(ComplexityScorer(ScoringConfig(weights=PRIOR)), texts, vectors)
         for k in range(FOLDS):
-            test, train = dev[fold == k], np.setdiff1d(np.arange(len(d.y)), dev[fold == k])
-            w = weights_dict(fit(d.x[train], d.y[train], prior(d.names), lam), d.names)
-            held = [(d.texts[i], vectors[j], d.y[i]) for j, i in enumerate(dev) if fold[j] == k]
-            y = np.array([h[2] for h in held])
-            shipped_scores.append(spearman(_score(shipped, held), y))
-            for mix in EXEMPLAR_WEIGHTS:
-                for n in NEIGHBOURS:
-                    config = ScoringConfig(weights=w, exemplar_weight=mix, neighbours=n)
-                    scorer = ComplexityScorer(config)
-                    await scorer.prepare(embedder)
-                    results.setdefault((mix, n), []).append(spearman(_score(scorer, held), y))
-            assert len(test) == len(held)
+            test = dev[fold == k]
+            train = np.setdiff1d(np.arange(len(d.y)), test)
+            s = balance(d.math[train])
+            w = weights_dict(fit(d.x[train], d.y[train], s, w0, lam, box), d.names)
+            rows = np.flatnonzero(fold == k)
+            for mix, n in held:
+                scorer = ComplexityScorer(
+                    ScoringConfig(weights=w, exemplar_weight=mix, neighbours=n)
+                )
+                await scorer.prepare(embedder)
+                held[mix, n][rows] = _score(scorer, [texts[j] for j in rows], vectors[rows])
+        y, math = d.y[dev], d.math[dev]
+        best = max(held, key=lambda m: (balanced_spearman(held[m], y, math), -m[0], m[1]))
+        probe_texts = list(PROBES.values())
+        probe_vectors = await embedder.embed_many(probe_texts)
+        final = ComplexityScorer(
+            ScoringConfig(weights=fitted, exemplar_weight=best[0], neighbours=best[1])
+        )
+        await final.prepare(embedder)
+        probes = {}
+        for name, text, vector in zip(PROBES, probe_texts, probe_vectors, strict=True):
+            by_hand = hand_set.score(extract(body(text)), vector)
+            new = final.score(extract(body(text)), vector)
+            probes[name] = (
+                by_hand.value,
+                by_hand.parts[FEATURES_PART],
+                new.value,
+                new.parts[FEATURES_PART],
+            )
     finally:
         await embedder.close()
-    best = max(results, key=lambda s: (np.mean(results[s]), -s[0]))
-    return best, results, shipped_scores
+    return MixResult(best, held, hand_scores, hand_features, probes)
 
 
-def _score(scorer: ComplexityScorer, held: list[tuple[str, np.ndarray, float]]) -> np.ndarray:
-    return np.array([scorer.score(extract(body(t)), v).value for t, v, _ in held])
+def _score(scorer: ComplexityScorer, texts: list[str], vectors: np.ndarray) -> np.ndarray:
+    return np.array(
+        [scorer.score(extract(body(t)), v).value for t, v in zip(texts, vectors, strict=True)]
+    )
 
 
 # ---------------------------------------------------------------- writing the defaults
@@ -275,60 +534,148 @@ def _number(x: float) -> str:
 # ---------------------------------------------------------------- report
 
 
+def _rho(x: float) -> str:
+    return "    -" if np.isnan(x) else f"{x:5.2f}"
+
+
+def report_data(d: Data) -> None:
+    s = balance(d.math)
+    print(
+        f"data: {int((d.source == EXEMPLARS).sum())} exemplars, "
+        f"{int((d.source == WORD_PROBLEMS).sum())} word problems (routing_dev.yaml), "
+        f"{int((d.source == GENERAL).sum())} general prompts (routing_dev_general.yaml)"
+    )
+    dev_languages = Counter(lang for lang, dev in zip(d.language, d.dev, strict=True) if dev)
+    print(f"   dev languages: {', '.join(f'{k} {v}' for k, v in sorted(dev_languages.items()))}")
+    print(
+        f"   balance: {int(d.math.sum())} math word problems weigh {s[d.math][0]:.3f} each, "
+        f"{int((~d.math).sum())} others {s[~d.math][0]:.3f} each (half of the total each)"
+    )
+    general = Counter(d.domain[d.source == GENERAL])
+    print(f"   general by domain: {', '.join(f'{k} {v}' for k, v in sorted(general.items()))}")
+    missing = [n for n in SCORED if n not in d.names]
+    print(f"   features never in the data (prior kept): {', '.join(missing) or 'none'}\n")
+
+
+def report_mix(d: Data, result: MixResult) -> None:
+    dev = np.flatnonzero(d.dev)
+    y, math, domain = d.y[dev], d.math[dev], d.domain[dev]
+    print(
+        f"\n2. exemplar mix, {FOLDS}-fold CV on the {len(dev)} dev prompts (weights refitted per "
+        "fold; exemplars.yaml votes): balanced held-out Spearman (mean of word problems and "
+        "general)"
+    )
+    print("   exemplar_weight  " + "  ".join(f"k={n:<4}" for n in NEIGHBOURS))
+    for m in EXEMPLAR_WEIGHTS:
+        cells = [
+            f"{balanced_spearman(result.held[m, n], y, math):.3f}"
+            f"{'*' if (m, n) == result.best else ' '}"
+            for n in NEIGHBOURS
+        ]
+        print(f"   {m:<16} " + "  ".join(cells))
+    hand = balanced_spearman(result.hand_set, y, math)
+    print(
+        f"   (* best; the hand-set scorer, prior weights with exemplar_weight "
+        f"{PRIOR_MIX['exemplar_weight']} and {PRIOR_MIX['neighbours']} neighbours: {hand:.3f})"
+    )
+
+    features_only = result.held[0.0, NEIGHBOURS[0]]
+    chosen = result.held[result.best]
+    columns = [
+        ("hand-set, features", result.hand_set_features),
+        (f"hand-set, mix {PRIOR_MIX['exemplar_weight']}", result.hand_set),
+        ("fitted, features", features_only),
+    ]
+    if result.best[0] != 0:
+        columns.append((f"fitted, mix {result.best[0]} k {result.best[1]}", chosen))
+    print("\n   held-out Spearman by domain (dev prompts; pooled over the folds)")
+    print(
+        f"   {'domain':<16} {'n':>4} {'difficulty':>11}  "
+        + "  ".join(f"{c:>18}" for c, _ in columns)
+    )
+    rows: list[tuple[str, np.ndarray]] = [
+        (name, domain == name) for name in sorted(set(domain[~math]))
+    ]
+    rows += [
+        (f"{WORD_PROBLEM}s", math),
+        ("ALL general", ~math),
+        ("ALL dev (pooled)", np.ones(len(dev), dtype=bool)),
+    ]
+    for name, where in rows:
+        spread = f"{y[where].min():.2f}-{y[where].max():.2f}"
+        line = "  ".join(f"{_rho(spearman(v[where], y[where])):>18}" for _, v in columns)
+        print(f"   {name:<16} {int(where.sum()):>4} {spread:>11}  {line}")
+    line = "  ".join(f"{balanced_spearman(v, y, math):>18.2f}" for _, v in columns)
+    print(f"   {'BALANCED':<16} {'':>4} {'':>11}  {line}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--write", action="store_true", help="rewrite the defaults in the code")
     args = ap.parse_args(argv)
 
     d = load_data()
-    steps, counts = np.unique(np.round((d.y[d.dev] - 0.1) * 10).astype(int), return_counts=True)
-    languages = [lang for lang, dev in zip(d.language, d.dev, strict=True) if dev]
+    report_data(d)
+    lam, lowest, by_lam = choose_lambda(d)
     print(
-        f"data: {int((~d.dev).sum())} exemplars + {int(d.dev.sum())} dev problems "
-        f"(en {languages.count('en')}, zh {languages.count('zh')}; problems by steps: "
-        f"{', '.join(f'{s}: {c}' for s, c in zip(steps, counts, strict=True))})"
+        f"1. penalty strength, {FOLDS}-fold CV on all {len(d.y)} texts (seed {SEED}; "
+        "sign-constrained fits)"
     )
-    missing = [n for n in SCORED if n not in d.names]
-    print(f"features never in the data (prior kept): {', '.join(missing) or 'none'}\n")
-
-    lam, by_lam = choose_lambda(d)
-    print(f"1. penalty strength, {FOLDS}-fold CV on all {len(d.y)} texts (seed {SEED}):")
-    print("   lam      held-out cross-entropy   held-out Spearman")
-    for key, (ce, rho) in by_lam.items():
+    print("   lam      held-out weighted CE (SE)        Spearman: word problems   others")
+    for key, r in by_lam.items():
         label = "prior" if key == 0.0 else f"{key:<6g}"
-        print(f"   {label:<8} {ce:.4f}{'  <- chosen' if key == lam else '          '}"
-              f"             {rho:.3f}")  # fmt: skip
+        note = {lowest: "  <- lowest", lam: "  <- chosen"}.get(key, "")
+        print(
+            f"   {label:<8} {r.ce:.4f} ({r.se:.4f}){note:<13}"
+            f"          {r.rho_math:.3f}    {r.rho_rest:.3f}"
+        )
+    print(
+        f"   chosen: the largest lam within one SE of the lowest CE "
+        f"({by_lam[lowest].ce:.4f} + {by_lam[lowest].se:.4f})"
+    )
 
-    w = fit(d.x, d.y, prior(d.names), lam)
+    s = balance(d.math)
+    w0, box = prior(d.names), bounds(d.names)
+    w = fit(d.x, d.y, s, w0, lam, box)
+    residual = kkt_residual(d.x, d.y, s, w0, lam, w, box)
+    assert residual < 1e-6, f"the constrained fit did not converge (KKT residual {residual:g})"
+    unconstrained = weights_dict(fit(d.x, d.y, s, w0, lam), d.names)
     fitted = weights_dict(w, d.names)
     # The model fitted here is the scorer's feature part: check it on every text.
     check = ComplexityScorer(ScoringConfig(weights=fitted, exemplar_weight=0))
     by_scorer = np.array([check.score(extract(body(t))).parts[FEATURES_PART] for t in d.texts])
     assert np.allclose(by_scorer, sigmoid(design(d.x) @ w), atol=1e-9), "model != scorer"
-    print(f"\n   weights (lam {lam:g}, all data)  prior   fitted")
+    print(f"\n   weights (lam {lam:g}, all data; KKT residual {residual:.1e})")
+    print(f"   {'':<20} {'prior':>8} {'fitted':>8} {'without signs':>14}")
     for name in (BIAS, *SCORED):
-        note = "" if name == BIAS or name in d.names else "   (not in the data)"
-        print(f"   {name:<20} {PRIOR[name]:>12.2f} {fitted[name]:>8.2f}{note}")
+        if name != BIAS and name not in d.names:
+            note = "   (not in the data)"
+        elif name != BIAS and fitted[name] == 0:
+            note = "   (held at 0 by its sign)"
+        else:
+            note = ""
+        print(
+            f"   {name:<20} {PRIOR[name]:>8.2f} {fitted[name]:>8.2f} "
+            f"{unconstrained[name]:>14.2f}{note}"
+        )
 
-    (mix, neighbours), by_mix, shipped = asyncio.run(choose_mix(d, lam))
-    print(
-        f"\n2. exemplar mix, {FOLDS}-fold CV on the {int(d.dev.sum())} dev problems "
-        "(weights refitted per fold; exemplars.yaml votes): mean held-out Spearman"
-    )
-    print("   exemplar_weight  " + "  ".join(f"k={n:<4}" for n in NEIGHBOURS))
-    for m in EXEMPLAR_WEIGHTS:
-        cells = [f"{np.mean(by_mix[m, n]):.3f}{'*' if (m, n) == (mix, neighbours) else ' '}"
-                 for n in NEIGHBOURS]  # fmt: skip
-        print(f"   {m:<16} " + "  ".join(cells))
+    result = asyncio.run(choose_mix(d, lam, fitted))
+    report_mix(d, result)
     current = ScoringConfig()
-    print(
-        f"   (* best; the hand-set weights with exemplar_weight {PRIOR_MIX['exemplar_weight']} "
-        f"and {PRIOR_MIX['neighbours']} neighbours, as shipped before the fit: "
-        f"{np.mean(shipped):.3f})"
-    )
+    mix, neighbours = result.best
     if mix == 0:  # no vote: the count of voters changes nothing, so its default stays
         neighbours = current.neighbours
     print(f"   chosen: exemplar_weight {mix}, neighbours {neighbours}")
+
+    print(
+        f"\n3. probe prompts: hand-set (mix {PRIOR_MIX['exemplar_weight']}) and fitted "
+        f"(mix {mix}); in brackets the feature part alone (the score without an embedding)"
+    )
+    for name, (by_hand, by_hand_features, new, new_features) in result.probes.items():
+        print(
+            f"   {name:<22} hand-set {by_hand:.2f} ({by_hand_features:.2f})   "
+            f"fitted {new:.2f} ({new_features:.2f})"
+        )
 
     if args.write:
         write_weights(fitted)

@@ -62,9 +62,9 @@ class ScoringConfig(Strict):
     exemplars: str | None = Field(
         None, description="YAML file of labelled prompts; default: the shipped set."
     )
-    neighbours: int = Field(7, ge=1, le=50, description="Exemplars that vote.")
+    neighbours: int = Field(15, ge=1, le=50, description="Exemplars that vote.")
     exemplar_weight: float = Field(
-        0.0, ge=0, le=1, description="Share of the score from exemplar votes (0: features only)."
+        0.75, ge=0, le=1, description="Share of the score from exemplar votes (0: features only)."
     )
 
 
