@@ -9,6 +9,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from gateway import shared_state
 from gateway.accesslog import AccessLog
 from gateway.cache.factory import build_cache
 from gateway.config import Settings
@@ -58,6 +59,7 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     app.cleanup_ctx.append(_cache_lifetime)
     app.cleanup_ctx.append(_runtime_lifetime)
     app.cleanup_ctx.append(_config_watch)
+    app.cleanup_ctx.append(_shared_state_watch)
     app.router.add_post("/v1/chat/completions", handlers.chat_completions)
     app.router.add_post("/v1/embeddings", handlers.embeddings)
     app.router.add_get("/v1/models", handlers.list_models)
@@ -101,6 +103,20 @@ async def _config_watch(app: web.Application) -> AsyncIterator[None]:
         with contextlib.suppress(asyncio.CancelledError):
             await watch
     await reloader.close()
+
+
+async def _shared_state_watch(app: web.Application) -> AsyncIterator[None]:
+    parts = shared_parts(app[CACHE], app[BREAKERS], app[LIMITER])
+    task = None
+    if "breakers" in parts or "rate_limits" in parts:
+        task = asyncio.get_running_loop().create_task(
+            shared_state.watch(app[BREAKERS], app[LIMITER])
+        )
+    yield
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def _runtime_lifetime(app: web.Application) -> AsyncIterator[None]:

@@ -4,6 +4,7 @@ every part falls back to local state and resynchronises by itself (docs/DEPLOY.m
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from gateway.cache.service import SemanticCache
@@ -27,3 +28,17 @@ def shared_parts(
     if limiter.shared_up is not None:
         parts["rate_limits"] = lambda: bool(limiter.shared_up)
     return parts
+
+
+WATCH_SECONDS = 1.0
+
+
+async def watch(breakers: Breakers, limiter: RateLimiter) -> None:
+    """Once a second, ask Redis directly for the parts that report it unreachable: they
+    otherwise learn it is back only when a request happens to call it, so an idle replica (or
+    one serving cache hits) would report degraded long after Redis returned. The cache's
+    follower reconnects on its own."""
+    while True:
+        await asyncio.sleep(WATCH_SECONDS)
+        await breakers.probe_redis()
+        await limiter.probe_shared()

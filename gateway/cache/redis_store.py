@@ -124,7 +124,9 @@ class RedisStore:
         self._lru, self._exp = f"{namespace}:lru", f"{namespace}:exp"
         self._next_id, self._events = f"{namespace}:next_id", f"{namespace}:events"
         self._max_stream = str(max(10_000, 2 * max_entries))
-        options: dict[str, Any] = {"retry": Retry(NoBackoff(), 0), "health_check_interval": 0}
+        # One immediate retry on a fresh connection: after a Redis restart every pooled
+        # connection is stale once, and that must not cost a miss.
+        options: dict[str, Any] = {"retry": Retry(NoBackoff(), 1), "health_check_interval": 0}
         # Any: redis-py's annotations mix bytes and str; replies here are always bytes.
         self._redis: Any = aioredis.from_url(
             url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT, **options

@@ -149,6 +149,13 @@ class RateLimiter:
         backend = self._backend
         return backend.up if isinstance(backend, RedisBackend) else None
 
+    async def probe_shared(self) -> None:
+        """With Redis storage marked unreachable: ask Redis whether it is back."""
+        from gateway.ratelimit.redis_backend import RedisBackend
+
+        if isinstance(self._backend, RedisBackend) and not self._backend.up:
+            await self._backend.ping()
+
     async def acquire(
         self, tenant: str, limits: RateLimitConfig, estimated_tokens: int = 0
     ) -> Permit:

@@ -133,12 +133,14 @@ return 1
 
 class RedisBackend:
     def __init__(self, url: str, namespace: str, *, slot_ttl_seconds: float) -> None:
-        # No retries: a failed call fails open at once rather than after backoffs.
+        # One immediate retry, on a fresh connection: after a Redis restart each pooled
+        # connection is stale once, and that must not count as an outage. No backoff: a
+        # failed call fails open at once.
         self._redis = aioredis.Redis.from_url(
             url,
             socket_timeout=SOCKET_TIMEOUT,
             socket_connect_timeout=SOCKET_TIMEOUT,
-            retry=Retry(NoBackoff(), 0),
+            retry=Retry(NoBackoff(), 1),
         )
         self._namespace = namespace
         self._slot_ttl = slot_ttl_seconds
@@ -229,6 +231,15 @@ class RedisBackend:
         task = asyncio.ensure_future(coro)
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+
+    async def ping(self) -> bool:
+        """Whether Redis answers now; an answer ends the pause (readiness uses this)."""
+        try:
+            await self._redis.ping()
+        except (RedisError, OSError):
+            return False
+        self.up, self._paused_until = True, 0.0
+        return True
 
     def paused(self) -> bool:
         """Within a second of a failure: Redis is not asked, requests are admitted."""

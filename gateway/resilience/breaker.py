@@ -9,6 +9,7 @@ a failure. Cancelled calls (the client left) and gateway bugs are recorded as ne
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -260,13 +261,23 @@ class Breakers:
             return None
         if self._redis is None:
             import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
 
             # Short timeouts: an unreachable Redis must not stall requests; pybreaker then
             # treats every breaker as closed.
             self._redis = redis.Redis.from_url(
-                config.url, socket_timeout=0.25, socket_connect_timeout=0.25
+                config.url,
+                socket_timeout=0.25,
+                socket_connect_timeout=0.25,
+                retry=Retry(NoBackoff(), 1),  # a connection gone stale: once more, fresh
             )
         return SharedStorage(self._redis, f"{config.namespace}:{name}", self.redis_health)
+
+    async def probe_redis(self) -> None:
+        """While shared state is unreachable, see whether Redis is back (off the loop)."""
+        if self._redis is not None and not self.redis_health.up:
+            await asyncio.to_thread(self.redis_health.probe, self._redis)
 
     @property
     def shared(self) -> bool:

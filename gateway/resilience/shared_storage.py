@@ -44,6 +44,16 @@ class RedisHealth:
     def paused(self) -> bool:
         return time.monotonic() < self._paused_until
 
+    def probe(self, redis: Redis) -> bool:
+        """Ping Redis (blocking: call it off the event loop); an answer marks it up."""
+        try:
+            redis.ping()
+        except (RedisError, OSError):
+            return False
+        self.ok()
+        self._paused_until = 0.0
+        return True
+
     def ok(self) -> None:
         if not self.up:
             log.warning("circuit breaker storage: Redis is back, using the shared state again")

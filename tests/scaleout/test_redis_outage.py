@@ -353,7 +353,7 @@ def test_replicas_serve_through_a_redis_outage_and_resynchronise_after_it(
 def test_readiness_sees_redis_back_without_requests_reaching_breakers_or_limits(
     settled: list[Replica], redis_process: RedisProcess
 ) -> None:
-    """GATEWAY BUG (gateway/shared_state.py, shared_parts): /readyz and gateway_redis_up
+    """Was a gateway bug (gateway/shared_state.py, shared_parts): /readyz and gateway_redis_up
     report the breakers' and rate limits' Redis as the last call to it went
     (RedisHealth.up in gateway/resilience/shared_storage.py, RedisBackend.up in
     gateway/ratelimit/redis_backend.py), and only requests that reach a breaker (cache
@@ -383,7 +383,7 @@ def test_readiness_sees_redis_back_without_requests_reaching_breakers_or_limits(
 def test_stale_connections_after_a_redis_restart_neither_skip_limits_nor_miss_the_cache(
     settled: list[Replica], redis_process: RedisProcess
 ) -> None:
-    """GATEWAY BUG (gateway/ratelimit/redis_backend.py RedisBackend.__init__, and the same in
+    """Was a gateway bug (gateway/ratelimit/redis_backend.py RedisBackend.__init__, and the same in
     gateway/cache/redis_store.py RedisStore.__init__): the asyncio connection pools keep the
     connections they had before Redis went away, and with `retry=Retry(NoBackoff(), 0)` the
     first command on each of them after Redis is back fails (ConnectionError), even
