@@ -1,46 +1,56 @@
-"""Fit the complexity score's feature weights on labelled prompts that are not a benchmark.
+"""Fit a scoring profile's feature weights and exemplar mix on labelled prompts that are not a
+benchmark (the profiles of gateway/routing/scorer.py; `--profile` picks one).
 
 Data, all written for this project (difficulty on the scale of gateway/routing/exemplars.yaml):
 - every exemplar in gateway/routing/exemplars.yaml (its `difficulty`);
 - the math word problems of bench/data/routing_dev.yaml (difficulty `min(0.9, 0.1 + 0.1 *
   steps)`, steps checked by bench/check_routing_dev.py);
-- the general prompts of bench/data/routing_dev_general.yaml (chit-chat, lookups, long pastes
-  to summarize, translate, proofread or extract from, code to read or debug, concurrency and
-  design questions, proofs, analysis, planning, writing; labelled by hand, each with a `why`).
+- `general` only: the general prompts of bench/data/routing_dev_general.yaml (chit-chat,
+  lookups, long pastes to summarize, translate, proofread or extract from, code to read or
+  debug, concurrency and design questions, proofs, analysis, planning, writing; labelled by
+  hand, each with a `why`).
 Each text becomes a request body with one user message; its features are squashed exactly as
 `ComplexityScorer.score` squashes them (the scorer itself is called, with unit weights).
 
-Balance: the gateway serves general traffic, of which math word problems are one kind among
-many. So the fit does not let them weigh by their count (they are most of the texts): math
-word problems (routing_dev.yaml and the exemplars of domain `word-problem`) and everything else
-each get half of the total sample weight, spread evenly within each half (mean weight 1).
+Balance (`general`): the gateway serves general traffic, of which math word problems are one
+kind among many. So the fit does not let them weigh by their count (they are most of the
+texts): math word problems (routing_dev.yaml and the exemplars of domain `word-problem`) and
+everything else each get half of the total sample weight, spread evenly within each half (mean
+weight 1). `word-problems`: every text weighs 1.
 
 1. Bias plus one weight per feature: soft-label logistic regression (weighted cross-entropy
    against the difficulty) with an L2 penalty `lam / 2 * sum (w - prior)^2` towards the weights
    set by hand before any fit (PRIOR below; a MAP estimate; the bias is not penalized).
-   Sign constraints: every feature weight keeps the sign of its prior weight or becomes 0 (what
-   a feature means decides whether it raises or lowers complexity: a question mark cannot make a
-   prompt simpler, a chit-chat opener cannot make it harder); the bias is free. Solved by
-   projected Newton (Bertsekas): Newton steps on the weights not held at 0, projection onto the
-   allowed signs, an Armijo line search along the projection; the KKT conditions are checked.
-   `lam` is chosen by 5-fold cross-validation on all texts (held-out weighted cross-entropy),
-   with the one-standard-error rule: the largest lam whose held-out cross-entropy is within one
-   standard error (over the folds) of the lowest, i.e. among the fits the data cannot tell
-   apart, the one nearest the prior (the curve is flat over two decades of lam).
+   Sign constraints (`general`): every feature weight keeps the sign of its prior weight or
+   becomes 0 (what a feature means decides whether it raises or lowers complexity: a question
+   mark cannot make a prompt simpler, a chit-chat opener cannot make it harder); the bias is
+   free. `word-problems` has none. Solved by projected Newton (Bertsekas): Newton steps on the
+   weights not held at 0, projection onto the allowed signs, an Armijo line search along the
+   projection; the KKT conditions are checked (without constraints: plain Newton).
+   `lam` is chosen by 5-fold cross-validation on all texts (held-out weighted cross-entropy).
+   `general`: folds stratified by source file, and the one-standard-error rule: the largest lam
+   whose held-out cross-entropy is within one standard error (over the folds) of the lowest,
+   i.e. among the fits the data cannot tell apart, the one nearest the prior (the curve is flat
+   over two decades of lam). `word-problems`: one permutation of all texts, the lam with the
+   lowest held-out cross-entropy.
    A feature that never occurs in the data keeps its prior weight.
-2. `exemplar_weight` and `neighbours`: 5-fold cross-validation on all dev prompts (word problems
-   and general). Each fold refits the weights without its held-out prompts and scores them with
+2. `exemplar_weight` and `neighbours`: 5-fold cross-validation on the dev prompts (not the
+   exemplars). Each fold refits the weights without its held-out prompts and scores them with
    the real scorer: the features plus the vote of exemplars.yaml (the dev prompts never vote),
-   embedded by the cache's default embedder. Criterion, in line with the balance: the mean of
-   the held-out Spearman rank correlations (score vs difficulty, pooled over the folds) of the
-   word problems and of the general prompts. Printed per domain as well, beside the hand-set
-   scorer (the prior weights with the prior exemplar mix, as shipped before any fit).
+   embedded by the cache's default embedder. Criterion for `general`, in line with the balance:
+   the mean of the held-out Spearman rank correlations (score vs difficulty, pooled over the
+   folds) of the word problems and of the general prompts (ties: the smaller mix, then more
+   neighbours). For `word-problems`: the held-out Spearman of each fold, averaged over the folds
+   (ties: the smaller mix, then fewer neighbours). With a mix of 0 nothing votes, so the
+   profile's `neighbours` stays. Printed per domain as well, beside the hand-set scorer (the
+   prior weights with the prior exemplar mix, as shipped before any fit).
 3. Probe prompts (written here, in no data set): scores under the hand-set and fitted scorers.
+4. Diff check: the refit, rounded to 2 decimals as written, against the profile in scorer.py.
 
-    python bench/fit_routing_weights.py [--write]
+    python bench/fit_routing_weights.py [--profile general|word-problems] [--write]
 
---write rewrites DEFAULT_WEIGHTS in gateway/routing/scorer.py (rounded to 2 decimals) and the
-defaults of exemplar_weight and neighbours in gateway/config/routing.py if they change.
+Without --write the exit status is 1 when the diff check finds a difference. --write rewrites
+the profile in PROFILES of gateway/routing/scorer.py (weights rounded to 2 decimals, the mix).
 """
 
 from __future__ import annotations
@@ -64,10 +74,16 @@ from check_routing_dev import DEV, load, problems  # noqa: E402  (beside this fi
 
 from gateway.cache.factory import new_embedder  # noqa: E402
 from gateway.config import EmbedderConfig  # noqa: E402
-from gateway.config.routing import ScoringConfig  # noqa: E402
+from gateway.config.routing import ProfileName, ScoringConfig  # noqa: E402
 from gateway.routing.exemplars import load_exemplars  # noqa: E402
 from gateway.routing.features import SCORED, extract  # noqa: E402
-from gateway.routing.scorer import BIAS, DEFAULT_WEIGHTS, FEATURES_PART, ComplexityScorer  # noqa: E402
+from gateway.routing.scorer import (  # noqa: E402
+    BIAS,
+    FEATURES_PART,
+    PROFILES,
+    ComplexityScorer,
+    Profile,
+)
 
 DEV_GENERAL = DEV.parent / "routing_dev_general.yaml"
 WORD_PROBLEM = "word-problem"  # the domain of math word problems (exemplars and routing_dev)
@@ -88,9 +104,43 @@ PRIOR: dict[str, float] = {
     "tools": 0.8, "depth": 0.4, "images": 0.8,
 }  # fmt: skip
 PRIOR_MIX = {"exemplar_weight": 0.5, "neighbours": 7}
-assert set(PRIOR) == set(DEFAULT_WEIGHTS), "a feature was added: give it a prior weight here"
+assert all(set(PRIOR) == set(p.weights) for p in PROFILES.values()), (
+    "a feature was added: give it a prior weight here"
+)
 SCORER_PY = REPO / "gateway" / "routing" / "scorer.py"
-CONFIG_PY = REPO / "gateway" / "config" / "routing.py"
+
+
+@dataclass(frozen=True)
+class Procedure:
+    """How one profile is fitted (the module docstring says why each differs). All off: the
+    first fit's procedure (9a6dce1), the texts as they come."""
+
+    general_prompts: bool = False  # routing_dev_general.yaml is in the data
+    balanced: bool = False  # math word problems and the rest weigh half each (else each 1)
+    signs: bool = False  # each weight keeps its prior's sign or is 0
+    one_se: bool = False  # lam by the one-standard-error rule (else the lowest held-out CE)
+    stratified: bool = False  # folds stratified by source file (else one permutation of all)
+    pooled: bool = False  # mix: balanced Spearman pooled over the folds (else the folds' mean)
+
+    def sample_weights(self, math: np.ndarray) -> np.ndarray:
+        return balance(math) if self.balanced else np.ones(len(math))
+
+    def box(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+        return bounds(names) if self.signs else None
+
+    def folds(self, source: np.ndarray) -> np.ndarray:
+        return folds(source if self.stratified else np.zeros(len(source)))
+
+
+PROCEDURES: dict[ProfileName, Procedure] = {
+    # 489bee4: general traffic, math word problems one kind among many.
+    "general": Procedure(
+        general_prompts=True, balanced=True, signs=True, one_se=True, stratified=True, pooled=True
+    ),
+    # 9a6dce1: the word problems and the exemplars as they come.
+    "word-problems": Procedure(),
+}
+assert set(PROCEDURES) == set(PROFILES), "a profile without a procedure, or the reverse"
 
 _ARTICLE = (
     "The Ashford town council has approved a plan to repair the old stone bridge over the river"
@@ -183,12 +233,12 @@ def general_problems(entry: object) -> list[str]:
 GENERAL_FIELDS = ("text", "language", "domain", "difficulty", "why")
 
 
-def load_data() -> Data:
+def load_data(with_general: bool) -> Data:
     dev = load(DEV)
     bad = [(i, p) for i, e in enumerate(dev) for p in problems(e)]
     if bad:
         raise SystemExit(f"{DEV}: {len(bad)} problems, first {bad[0]}; see check_routing_dev.py")
-    general = yaml.safe_load(DEV_GENERAL.read_text("utf-8"))
+    general = yaml.safe_load(DEV_GENERAL.read_text("utf-8")) if with_general else []
     if not isinstance(general, list):
         raise SystemExit(f"{DEV_GENERAL}: expected a list of entries")
     bad = [(i, p) for i, e in enumerate(general) for p in general_problems(e)]
@@ -340,12 +390,12 @@ def kkt_residual(
     w0: np.ndarray,
     lam: float,
     w: np.ndarray,
-    box: tuple[np.ndarray, np.ndarray],
+    box: tuple[np.ndarray, np.ndarray] | None,
 ) -> float:
     """The largest violation of the optimality conditions of `fit` at `w`: a zero gradient for
     the weights inside the box, a gradient pointing out of the box for those on a bound."""
     grad = Problem(design(x), y, s, w0, lam).gradient(w)
-    lower, upper = box
+    lower, upper = box or (np.full(len(w), -np.inf), np.full(len(w), np.inf))
     return float(np.max(np.abs(w - np.clip(w - grad, lower, upper))))
 
 
@@ -386,13 +436,13 @@ class LambdaResult:
     rho_rest: float  # and of everything else
 
 
-def choose_lambda(d: Data) -> tuple[float, float, dict[float, LambdaResult]]:
+def choose_lambda(d: Data, p: Procedure) -> tuple[float, float, dict[float, LambdaResult]]:
     """(chosen lam, lam with the lowest held-out CE, per lam its numbers). The one-standard-
-    error rule: the largest lam whose held-out CE is within one standard error of the lowest,
-    i.e. the fit nearest the prior among those the data cannot tell apart."""
-    fold = folds(d.source)
-    w0, box = prior(d.names), bounds(d.names)
-    s = balance(d.math)
+    error rule, when `p` uses it: the largest lam whose held-out CE is within one standard error
+    of the lowest, i.e. the fit nearest the prior among those the data cannot tell apart."""
+    fold = p.folds(d.source)
+    w0, box = prior(d.names), p.box(d.names)
+    s = p.sample_weights(d.math)
     results = {}
     for lam in (0.0, *LAMBDAS):  # 0.0: the prior itself, not fitted (for comparison)
         held = np.empty(len(d.y))
@@ -400,7 +450,7 @@ def choose_lambda(d: Data) -> tuple[float, float, dict[float, LambdaResult]]:
             test, train = fold == k, fold != k
             w = w0
             if lam != 0.0:
-                w = fit(d.x[train], d.y[train], balance(d.math[train]), w0, lam, box)
+                w = fit(d.x[train], d.y[train], p.sample_weights(d.math[train]), w0, lam, box)
             held[test] = sigmoid(design(d.x[test]) @ w)
         per_fold = [
             cross_entropy(held[fold == k], d.y[fold == k], s[fold == k]) for k in range(FOLDS)
@@ -412,6 +462,8 @@ def choose_lambda(d: Data) -> tuple[float, float, dict[float, LambdaResult]]:
             spearman(held[~d.math], d.y[~d.math]),
         )
     lowest = min(LAMBDAS, key=lambda lam: results[lam].ce)
+    if not p.one_se:
+        return lowest, lowest, results
     limit = results[lowest].ce + results[lowest].se
     chosen = max(lam for lam in LAMBDAS if results[lam].ce <= limit)
     return chosen, lowest, results
@@ -438,17 +490,46 @@ class MixResult:
 
 
 def balanced_spearman(scores: np.ndarray, y: np.ndarray, math: np.ndarray) -> float:
-    """The criterion: the mean of the Spearman of the word problems and of everything else."""
+    """The mean of the Spearman of the word problems and of everything else."""
     return (spearman(scores[math], y[math]) + spearman(scores[~math], y[~math])) / 2
 
 
-async def choose_mix(d: Data, lam: float, fitted: dict[str, float]) -> MixResult:
-    """(exemplar_weight, neighbours) with the best balanced held-out Spearman on the dev
+@dataclass(frozen=True)
+class Criterion:
+    """How `p` ranks the held-out scores of the dev prompts (higher is better)."""
+
+    p: Procedure
+    y: np.ndarray
+    math: np.ndarray
+    fold: np.ndarray
+
+    @property
+    def name(self) -> str:
+        if self.p.pooled:
+            return "balanced held-out Spearman (mean of word problems and general)"
+        return "held-out Spearman, mean over the folds"
+
+    def __call__(self, scores: np.ndarray) -> float:
+        if self.p.pooled:
+            return balanced_spearman(scores, self.y, self.math)
+        per_fold = [spearman(scores[self.fold == k], self.y[self.fold == k]) for k in range(FOLDS)]
+        return float(np.mean(per_fold))
+
+    def key(self, mix: Mix, scores: np.ndarray) -> tuple[float, float, int]:
+        """Ties: the smaller mix, then more neighbours (pooled) or fewer (per fold)."""
+        return self(scores), -mix[0], mix[1] if self.p.pooled else -mix[1]
+
+
+async def choose_mix(
+    d: Data, lam: float, fitted: dict[str, float], p: Procedure
+) -> tuple[MixResult, Criterion]:
+    """(exemplar_weight, neighbours) with the best held-out criterion of `p` on the dev
     prompts (weights refitted per fold without the held-out prompts; exemplars.yaml votes)."""
     dev = np.flatnonzero(d.dev)
-    fold = folds(d.source[dev])
+    fold = p.folds(d.source[dev])
     texts = [d.texts[i] for i in dev]
-    w0, box = prior(d.names), bounds(d.names)
+    w0, box = prior(d.names), p.box(d.names)
+    criterion = Criterion(p, d.y[dev], d.math[dev], fold)
     embedder = new_embedder(EmbedderConfig())
     await embedder.start()
     try:
@@ -459,11 +540,13 @@ async def choose_mix(d: Data, lam: float, fitted: dict[str, float]) -> MixResult
         hand_set = ComplexityScorer(ScoringConfig(weights=PRIOR, **PRIOR_MIX))
         await hand_set.prepare(embedder)
         hand_scores = _score(hand_set, texts, vectors)
-        hand_features = _score(ComplexityScorer(ScoringConfig(weights=PRIOR)), texts, vectors)
+        hand_features = _score(
+            ComplexityScorer(ScoringConfig(weights=PRIOR, exemplar_weight=0)), texts, vectors
+        )
         for k in range(FOLDS):
             test = dev[fold == k]
             train = np.setdiff1d(np.arange(len(d.y)), test)
-            s = balance(d.math[train])
+            s = p.sample_weights(d.math[train])
             w = weights_dict(fit(d.x[train], d.y[train], s, w0, lam, box), d.names)
             rows = np.flatnonzero(fold == k)
             for mix, n in held:
@@ -472,8 +555,7 @@ async def choose_mix(d: Data, lam: float, fitted: dict[str, float]) -> MixResult
                 )
                 await scorer.prepare(embedder)
                 held[mix, n][rows] = _score(scorer, [texts[j] for j in rows], vectors[rows])
-        y, math = d.y[dev], d.math[dev]
-        best = max(held, key=lambda m: (balanced_spearman(held[m], y, math), -m[0], m[1]))
+        best = max(held, key=lambda m: criterion.key(m, held[m]))
         probe_texts = list(PROBES.values())
         probe_vectors = await embedder.embed_many(probe_texts)
         final = ComplexityScorer(
@@ -492,7 +574,7 @@ async def choose_mix(d: Data, lam: float, fitted: dict[str, float]) -> MixResult
             )
     finally:
         await embedder.close()
-    return MixResult(best, held, hand_scores, hand_features, probes)
+    return MixResult(best, held, hand_scores, hand_features, probes), criterion
 
 
 def _score(scorer: ComplexityScorer, texts: list[str], vectors: np.ndarray) -> np.ndarray:
@@ -501,34 +583,70 @@ def _score(scorer: ComplexityScorer, texts: list[str], vectors: np.ndarray) -> n
     )
 
 
-# ---------------------------------------------------------------- writing the defaults
+# ---------------------------------------------------------------- writing the profile
 
 
-def write_weights(weights: dict[str, float]) -> None:
-    lines = [f"        BIAS: {_number(weights[BIAS])},"]
-    lines += [f'        "{n}": {_number(weights[n])},' for n in SCORED]
+def profile_block(name: ProfileName, profile: Profile) -> str:
+    """The profile's entry in PROFILES, as scorer.py writes it (ruff-formatted)."""
+    lines = [
+        f'        "{name}": Profile(',
+        f"            exemplar_weight={profile.exemplar_weight!r},",
+        f"            neighbours={profile.neighbours},",
+        "            weights=MappingProxyType(",
+        "                {",
+        f"                    BIAS: {_number(profile.weights[BIAS])},",
+        *(f'                    "{n}": {_number(profile.weights[n])},' for n in SCORED),
+        "                }",
+        "            ),",
+        "        ),",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_profile(name: ProfileName, profile: Profile) -> None:
     text = SCORER_PY.read_text("utf-8")
-    head = r"DEFAULT_WEIGHTS: Mapping\[str, float\] = MappingProxyType\(\n    \{\n"
-    pattern = rf"({head}).*?(\n    \}}\n\))"
-    new, count = re.subn(pattern, lambda m: m[1] + "\n".join(lines) + m[2], text, flags=re.S)
+    pattern = rf'^        "{re.escape(name)}": Profile\(\n.*?^        \),\n'
+    new, count = re.subn(pattern, lambda _: profile_block(name, profile), text, flags=re.S | re.M)
     if count != 1:
-        raise SystemExit(f"{SCORER_PY}: DEFAULT_WEIGHTS not found in the expected shape")
+        raise SystemExit(f"{SCORER_PY}: PROFILES[{name!r}] not found in the expected shape")
     SCORER_PY.write_text(new, "utf-8")
 
 
-def write_mix(exemplar_weight: float, neighbours: int) -> None:
-    text = CONFIG_PY.read_text("utf-8")
-    text, a = re.subn(r"(neighbours: int = Field\()\d+", rf"\g<1>{neighbours}", text)
-    text, b = re.subn(
-        r"(exemplar_weight: float = Field\(\s*)[0-9.]+", rf"\g<1>{exemplar_weight}", text
-    )
-    if (a, b) != (1, 1):
-        raise SystemExit(f"{CONFIG_PY}: neighbours or exemplar_weight not found")
-    CONFIG_PY.write_text(text, "utf-8")
-
-
 def _number(x: float) -> str:
-    return repr(round(x, 2) + 0.0)  # + 0.0: no "-0.0"
+    return repr(_rounded(x))
+
+
+def _rounded(x: float) -> float:
+    return round(x, 2) + 0.0  # + 0.0: no "-0.0"
+
+
+def diff_check(name: ProfileName, refit: Profile) -> list[str]:
+    """Print the refit (rounded as written; before rounding too, to show how far each weight is
+    from a flip) beside the committed profile; the names that differ."""
+    committed = PROFILES[name]
+    print(
+        f"\n4. diff check: the refit, rounded as --write writes it, against PROFILES[{name!r}] "
+        f"in {SCORER_PY.relative_to(REPO)}"
+    )
+    print(f"   {'':<20} {'committed':>10} {'refit':>8} {'unrounded':>11}")
+    rows: list[tuple[str, float, float, str]] = [
+        (n, committed.weights[n], _rounded(refit.weights[n]), f"{refit.weights[n]:.5f}")
+        for n in (BIAS, *SCORED)
+    ]
+    rows += [
+        ("exemplar_weight", committed.exemplar_weight, refit.exemplar_weight, ""),
+        ("neighbours", committed.neighbours, refit.neighbours, ""),
+    ]
+    differ = []
+    for n, old, new, unrounded in rows:
+        same = old == new
+        differ += [] if same else [n]
+        print(f"   {n:<20} {old:>10g} {new:>8g} {unrounded:>11}   {'ok' if same else 'DIFFERS'}")
+    if differ:
+        print(f"   diff check: {len(differ)} of {len(rows)} differ: {', '.join(differ)}")
+    else:
+        print(f"   diff check: all {len(rows)} numbers equal the committed profile {name!r}")
+    return differ
 
 
 # ---------------------------------------------------------------- report
@@ -538,8 +656,8 @@ def _rho(x: float) -> str:
     return "    -" if np.isnan(x) else f"{x:5.2f}"
 
 
-def report_data(d: Data) -> None:
-    s = balance(d.math)
+def report_data(d: Data, p: Procedure) -> None:
+    s = p.sample_weights(d.math)
     print(
         f"data: {int((d.source == EXEMPLARS).sum())} exemplars, "
         f"{int((d.source == WORD_PROBLEMS).sum())} word problems (routing_dev.yaml), "
@@ -547,36 +665,38 @@ def report_data(d: Data) -> None:
     )
     dev_languages = Counter(lang for lang, dev in zip(d.language, d.dev, strict=True) if dev)
     print(f"   dev languages: {', '.join(f'{k} {v}' for k, v in sorted(dev_languages.items()))}")
-    print(
-        f"   balance: {int(d.math.sum())} math word problems weigh {s[d.math][0]:.3f} each, "
-        f"{int((~d.math).sum())} others {s[~d.math][0]:.3f} each (half of the total each)"
-    )
+    if p.balanced:
+        print(
+            f"   balance: {int(d.math.sum())} math word problems weigh {s[d.math][0]:.3f} each, "
+            f"{int((~d.math).sum())} others {s[~d.math][0]:.3f} each (half of the total each)"
+        )
+    else:
+        print(f"   unweighted: each of the {len(s)} texts weighs 1")
     general = Counter(d.domain[d.source == GENERAL])
-    print(f"   general by domain: {', '.join(f'{k} {v}' for k, v in sorted(general.items()))}")
+    if general:
+        print(f"   general by domain: {', '.join(f'{k} {v}' for k, v in sorted(general.items()))}")
     missing = [n for n in SCORED if n not in d.names]
     print(f"   features never in the data (prior kept): {', '.join(missing) or 'none'}\n")
 
 
-def report_mix(d: Data, result: MixResult) -> None:
+def report_mix(d: Data, result: MixResult, criterion: Criterion) -> None:
     dev = np.flatnonzero(d.dev)
     y, math, domain = d.y[dev], d.math[dev], d.domain[dev]
     print(
         f"\n2. exemplar mix, {FOLDS}-fold CV on the {len(dev)} dev prompts (weights refitted per "
-        "fold; exemplars.yaml votes): balanced held-out Spearman (mean of word problems and "
-        "general)"
+        f"fold; exemplars.yaml votes): {criterion.name}"
     )
     print("   exemplar_weight  " + "  ".join(f"k={n:<4}" for n in NEIGHBOURS))
     for m in EXEMPLAR_WEIGHTS:
         cells = [
-            f"{balanced_spearman(result.held[m, n], y, math):.3f}"
-            f"{'*' if (m, n) == result.best else ' '}"
+            f"{criterion(result.held[m, n]):.3f}{'*' if (m, n) == result.best else ' '}"
             for n in NEIGHBOURS
         ]
         print(f"   {m:<16} " + "  ".join(cells))
-    hand = balanced_spearman(result.hand_set, y, math)
     print(
         f"   (* best; the hand-set scorer, prior weights with exemplar_weight "
-        f"{PRIOR_MIX['exemplar_weight']} and {PRIOR_MIX['neighbours']} neighbours: {hand:.3f})"
+        f"{PRIOR_MIX['exemplar_weight']} and {PRIOR_MIX['neighbours']} neighbours: "
+        f"{criterion(result.hand_set):.3f})"
     )
 
     features_only = result.held[0.0, NEIGHBOURS[0]]
@@ -602,24 +722,21 @@ def report_mix(d: Data, result: MixResult) -> None:
         ("ALL dev (pooled)", np.ones(len(dev), dtype=bool)),
     ]
     for name, where in rows:
+        if not where.any():
+            continue
         spread = f"{y[where].min():.2f}-{y[where].max():.2f}"
         line = "  ".join(f"{_rho(spearman(v[where], y[where])):>18}" for _, v in columns)
         print(f"   {name:<16} {int(where.sum()):>4} {spread:>11}  {line}")
-    line = "  ".join(f"{balanced_spearman(v, y, math):>18.2f}" for _, v in columns)
-    print(f"   {'BALANCED':<16} {'':>4} {'':>11}  {line}")
+    line = "  ".join(f"{criterion(v):>18.2f}" for _, v in columns)
+    print(f"   {'CRITERION':<16} {'':>4} {'':>11}  {line}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write", action="store_true", help="rewrite the defaults in the code")
-    args = ap.parse_args(argv)
-
-    d = load_data()
-    report_data(d)
-    lam, lowest, by_lam = choose_lambda(d)
+def report_lambda(
+    d: Data, p: Procedure, lam: float, lowest: float, by_lam: dict[float, LambdaResult]
+) -> None:
+    kind = "sign-constrained" if p.signs else "unconstrained"
     print(
-        f"1. penalty strength, {FOLDS}-fold CV on all {len(d.y)} texts (seed {SEED}; "
-        "sign-constrained fits)"
+        f"1. penalty strength, {FOLDS}-fold CV on all {len(d.y)} texts (seed {SEED}; {kind} fits)"
     )
     print("   lam      held-out weighted CE (SE)        Spearman: word problems   others")
     for key, r in by_lam.items():
@@ -627,64 +744,86 @@ def main(argv: list[str] | None = None) -> int:
         note = {lowest: "  <- lowest", lam: "  <- chosen"}.get(key, "")
         print(
             f"   {label:<8} {r.ce:.4f} ({r.se:.4f}){note:<13}"
-            f"          {r.rho_math:.3f}    {r.rho_rest:.3f}"
+            f"          {r.rho_math:.3f}    {_rho(r.rho_rest).strip():>5}"
         )
-    print(
-        f"   chosen: the largest lam within one SE of the lowest CE "
-        f"({by_lam[lowest].ce:.4f} + {by_lam[lowest].se:.4f})"
-    )
+    if p.one_se:
+        print(
+            f"   chosen: the largest lam within one SE of the lowest CE "
+            f"({by_lam[lowest].ce:.4f} + {by_lam[lowest].se:.4f})"
+        )
+    else:
+        print("   chosen: the lam with the lowest CE")
 
-    s = balance(d.math)
-    w0, box = prior(d.names), bounds(d.names)
+
+def report_weights(d: Data, p: Procedure, lam: float, w: np.ndarray, residual: float) -> None:
+    s = p.sample_weights(d.math)
+    fitted = weights_dict(w, d.names)
+    print(f"\n   weights (lam {lam:g}, all data; KKT residual {residual:.1e})")
+    print(
+        f"   {'':<20} {'prior':>8} {'fitted':>8}" + (f" {'without signs':>14}" if p.signs else "")
+    )
+    unconstrained = weights_dict(fit(d.x, d.y, s, prior(d.names), lam), d.names) if p.signs else {}
+    for name in (BIAS, *SCORED):
+        if name != BIAS and name not in d.names:
+            note = "   (not in the data)"
+        elif name != BIAS and fitted[name] == 0 and p.signs:
+            note = "   (held at 0 by its sign)"
+        else:
+            note = ""
+        free = f" {unconstrained[name]:>14.2f}" if p.signs else ""
+        print(f"   {name:<20} {PRIOR[name]:>8.2f} {fitted[name]:>8.2f}{free}{note}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", choices=sorted(PROCEDURES), default="general")
+    ap.add_argument("--write", action="store_true", help="rewrite the profile in scorer.py")
+    args = ap.parse_args(argv)
+    name: ProfileName = args.profile
+    p = PROCEDURES[name]
+
+    print(f"profile {name!r}: {p}\n")
+    d = load_data(p.general_prompts)
+    report_data(d, p)
+    lam, lowest, by_lam = choose_lambda(d, p)
+    report_lambda(d, p, lam, lowest, by_lam)
+
+    s = p.sample_weights(d.math)
+    w0, box = prior(d.names), p.box(d.names)
     w = fit(d.x, d.y, s, w0, lam, box)
     residual = kkt_residual(d.x, d.y, s, w0, lam, w, box)
-    assert residual < 1e-6, f"the constrained fit did not converge (KKT residual {residual:g})"
-    unconstrained = weights_dict(fit(d.x, d.y, s, w0, lam), d.names)
+    assert residual < 1e-6, f"the fit did not converge (KKT residual {residual:g})"
     fitted = weights_dict(w, d.names)
     # The model fitted here is the scorer's feature part: check it on every text.
     check = ComplexityScorer(ScoringConfig(weights=fitted, exemplar_weight=0))
     by_scorer = np.array([check.score(extract(body(t))).parts[FEATURES_PART] for t in d.texts])
     assert np.allclose(by_scorer, sigmoid(design(d.x) @ w), atol=1e-9), "model != scorer"
-    print(f"\n   weights (lam {lam:g}, all data; KKT residual {residual:.1e})")
-    print(f"   {'':<20} {'prior':>8} {'fitted':>8} {'without signs':>14}")
-    for name in (BIAS, *SCORED):
-        if name != BIAS and name not in d.names:
-            note = "   (not in the data)"
-        elif name != BIAS and fitted[name] == 0:
-            note = "   (held at 0 by its sign)"
-        else:
-            note = ""
-        print(
-            f"   {name:<20} {PRIOR[name]:>8.2f} {fitted[name]:>8.2f} "
-            f"{unconstrained[name]:>14.2f}{note}"
-        )
+    report_weights(d, p, lam, w, residual)
 
-    result = asyncio.run(choose_mix(d, lam, fitted))
-    report_mix(d, result)
-    current = ScoringConfig()
+    result, criterion = asyncio.run(choose_mix(d, lam, fitted, p))
+    report_mix(d, result, criterion)
     mix, neighbours = result.best
-    if mix == 0:  # no vote: the count of voters changes nothing, so its default stays
-        neighbours = current.neighbours
+    if mix == 0:  # no vote: the count of voters changes nothing, so the profile's stays
+        neighbours = PROFILES[name].neighbours
     print(f"   chosen: exemplar_weight {mix}, neighbours {neighbours}")
 
     print(
         f"\n3. probe prompts: hand-set (mix {PRIOR_MIX['exemplar_weight']}) and fitted "
         f"(mix {mix}); in brackets the feature part alone (the score without an embedding)"
     )
-    for name, (by_hand, by_hand_features, new, new_features) in result.probes.items():
+    for probe, (by_hand, by_hand_features, new, new_features) in result.probes.items():
         print(
-            f"   {name:<22} hand-set {by_hand:.2f} ({by_hand_features:.2f})   "
+            f"   {probe:<22} hand-set {by_hand:.2f} ({by_hand_features:.2f})   "
             f"fitted {new:.2f} ({new_features:.2f})"
         )
 
+    refit = Profile(exemplar_weight=mix, neighbours=neighbours, weights=fitted)
+    differ = diff_check(name, refit)
     if args.write:
-        write_weights(fitted)
-        written = [SCORER_PY]
-        if (mix, neighbours) != (current.exemplar_weight, current.neighbours):
-            write_mix(mix, neighbours)
-            written.append(CONFIG_PY)
-        print(f"\nwrote {' and '.join(str(p.relative_to(REPO)) for p in written)}")
-    return 0
+        write_profile(name, refit)
+        print(f"\nwrote PROFILES[{name!r}] in {SCORER_PY.relative_to(REPO)}")
+        return 0
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":

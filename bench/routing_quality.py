@@ -3,7 +3,8 @@
 For each of the 1,319 GSM8K test prompts, ../shared/datasets/routing/gsm8k_responses.csv (from
 RouteLLM) records whether Mixtral-8x7B (cheap) and GPT-4-1106 (strong) answered correctly. The
 prompt is scored as the gateway would score it (a request body with one user message, the
-features, the MiniLM embedding and the shipped exemplar votes); sweeping a threshold over the
+features, the MiniLM embedding and the shipped exemplar votes, with the weights and exemplar
+mix of a scoring profile, `--profile`, default `general`); sweeping a threshold over the
 scores sends the lowest-scoring share of prompts to the cheap model. A prompt routed cheap is
 correct only where the cheap model was correct.
 
@@ -12,15 +13,16 @@ correct only where the cheap model was correct.
 beside a random router with the same cheap share (its expected value, exact:
 `share * cheap_accuracy + (1 - share) * strong_accuracy`). Anchor: RouteLLM's trained routers
 keep 95% of GPT-4's quality while sending about 35% of GSM8K prompts to the cheap model.
-Nothing here is fitted to GSM8K: the weights and exemplars are the shipped defaults.
+Nothing here is fitted to GSM8K: the weights, mix and exemplars are the shipped profile's.
 
 Also reported: the feature part alone and the exemplar vote alone (ablations), the prompt's
 length alone (the simplest baseline), a bootstrap interval, optionally (--sweep) the mix and
 neighbour count as policy could set them, and the scorer's time per request (feature extraction
 + scoring; the embedding is excluded, since the cache computes it anyway).
 
-    python bench/routing_quality.py [--json [PATH]] [--sweep] [--exemplar-weight W]
-                                    [--neighbours K] [--exemplars FILE] [--rounds N]
+    python bench/routing_quality.py [--profile NAME] [--json [PATH]] [--sweep]
+                                    [--exemplar-weight W] [--neighbours K] [--exemplars FILE]
+                                    [--rounds N]
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
@@ -48,7 +50,7 @@ sys.path.insert(0, str(REPO))  # run as a script from anywhere
 
 from gateway.cache.factory import new_embedder  # noqa: E402
 from gateway.config import EmbedderConfig  # noqa: E402
-from gateway.config.routing import ScoringConfig  # noqa: E402
+from gateway.config.routing import ProfileName, ScoringConfig  # noqa: E402
 from gateway.routing.features import extract  # noqa: E402
 from gateway.routing.scorer import ComplexityScorer  # noqa: E402
 
@@ -199,7 +201,7 @@ def stress_bodies() -> list[dict[str, Any]]:
 
 
 def scorer_configs(args: argparse.Namespace) -> dict[str, ScoringConfig]:
-    common = {"exemplars": args.exemplars, "neighbours": args.neighbours}
+    common = {"profile": args.profile, "exemplars": args.exemplars, "neighbours": args.neighbours}
     return {
         "router": ScoringConfig(**common, exemplar_weight=args.exemplar_weight),
         "features only": ScoringConfig(**common, exemplar_weight=0),
@@ -238,8 +240,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "cheap_accuracy": float(data.cheap.mean()),
         "strong_accuracy": float(data.strong.mean()),
         "config": {
-            "exemplar_weight": args.exemplar_weight,
-            "neighbours": args.neighbours,
+            "profile": args.profile,
+            "exemplar_weight": scorers["router"].exemplar_weight,
+            "neighbours": scorers["router"].neighbours,
             "exemplars": args.exemplars or "shipped",
             "exemplar_count": len(scorers["router"].exemplars),
         },
@@ -271,7 +274,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def sweep_configs(args: argparse.Namespace) -> list[ScoringConfig]:
     return [
-        ScoringConfig(exemplars=args.exemplars, exemplar_weight=w, neighbours=k)
+        ScoringConfig(
+            profile=args.profile, exemplars=args.exemplars, exemplar_weight=w, neighbours=k
+        )
         for w in (0.0, 0.25, 0.5, 0.75, 1.0)
         for k in ((args.neighbours,) if w == 0 else (3, 7, 15))
     ]
@@ -297,14 +302,14 @@ def apgr(curve: np.ndarray, data: Data) -> float:
 
 def print_report(r: dict[str, Any]) -> None:
     cheap, strong = r["cheap_accuracy"], r["strong_accuracy"]
-    print(
-        f"{r['prompts']} GSM8K prompts; cheap (Mixtral) accuracy {cheap:.3f}, strong (GPT-4) "
-        f"{strong:.3f}; all cheap keeps {cheap / strong:.1%}"
-    )
     c = r["config"]
     print(
-        f"scorer: shipped weights, {c['exemplar_count']} exemplars ({c['exemplars']}), "
-        f"k={c['neighbours']}, exemplar_weight={c['exemplar_weight']}\n"
+        f"profile {c['profile']}: {r['prompts']} GSM8K prompts; cheap (Mixtral) accuracy "
+        f"{cheap:.3f}, strong (GPT-4) {strong:.3f}; all cheap keeps {cheap / strong:.1%}"
+    )
+    print(
+        f"scorer: the weights of profile {c['profile']}, {c['exemplar_count']} exemplars "
+        f"({c['exemplars']}), k={c['neighbours']}, exemplar_weight={c['exemplar_weight']}\n"
     )
     names = ["router", "random", "features only", "exemplars only", "length only"]
     print("cheap share | threshold | kept: " + " | ".join(names))
@@ -342,8 +347,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", type=Path, default=DATASET)
     ap.add_argument("--exemplars", help="exemplar file (default: the shipped set)")
-    ap.add_argument("--exemplar-weight", type=float, default=ScoringConfig().exemplar_weight)
-    ap.add_argument("--neighbours", type=int, default=ScoringConfig().neighbours)
+    ap.add_argument(
+        "--profile",
+        choices=get_args(ProfileName),
+        default="general",
+        help="scoring profile (default: general)",
+    )
+    ap.add_argument("--exemplar-weight", type=float, help="default: the profile's")
+    ap.add_argument("--neighbours", type=int, help="default: the profile's")
     ap.add_argument("--rounds", type=int, default=5, help="latency passes over the prompts")
     ap.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples")
     ap.add_argument("--sweep", action="store_true", help="also sweep the mix and neighbours")

@@ -53,18 +53,42 @@ class AliasConfig(Strict):
         return self
 
 
-class ScoringConfig(Strict):
-    """How the complexity score in [0, 1] is made: weighted features plus exemplar votes."""
+ProfileName = Literal["general", "word-problems"]  # the keys of gateway.routing.scorer.PROFILES
 
+
+class ScoringConfig(Strict):
+    """How the complexity score in [0, 1] is made: weighted features plus exemplar votes. A
+    profile gives fitted weights with the exemplar mix fitted with them; the fields below
+    override any of it."""
+
+    profile: ProfileName = Field(
+        "general",
+        description=(
+            "Fitted weights and exemplar mix to start from: `general` for general traffic "
+            "(fitted on general prompts and math word problems, half each; features mixed "
+            "with exemplar votes), `word-problems` for traffic that is mostly math word "
+            "problems (fitted on those and the exemplars, no general prompts; features only, "
+            "length weighs most). `weights`, `exemplar_weight` and `neighbours` override it."
+        ),
+    )
     weights: dict[str, float] = Field(
-        default_factory=dict, description="Feature name -> weight; unset ones use the defaults."
+        default_factory=dict,
+        description="Feature name -> weight, overriding the profile's; unset ones keep it.",
     )
     exemplars: str | None = Field(
         None, description="YAML file of labelled prompts; default: the shipped set."
     )
-    neighbours: int = Field(15, ge=1, le=50, description="Exemplars that vote.")
-    exemplar_weight: float = Field(
-        0.75, ge=0, le=1, description="Share of the score from exemplar votes (0: features only)."
+    neighbours: int | None = Field(
+        None, ge=1, le=50, description="Exemplars that vote; default (null): the profile's."
+    )
+    exemplar_weight: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description=(
+            "Share of the score from exemplar votes (0: features only); default (null): "
+            "the profile's."
+        ),
     )
 
 

@@ -9,27 +9,38 @@ Exemplar part: the cosine of the request's embedding (the one the cache computes
 embedded here at request time) with each labelled exemplar; the `neighbours` nearest vote with
 their difficulty, weighted by similarity. The two parts mix as
 `(1 - exemplar_weight) * features + exemplar_weight * exemplars`; with no embedding (no embedder,
-or before the exemplars are embedded), the feature part alone. By default `exemplar_weight` is
-0.75 with 15 neighbours, chosen by the cross-validation below: on held-out general prompts the
-vote ranks difficulty far better than the features (a request to summarize a long paste carries
-the markers of the pasted text; its embedding reads as a summary request). Policy can change it.
+or before the exemplars are embedded), the feature part alone.
 
-The default weights are fitted by bench/fit_routing_weights.py on labelled prompts written for
-this project, not on any benchmark: the exemplars (exemplars.yaml), the math word problems of
-bench/data/routing_dev.yaml (labelled by the number of solution steps) and the general prompts
-of bench/data/routing_dev_general.yaml (chit-chat, lookups, long pastes to summarize, translate,
-proofread or extract from, code to read or debug, concurrency and design questions, proofs,
-analysis, planning, writing; English and Chinese; length and difficulty decorrelated where real
-traffic decorrelates them). The gateway serves general traffic, so math word problems and
-everything else weigh half each. The fit is a logistic regression pulled towards the weights
-first set by hand (what each feature means; kept in that script as its prior), each weight held
-to its prior's sign or 0 (a feature's meaning decides whether it raises or lowers the score: a
-question mark cannot make a prompt simpler); its strength and the exemplar mix are chosen by
-cross-validation. `multi_step` and `constraints` came out 0 (unconstrained, slightly negative:
-in this data they do not mark harder prompts); features the data never shows (tools, depth,
-images) keep their hand-set weight. To refit after changing that data:
-`python bench/fit_routing_weights.py --write`. `routing.scoring.weights` overrides any weight by
-name.
+The weights, `exemplar_weight` and `neighbours` come from a profile (`routing.scoring.profile`),
+each fitted by bench/fit_routing_weights.py on labelled prompts written for this project, never
+on a benchmark. Both fits are a logistic regression pulled towards the weights first set by hand
+(what each feature means; kept in that script as its prior), its strength and the exemplar mix
+chosen by cross-validation; features the data never shows (tools, depth, images) keep their
+hand-set weight.
+
+- `general` (the default), for general traffic: fitted on the exemplars (exemplars.yaml), the
+  math word problems of bench/data/routing_dev.yaml (labelled by the number of solution steps)
+  and the general prompts of bench/data/routing_dev_general.yaml (chit-chat, lookups, long
+  pastes to summarize, translate, proofread or extract from, code to read or debug,
+  concurrency and design questions, proofs, analysis, planning, writing; English and Chinese;
+  length and difficulty decorrelated where real traffic decorrelates them). Math word problems
+  and everything else weigh half each; each weight is held to its prior's sign or 0 (a question
+  mark cannot make a prompt simpler), the penalty chosen by the one-standard-error rule.
+  `multi_step` and `constraints` came out 0 (unconstrained, slightly negative: in this data they
+  do not mark harder prompts). The exemplar vote weighs 0.75 with 15 neighbours: on held-out
+  general prompts it ranks difficulty far better than the features (a request to summarize a
+  long paste carries the markers of the pasted text; its embedding reads as a summary request).
+- `word-problems`, for traffic that is mostly math word problems: fitted on the exemplars and
+  routing_dev.yaml alone, unweighted, without sign constraints, the penalty with the lowest
+  held-out cross-entropy. It ranks word problems by their length and numbers (in that data the
+  longer problem has more steps); on general traffic it is skewed: length weighs most, a code
+  block next to nothing, a question mark lowers the score. The features alone: the vote did not
+  rank held-out word problems better (the mix chosen by cross-validation is 0).
+
+To refit a profile after changing its data: `python bench/fit_routing_weights.py --profile NAME
+--write` (without --write it checks that the fit reproduces the numbers below).
+`routing.scoring.weights` overrides any weight by name, `exemplar_weight` and `neighbours` the
+profile's mix.
 """
 
 from __future__ import annotations
@@ -42,7 +53,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gateway.config.routing import ScoringConfig
+from gateway.config.routing import ProfileName, ScoringConfig
 from gateway.routing.exemplars import Exemplar, load_exemplars
 from gateway.routing.features import SCORED, Features
 
@@ -50,27 +61,73 @@ if TYPE_CHECKING:
     from gateway.cache.embedder import Embedder
 
 BIAS = "bias"
-DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType(
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """Weights for every scored feature and `bias`, with the exemplar mix fitted with them."""
+
+    exemplar_weight: float
+    neighbours: int
+    weights: Mapping[str, float]
+
+
+# Written by bench/fit_routing_weights.py --profile NAME --write (keep this shape).
+PROFILES: Mapping[ProfileName, Profile] = MappingProxyType(
     {
-        BIAS: -1.43,
-        "last_user_tokens": 1.08,
-        "total_tokens": 0.14,
-        "code_blocks": 0.47,
-        "identifiers": 0.26,
-        "code_task": 0.66,
-        "math": 1.21,
-        "numbers": 0.57,
-        "relations": 0.7,
-        "reasoning": 1.9,
-        "multi_step": 0.0,
-        "questions": 0.49,
-        "constraints": 0.0,
-        "simple": -0.97,
-        "tools": 0.8,
-        "depth": 0.4,
-        "images": 0.8,
+        "general": Profile(
+            exemplar_weight=0.75,
+            neighbours=15,
+            weights=MappingProxyType(
+                {
+                    BIAS: -1.43,
+                    "last_user_tokens": 1.08,
+                    "total_tokens": 0.14,
+                    "code_blocks": 0.47,
+                    "identifiers": 0.26,
+                    "code_task": 0.66,
+                    "math": 1.21,
+                    "numbers": 0.57,
+                    "relations": 0.7,
+                    "reasoning": 1.9,
+                    "multi_step": 0.0,
+                    "questions": 0.49,
+                    "constraints": 0.0,
+                    "simple": -0.97,
+                    "tools": 0.8,
+                    "depth": 0.4,
+                    "images": 0.8,
+                }
+            ),
+        ),
+        "word-problems": Profile(
+            exemplar_weight=0.0,
+            neighbours=7,
+            weights=MappingProxyType(
+                {
+                    BIAS: -3.95,
+                    "last_user_tokens": 4.54,
+                    "total_tokens": 2.67,
+                    "code_blocks": 0.03,
+                    "identifiers": 0.82,
+                    "code_task": 1.0,
+                    "math": 1.44,
+                    "numbers": 1.8,
+                    "relations": 0.48,
+                    "reasoning": 2.34,
+                    "multi_step": 0.25,
+                    "questions": -1.37,
+                    "constraints": 0.49,
+                    "simple": -0.13,
+                    "tools": 0.8,
+                    "depth": 0.4,
+                    "images": 0.8,
+                }
+            ),
+        ),
     }
 )
+DEFAULT_WEIGHTS: Mapping[str, float] = PROFILES["general"].weights
 # The count at which a feature's part is full (its weight); log-scaled below that.
 SATURATION: Mapping[str, float] = MappingProxyType(
     {
@@ -116,23 +173,40 @@ class Score:
     neighbours: tuple[Neighbour, ...] = field(default=())
 
 
-def resolve_weights(overrides: Mapping[str, float]) -> dict[str, float]:
-    """The defaults with `overrides` applied; an unknown name is an error that lists the known."""
-    unknown = sorted(set(overrides) - set(DEFAULT_WEIGHTS))
+def resolve_weights(
+    overrides: Mapping[str, float], profile: ProfileName = "general"
+) -> dict[str, float]:
+    """The profile's weights with `overrides` applied; an unknown name is an error that lists
+    the known."""
+    weights = PROFILES[profile].weights
+    unknown = sorted(set(overrides) - set(weights))
     if unknown:
         raise ValueError(
-            f"unknown routing weight(s) {', '.join(unknown)}; "
-            f"known: {', '.join(sorted(DEFAULT_WEIGHTS))}"
+            f"unknown routing weight(s) {', '.join(unknown)}; known: {', '.join(sorted(weights))}"
         )
-    return {**DEFAULT_WEIGHTS, **overrides}
+    return {**weights, **overrides}
+
+
+def resolve(config: ScoringConfig) -> Profile:
+    """What `config` scores with: its profile, with the weights and mix it sets instead."""
+    profile = PROFILES[config.profile]
+    return Profile(
+        exemplar_weight=(
+            profile.exemplar_weight if config.exemplar_weight is None else config.exemplar_weight
+        ),
+        neighbours=profile.neighbours if config.neighbours is None else config.neighbours,
+        weights=resolve_weights(config.weights, config.profile),
+    )
 
 
 class ComplexityScorer:
     def __init__(self, config: ScoringConfig) -> None:
-        self.weights = resolve_weights(config.weights)
+        resolved = resolve(config)
+        self.profile = config.profile
+        self.weights = dict(resolved.weights)
         self.exemplars: tuple[Exemplar, ...] = load_exemplars(config.exemplars)
-        self.neighbours = min(config.neighbours, len(self.exemplars))
-        self.exemplar_weight = config.exemplar_weight
+        self.neighbours = min(resolved.neighbours, len(self.exemplars))
+        self.exemplar_weight = resolved.exemplar_weight
         self._terms = tuple(
             (name, self.weights[name], math.log1p(SATURATION[name]))
             for name in SCORED

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from gateway.config import ModelRoute, build_settings, parse_config
+from gateway.config import ConfigError, ModelRoute, build_settings, parse_config
 from gateway.context import RequestContext
 from gateway.routing.router import Router, tier_for
+from gateway.routing.scorer import PROFILES
 
 CONFIG = """
 providers: {d: {type: demo}}
@@ -144,3 +145,16 @@ def test_weights_come_from_policy() -> None:
     bad = CONFIG + "  scoring: {weights: {nonsense: 1}}\n"
     with pytest.raises(ValueError, match="nonsense"):
         Router(build_settings(parse_config(bad), "<t>", {}), None, lambda _: True)
+
+
+def test_the_scoring_profile_comes_from_config() -> None:
+    text = CONFIG + "  scoring: {profile: word-problems, weights: {reasoning: 0}}\n"
+    scorer = Router(build_settings(parse_config(text), "<t>", {}), None, lambda _: True).scorer
+    word = PROFILES["word-problems"]
+    assert scorer.weights == {**word.weights, "reasoning": 0}
+    assert (scorer.exemplar_weight, scorer.neighbours) == (word.exemplar_weight, word.neighbours)
+    general = router().scorer
+    assert general.profile == "general" and general.weights == dict(PROFILES["general"].weights)
+    bad = CONFIG + "  scoring: {profile: maths}\n"
+    with pytest.raises(ConfigError, match=r"routing\.scoring\.profile \(line 23\).*'general'"):
+        build_settings(parse_config(bad), "<t>", {})

@@ -8,22 +8,26 @@ import math
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 import pytest
 import pytest_asyncio
+from pydantic import ValidationError
 
 from gateway.cache.embedder import Embedder, HashEmbedder
 from gateway.cache.factory import new_embedder
 from gateway.config import EmbedderConfig
-from gateway.config.routing import ScoringConfig
+from gateway.config.routing import ProfileName, ScoringConfig
 from gateway.routing.features import SCORED, Features, extract
 from gateway.routing.scorer import (
     BIAS,
     DEFAULT_WEIGHTS,
+    PROFILES,
     SATURATION,
     ComplexityScorer,
     Score,
+    resolve,
     resolve_weights,
 )
 
@@ -44,7 +48,77 @@ def write_exemplars(tmp_path: Path, rows: list[tuple[str, float]]) -> str:
 
 def test_every_scored_feature_has_a_default_weight_and_a_saturation() -> None:
     assert set(DEFAULT_WEIGHTS) == {*SCORED, BIAS}
+    assert all(set(p.weights) == {*SCORED, BIAS} for p in PROFILES.values())
     assert set(SATURATION) == set(SCORED)
+
+
+# -- profiles: fitted weights with their exemplar mix, picked by config --
+
+LONG_WORD_PROBLEM = (
+    "A baker sells 48 muffins each morning and 3/4 as many in the afternoon. Each muffin costs "
+    "$2.50, flour for a dozen costs $4 and he pays $35 a day for the stall. He works 6 days a "
+    "week. How much profit does he make in 4 weeks if a fifth of the afternoon muffins go unsold?"
+)
+
+
+def test_the_config_names_the_profiles_the_scorer_has() -> None:
+    assert set(get_args(ProfileName)) == set(PROFILES)
+    assert ScoringConfig().profile == "general"
+    assert DEFAULT_WEIGHTS is PROFILES["general"].weights
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_the_profile_picks_the_weights_and_the_mix(name: ProfileName) -> None:
+    scorer = ComplexityScorer(ScoringConfig(profile=name))
+    profile = PROFILES[name]
+    assert scorer.profile == name
+    assert scorer.weights == dict(profile.weights)
+    assert (scorer.exemplar_weight, scorer.neighbours) == (
+        profile.exemplar_weight,
+        profile.neighbours,
+    )
+    assert resolve(ScoringConfig(profile=name)) == profile
+
+
+def test_the_profiles_are_the_two_fits() -> None:
+    """general (489bee4): the vote mixed in, length moderate; word-problems (9a6dce1): the
+    features alone, length heavy, a question mark lowering the score."""
+    general, word = PROFILES["general"], PROFILES["word-problems"]
+    assert (general.exemplar_weight, general.neighbours) == (0.75, 15)
+    assert (word.exemplar_weight, word.neighbours) == (0.0, 7)
+    assert general.weights["last_user_tokens"] == 1.08 and general.weights["questions"] == 0.49
+    assert word.weights["last_user_tokens"] == 4.54 and word.weights["questions"] == -1.37
+    by_general = ComplexityScorer(ScoringConfig()).score(features(LONG_WORD_PROBLEM))
+    by_word = ComplexityScorer(ScoringConfig(profile="word-problems")).score(
+        features(LONG_WORD_PROBLEM)
+    )
+    assert by_general.parts["last_user_tokens"] < by_word.parts["last_user_tokens"]
+    assert by_general.parts["questions"] > 0 > by_word.parts["questions"]
+
+
+def test_explicit_settings_override_the_profile() -> None:
+    config = ScoringConfig(
+        profile="word-problems", weights={"questions": 0.2}, exemplar_weight=0.5, neighbours=3
+    )
+    scorer = ComplexityScorer(config)
+    word = PROFILES["word-problems"].weights
+    assert scorer.weights == {**word, "questions": 0.2}
+    assert (scorer.exemplar_weight, scorer.neighbours) == (0.5, 3)
+    # 0 is a setting, not "unset": the general profile's vote is turned off.
+    off = ComplexityScorer(ScoringConfig(exemplar_weight=0))
+    assert off.exemplar_weight == 0 and off.neighbours == PROFILES["general"].neighbours
+    assert off.weights == dict(PROFILES["general"].weights)
+    # Only what is set overrides: the rest is the profile's.
+    mixed = ComplexityScorer(ScoringConfig(profile="word-problems", neighbours=11))
+    assert (mixed.exemplar_weight, mixed.neighbours) == (0.0, 11)
+    assert resolve_weights({"math": 2}, "word-problems") == {**word, "math": 2}
+
+
+def test_an_unknown_profile_is_rejected_with_the_known_ones() -> None:
+    with pytest.raises(ValidationError, match="'general' or 'word-problems'"):
+        ScoringConfig(profile="math")
+    with pytest.raises(ValueError, match=r"unknown routing weight\(s\) lenght"):
+        ComplexityScorer(ScoringConfig(profile="word-problems", weights={"lenght": 1}))
 
 
 def test_a_proof_request_scores_above_a_greeting() -> None:
@@ -217,11 +291,12 @@ async def _scores(scorer: ComplexityScorer, embedder: Embedder, texts: list[str]
 async def test_with_minilm_simple_prompts_score_below_hard_ones(
     minilm: Embedder, language: str
 ) -> None:
-    default = ComplexityScorer(ScoringConfig())  # features only, as fitted
-    await default.prepare(minilm)
-    simple = await _scores(default, minilm, SIMPLE[language])
-    hard = await _scores(default, minilm, HARD[language])
-    assert max(s.value for s in simple) < min(s.value for s in hard)
+    for name in PROFILES:  # general mixes in the vote, word-problems is features only
+        default = ComplexityScorer(ScoringConfig(profile=name))
+        await default.prepare(minilm)
+        simple = await _scores(default, minilm, SIMPLE[language])
+        hard = await _scores(default, minilm, HARD[language])
+        assert max(s.value for s in simple) < min(s.value for s in hard), name
     # Mixed with the exemplar vote, as policy may set it: both halves agree on the direction.
     scorer = ComplexityScorer(ScoringConfig(exemplar_weight=0.5, neighbours=7))
     await scorer.prepare(minilm)
