@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -33,6 +33,26 @@ from gateway.runtime import Runtime, RuntimeRef
 from gateway.shared_state import shared_parts
 from gateway.shutdown import Drain
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+ROUTES: list[tuple[str, str, Handler]] = [
+    ("POST", "/v1/chat/completions", handlers.chat_completions),
+    ("POST", "/v1/embeddings", handlers.embeddings),
+    ("GET", "/v1/models", handlers.list_models),
+    ("GET", "/v1/models/{model:.+}", handlers.retrieve_model),
+    ("GET", "/healthz", handlers.healthz),
+    ("GET", "/readyz", handlers.readyz),
+    ("GET", "/metrics", handlers.metrics),
+    ("GET", "/admin/config", handlers.admin_config),
+    ("GET", "/admin/policies", handlers.admin_policies),
+    ("GET", "/admin/cache/stats", handlers.admin_cache_stats),
+    ("POST", "/admin/cache/purge", handlers.admin_cache_purge),
+    ("POST", "/admin/reload", handlers.admin_reload),
+    ("GET", "/admin/breakers", handlers.admin_breakers),
+    ("POST", "/admin/breakers/{name:.+}/{action:reset|open}", handlers.admin_breaker),
+]
+
 
 def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Application:
     malformed.install()  # requests aiohttp refuses before routing get OpenAI error bodies too
@@ -60,20 +80,9 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     app.cleanup_ctx.append(_runtime_lifetime)
     app.cleanup_ctx.append(_config_watch)
     app.cleanup_ctx.append(_shared_state_watch)
-    app.router.add_post("/v1/chat/completions", handlers.chat_completions)
-    app.router.add_post("/v1/embeddings", handlers.embeddings)
-    app.router.add_get("/v1/models", handlers.list_models)
-    app.router.add_get("/v1/models/{model:.+}", handlers.retrieve_model)
-    app.router.add_get("/healthz", handlers.healthz)
-    app.router.add_get("/readyz", handlers.readyz)
-    app.router.add_get("/metrics", handlers.metrics)
-    app.router.add_get("/admin/config", handlers.admin_config)
-    app.router.add_get("/admin/policies", handlers.admin_policies)
-    app.router.add_get("/admin/cache/stats", handlers.admin_cache_stats)
-    app.router.add_post("/admin/cache/purge", handlers.admin_cache_purge)
-    app.router.add_post("/admin/reload", handlers.admin_reload)
-    app.router.add_get("/admin/breakers", handlers.admin_breakers)
-    app.router.add_post("/admin/breakers/{name:.+}/{action:reset|open}", handlers.admin_breaker)
+    for method, path, handler in ROUTES:
+        for verb in ("GET", "HEAD") if method == "GET" else (method,):  # as add_get does
+            app.router.add_route(verb, path, handler, expect_handler=malformed.expect_handler)
     return app
 
 

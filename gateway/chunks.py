@@ -27,6 +27,7 @@ class Accumulator:
         self._head: Json = {}
         self._content: list[str] = []
         self._reasoning: list[str] = []
+        self._refusal: list[str] = []
         self._tool_calls: dict[int, Json] = {}
         self._finish_reason: str | None = None
         self._role = "assistant"
@@ -46,6 +47,8 @@ class Accumulator:
                 self._content.append(delta["content"])
             if delta.get("reasoning_content"):
                 self._reasoning.append(delta["reasoning_content"])
+            if delta.get("refusal"):
+                self._refusal.append(delta["refusal"])
             for call in delta.get("tool_calls") or []:
                 self._merge_tool_call(call)
             if choice.get("finish_reason"):
@@ -56,7 +59,11 @@ class Accumulator:
         return len(self._choices) <= 1
 
     def completion(self) -> Json:
-        message: Json = {"role": self._role, "content": "".join(self._content) or None}
+        message: Json = {
+            "role": self._role,
+            "content": "".join(self._content) or None,
+            "refusal": "".join(self._refusal) or None,  # the schema requires it, null or not
+        }
         if self._reasoning:
             message["reasoning_content"] = "".join(self._reasoning)
         if self._tool_calls:

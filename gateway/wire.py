@@ -73,11 +73,15 @@ class ChatCompletionRequest(_Open):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
+MAX_EMBEDDING_DIMENSIONS = 16_384
+
+
 class EmbeddingRequest(_Open):
     model: str = Field(min_length=1)
     input: str | list[str] | list[int] | list[list[int]]
     encoding_format: Literal["float", "base64"] | None = None
-    dimensions: int | None = Field(None, ge=1)
+    # OpenAI's largest model has 3072; the bound keeps a typo from allocating gigabytes.
+    dimensions: int | None = Field(None, ge=1, le=MAX_EMBEDDING_DIMENSIONS)
 
 
 def validate(model: type[BaseModel], data: Any) -> Any:

@@ -145,7 +145,8 @@ class Settings:
 
 
 def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
+    # surrogatepass: a header with bytes that are not UTF-8 is still a (wrong) key, not a crash
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def build_settings(

@@ -1,5 +1,10 @@
 """Compiled JSON Schema validators for tool parameters, cached across requests.
 
+Tool schemas come from clients, so their `pattern`s are untrusted: a pattern that backtracks
+catastrophically would hold the event loop (and every tenant) for minutes under Python's `re`.
+Patterns are matched with the `regex` engine and a time limit instead; an argument that cannot
+be checked in time is a problem, like one that does not match.
+
 Clients send the same `tools` with every request of a conversation, so a validator is built once
 per distinct schema (keyed by a hash of its canonical JSON) and kept in a bounded LRU. A schema
 that is not valid JSON Schema is the client's mistake, not the model's: it is compiled to an
@@ -15,13 +20,14 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import regex
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
-from jsonschema.validators import validator_for
+from jsonschema.validators import extend, validator_for
 
 from gateway.guard.dates import is_date, is_date_time
 from gateway.guard.problems import json_path
@@ -35,6 +41,52 @@ _FORMAT_HINTS = {
 # Formats checked with jsonschema's own stdlib-only checkers; formats needing optional packages
 # (uri, hostname...) are not checked, so results do not depend on what happens to be installed.
 _STDLIB_FORMATS = ("email", "idn-email", "ipv4", "ipv6", "uuid")
+
+
+PATTERN_SECONDS = 0.05  # per match; a sane pattern on tool arguments takes microseconds
+
+
+def search(pattern: str, text: str) -> bool | None:
+    """Whether `pattern` matches somewhere in `text`; None when it could not tell in time."""
+    try:
+        return regex.search(pattern, text, timeout=PATTERN_SECONDS) is not None
+    except TimeoutError:
+        return None
+    except regex.error:  # a construct only `re` knows: schemas were checked with it
+        return re.search(pattern, text) is not None
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "string"):
+        return
+    found = search(pattern, instance)
+    if found is None:
+        yield ValidationError(f"{instance!r:.80} could not be checked against {pattern!r} in time")
+    elif not found:
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(
+    validator: Any, patterns: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if search(pattern, key):  # a key that cannot be checked in time matches nothing
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+_SAFE: dict[type, type] = {}
+
+
+def _safe(cls: type) -> type:
+    """The validator class with time-limited `pattern` and `patternProperties`."""
+    safe = _SAFE.get(cls)
+    if safe is None:
+        changes = {"pattern": _pattern, "patternProperties": _pattern_properties}
+        safe = _SAFE[cls] = extend(cls, changes)
+    return safe
 
 
 class UnusableSchema(Exception):
@@ -89,7 +141,7 @@ def compile_schema(schema: Any) -> CompiledSchema:
     except SchemaError as exc:
         where = json_path(exc.absolute_path)
         return CompiledSchema(schema, None, f"not a valid JSON Schema at {where}: {exc.message}")
-    return CompiledSchema(schema, cls(schema, format_checker=FORMAT_CHECKER))
+    return CompiledSchema(schema, _safe(cls)(schema, format_checker=FORMAT_CHECKER))
 
 
 def describe(error: ValidationError) -> list[str]:
@@ -119,7 +171,7 @@ def _additional(path: str, error: ValidationError) -> list[str]:
     extras = [
         key
         for key in instance
-        if key not in properties and not any(re.search(p, key) for p in patterns)
+        if key not in properties and not any(search(p, key) for p in patterns)
     ]
     missing = [name for name in properties if name not in instance]
     lines = []

@@ -22,8 +22,10 @@ from gateway.guard.cleaning import clean_arguments, strict_loads
 from gateway.guard.problems import Problem, show
 from gateway.guard.rules import check_rules, run_hook
 from gateway.guard.schemas import DEFAULT_CACHE, CompiledSchema, UnusableSchema, ValidatorCache
+from gateway.jsondepth import too_deep
 
 ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
+MAX_ARGUMENT_DEPTH = 64  # tool arguments deeper than this are not a real tool's input
 _LISTED_NAMES = 30
 
 
@@ -136,12 +138,21 @@ class ToolCatalog:
             message = f"arguments must be a string holding a JSON object, not {show(raw)}"
             return None, Problem("invalid_json", tool, message), []
         try:
-            return strict_loads(raw), None, []
+            arguments = strict_loads(raw)
         except json.JSONDecodeError as exc:
             near = raw[max(0, exc.pos - 20) : exc.pos + 20]
             message = f"arguments are not valid JSON: {exc.msg} at char {exc.pos} (near {near!r})"
         except ValueError as exc:
             message = f"arguments are not valid JSON: {exc}"
+        except RecursionError:
+            message = f"arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels"
+        else:
+            if not isinstance(arguments, dict):
+                message = f"arguments must be a JSON object, not {show(arguments)}"
+            elif too_deep(raw, arguments, MAX_ARGUMENT_DEPTH):
+                message = f"arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels"
+            else:
+                return arguments, None, []
         return None, Problem("invalid_json", tool, message), []
 
     def _judge(self, tool: Tool, arguments: Any) -> tuple[list[Problem], list[str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -9,12 +10,15 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from gateway.cache.service import Directive, SemanticCache
 from gateway.config.policies import Policy
 from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
 from gateway.http import render
 from gateway.http.keys import BREAKERS, CACHE, CTX, DRAIN, LIMITER, METRICS, RELOADER, RUNTIME
+from gateway.jsondepth import too_deep
 from gateway.metrics import CONTENT_TYPE
 from gateway.redact import redacted
 from gateway.shared_state import shared_parts
@@ -299,17 +303,19 @@ def _require_cache(request: web.Request) -> SemanticCache:
 
 async def read_json(request: web.Request) -> Any:
     limit = request[RUNTIME].settings.server.max_body_bytes
-    if request.content_length is not None:
-        if request.content_length > limit:
-            raise _too_large(limit)
-        raw = await request.read()
-    else:  # chunked: count as it arrives
-        pieces = bytearray()
-        async for piece in request.content.iter_any():
-            pieces += piece
-            if len(pieces) > limit:
-                raise _too_large(limit)
-        raw = bytes(pieces)
+    if request.content_length is not None and request.content_length > limit:
+        raise _too_large(limit)
+    try:
+        if request.content_length is not None and "Content-Encoding" not in request.headers:
+            raw = await request.read()
+        else:  # chunked or compressed: count the decoded bytes as they arrive
+            raw = await _read_bounded(request, limit)
+    except (ValueError, zlib.error, HttpProcessingError, RequestPayloadError) as exc:
+        raise InvalidRequest(
+            f"The request body could not be read ({type(exc).__name__}): check its "
+            "Content-Encoding.",
+            code="invalid_body",
+        ) from None
     request[CTX].body_bytes = len(raw)
     if not raw:
         raise InvalidRequest("The request body is empty; send a JSON object.", code="invalid_json")
@@ -319,28 +325,24 @@ async def read_json(request: web.Request) -> Any:
         raise InvalidRequest(
             f"The request body is not valid JSON: {exc}", code="invalid_json"
         ) from None
-    # Only a body with that many brackets can nest that deep: skip the walk for the rest.
-    brackets = raw.count(b"[") + raw.count(b"{")
-    if brackets > MAX_JSON_DEPTH and _nests_deeper_than(data, MAX_JSON_DEPTH):
+    if too_deep(raw, data, MAX_JSON_DEPTH):
         raise InvalidRequest(
             f"The request JSON nests deeper than {MAX_JSON_DEPTH} levels.", code="invalid_json"
         )
     return data
 
 
+async def _read_bounded(request: web.Request, limit: int) -> bytes:
+    pieces = bytearray()
+    async for piece in request.content.iter_any():
+        pieces += piece
+        if len(pieces) > limit:
+            raise _too_large(limit)
+    return bytes(pieces)
+
+
 def _too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"The request body is larger than the limit of {limit} bytes.")
-
-
-def _nests_deeper_than(data: Any, limit: int) -> bool:
-    stack = [(data, 1)] if isinstance(data, dict | list) else []
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return False
 
 
 def _model_card(created: int, name: str, provider: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ inside goes through the gateway's middleware).
 from __future__ import annotations
 
 import logging
+import os
 from http import HTTPStatus
 
 import orjson
@@ -53,3 +54,25 @@ def install() -> None:
     if not _installed:
         RequestHandler.handle_error = _handle_error  # type: ignore[method-assign]
         _installed = True
+
+
+async def expect_handler(request: web.Request) -> web.StreamResponse | None:
+    """`Expect: 100-continue` as aiohttp does it; any other expectation gets a 417 with an
+    OpenAI error body (aiohttp's own answer is plain text, before the middleware runs)."""
+    expect = request.headers.get("Expect", "")
+    if expect.lower() == "100-continue":
+        if request.version >= (1, 1):
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0  # the body proper has not started
+        return None
+    error = {
+        "message": "Unsupported Expect header: only 100-continue is understood.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "expectation_failed",
+    }
+    response = web.Response(
+        status=417, body=orjson.dumps({"error": error}), content_type="application/json"
+    )
+    response.headers["x-request-id"] = f"req_{os.urandom(16).hex()}"
+    return response

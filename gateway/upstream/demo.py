@@ -73,7 +73,12 @@ class DemoProvider(Provider):
 
     async def embeddings(self, body: Json, key: SecretStr | None = None) -> Json:
         inputs = body.get("input")
-        texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
+        # One text, a list of texts, one token array, or a list of token arrays.
+        if isinstance(inputs, str) or (
+            isinstance(inputs, list) and inputs and all(isinstance(t, int) for t in inputs)
+        ):
+            inputs = [inputs]
+        texts = list(inputs or [])
         dims = int(body.get("dimensions") or EMBEDDING_DIMENSIONS)
         as_base64 = body.get("encoding_format") == "base64"
         data = []

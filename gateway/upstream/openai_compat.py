@@ -6,7 +6,7 @@ them all.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 import orjson
@@ -18,6 +18,7 @@ from gateway.errors import UpstreamError
 from gateway.upstream import errors
 from gateway.upstream.base import Json, Provider
 from gateway.upstream.http_client import make_session
+from gateway.upstream.shapes import chunk_problem, completion_problem, embeddings_problem
 
 _MAX_ERROR_BODY = 64 * 1024
 
@@ -42,10 +43,12 @@ class OpenAICompatible(Provider):
         return self._session
 
     async def chat(self, body: Json, key: SecretStr | None = None) -> Json:
-        return await self._post_json("/chat/completions", body, key)
+        return self._shaped(
+            await self._post_json("/chat/completions", body, key), completion_problem
+        )
 
     async def embeddings(self, body: Json, key: SecretStr | None = None) -> Json:
-        return await self._post_json("/embeddings", body, key)
+        return self._shaped(await self._post_json("/embeddings", body, key), embeddings_problem)
 
     async def stream(self, body: Json, key: SecretStr | None = None) -> AsyncIterator[list[Json]]:
         with errors.network_errors(self.name):
@@ -113,7 +116,16 @@ class OpenAICompatible(Provider):
         chunk = errors.parse_json(self.name, data)
         if "error" in chunk and "choices" not in chunk:
             raise errors.from_stream_event(self.name, data, self._secrets_with(key))
-        return chunk
+        return self._shaped(chunk, chunk_problem)
+
+    def _shaped(self, data: Json, problem_of: Callable[[Json], str | None]) -> Json:
+        problem = problem_of(data)
+        if problem is not None:
+            raise UpstreamError(
+                f"provider '{self.name}' answered in an unexpected shape: {problem}",
+                code="upstream_invalid_response",
+            )
+        return data
 
     def _secrets_with(self, key: SecretStr | None) -> list[str]:
         """What messages are scrubbed of: the configured secrets and the caller's own key."""

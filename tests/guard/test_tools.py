@@ -209,7 +209,8 @@ def test_empty_arguments_are_invalid_without_cleaning() -> None:
 
 
 def test_arguments_must_be_an_object() -> None:
-    assert messages(check("search", "[1]")) == [("schema", "$: [1] is not of type 'object'")]
+    expected = [("invalid_json", "arguments must be a JSON object, not [1]")]
+    assert messages(check("search", "[1]")) == expected
 
 
 def test_schema_errors_one_line_each_with_paths() -> None:

@@ -1,0 +1,52 @@
+"""The shape every later stage relies on, checked where upstream answers come in.
+
+The gateway relays what an upstream says (unknown fields included) but reads a few things
+itself: `choices` and each choice's `message` or `delta`, their text `content` and
+`tool_calls`, embeddings' `data`. An answer where those have another shape (a buggy or hostile
+upstream) is an invalid upstream response, like malformed JSON: retried, then fallen back
+from, never a crash later on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Json = dict[str, Any]
+
+
+def completion_problem(data: Json) -> str | None:
+    return _choices_problem(data, "message")
+
+
+def chunk_problem(data: Json) -> str | None:
+    return _choices_problem(data, "delta", required=False)
+
+
+def embeddings_problem(data: Json) -> str | None:
+    items = data.get("data")
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        return "`data` is not a list of objects"
+    return None
+
+
+def _choices_problem(data: Json, part: str, required: bool = True) -> str | None:
+    choices = data.get("choices")
+    if choices is None and not required:
+        return None  # e.g. the usage chunk
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        return "`choices` is not a list of objects"
+    for choice in choices:
+        body = choice.get(part)
+        if body is None and not required:
+            continue
+        if not isinstance(body, dict):
+            return f"a choice's `{part}` is not an object"
+        content = body.get("content")
+        if content is not None and not isinstance(content, str):
+            return f"a choice's `{part}.content` is not text"
+        calls = body.get("tool_calls")
+        if calls is not None and (
+            not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls)
+        ):
+            return f"a choice's `{part}.tool_calls` is not a list of objects"
+    return None
