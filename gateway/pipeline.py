@@ -132,16 +132,19 @@ class Pipeline:
         self, ctx: RequestContext, plan: CachePlan | None, grounding: Grounding | None
     ) -> Store | None:
         """What keeps a complete answer: only full-strength ones (no knowledge base, or level
-        1 with its sources), never a disclaimer answer that better retrieval would replace."""
+        1 with its sources), never a disclaimer answer that better retrieval would replace,
+        nor one whose tool calls the guard had to strip or let through broken (a stream's
+        calls are settled when it ends, so that is checked then)."""
         cache = self.cache
-        if cache is None or plan is None:
+        if cache is None or plan is None or (grounding is not None and grounding.level != 1):
             return None
-        if grounding is None:
-            return lambda completion: cache.store_later(ctx, plan, completion)
-        if grounding.level != 1:
-            return None
-        sources = sources_field(grounding.passages)
-        return lambda completion: cache.store_later(ctx, plan, {**completion, "sources": sources})
+        extra = {"sources": sources_field(grounding.passages)} if grounding else {}
+
+        def keep(completion: Json) -> None:
+            if ctx.tool_guard not in _NOT_KEPT:
+                cache.store_later(ctx, plan, {**completion, **extra})
+
+        return keep
 
     def _finish(
         self,
@@ -228,6 +231,10 @@ class Pipeline:
             f"The model '{model}' is configured but its {route.disabled_reason}",
             param="model",
         )
+
+
+# Tool-guard outcomes whose answer is the guard's stand-in, or still wrong: never reused.
+_NOT_KEPT = frozenset({"stripped", "passed", "failed"})
 
 
 def _prompt(body: Json, grounding: Grounding | None) -> Json:

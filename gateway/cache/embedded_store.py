@@ -181,6 +181,11 @@ class EmbeddedStore:
     def _remember(self, row_id: int, meta: _Meta) -> None:
         self._meta[row_id] = meta
         heapq.heappush(self._expiries, (meta.expires_at, row_id))
+        if len(self._expiries) > 2 * len(self._meta) + 1024:
+            # Pairs of replaced and evicted entries stay until their time comes: in a full
+            # store that is a TTL's worth of writes. Rebuild from the live entries instead.
+            self._expiries = [(m.expires_at, i) for i, m in self._meta.items()]
+            heapq.heapify(self._expiries)
         self._by_exact[meta.exact_key] = row_id
         self._lru[row_id] = None
 
