@@ -103,14 +103,24 @@ class EmbeddedStore:
         return self._used(entries[0], now) if entries else None
 
     async def search(
-        self, scope: str, vector: np.ndarray, embedder: str, k: int, now: float
+        self,
+        scope: str,
+        vector: np.ndarray,
+        embedder: str,
+        k: int,
+        now: float,
+        min_similarity: float = -1.0,
     ) -> list[tuple[CacheEntry, float]]:
         nearest = self._indexes.search(embedder, scope, vector, k)
-        found = [(i, s) for i, s in nearest if self._live(i, now)]
+        found = [(i, s) for i, s in nearest if s >= min_similarity and self._live(i, now)]
         if not found:
             return []
         entries = {e.id: e for e in await self._run(self._read, [i for i, _ in found])}
         return [(self._used(entries[i], now), s) for i, s in found if i in entries]
+
+    def best_similarity(self, scope: str, vector: np.ndarray, embedder: str) -> float | None:
+        nearest = self._indexes.search(embedder, scope, vector, 1)
+        return nearest[0][1] if nearest else None
 
     async def put(self, entry: CacheEntry) -> int:
         vector = None if entry.vector is None else entry.vector.astype(np.float32).tobytes()

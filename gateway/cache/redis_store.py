@@ -181,12 +181,18 @@ class RedisStore:
         return entry
 
     async def search(
-        self, scope: str, vector: np.ndarray, embedder: str, k: int, now: float
+        self,
+        scope: str,
+        vector: np.ndarray,
+        embedder: str,
+        k: int,
+        now: float,
+        min_similarity: float = -1.0,
     ) -> list[tuple[CacheEntry, float]]:
         found = [
             (self._meta[i].exact_key, i, s)
             for i, s in self._indexes.search(embedder, scope, vector, k)
-            if i in self._meta and self._meta[i].expires_at > now
+            if s >= min_similarity and i in self._meta and self._meta[i].expires_at > now
         ]
         if not found:
             return []
@@ -201,6 +207,10 @@ class RedisStore:
                 hits.append((entry, similarity))
         await self._touch([e.exact_key for e, _ in hits], now)
         return hits
+
+    def best_similarity(self, scope: str, vector: np.ndarray, embedder: str) -> float | None:
+        nearest = self._indexes.search(embedder, scope, vector, 1)
+        return nearest[0][1] if nearest else None
 
     async def put(self, entry: CacheEntry) -> int:
         vector = b"" if entry.vector is None else entry.vector.astype(np.float32).tobytes()

@@ -181,14 +181,17 @@ class SemanticCache:
             embed_started = time.perf_counter()
             ctx.embedding = await self.embedder.embed(plan.key.text)
             ctx.embed_seconds = time.perf_counter() - embed_started
+        threshold = plan.policy.similarity_threshold
+        scope, name = plan.key.scope, self.embedder.name
+        # Only candidates at or above the threshold are read (and marked used).
         candidates = await self.store.search(
-            plan.key.scope, ctx.embedding, self.embedder.name, _CANDIDATES, now
+            scope, ctx.embedding, name, _CANDIDATES, now, min_similarity=threshold
         )
         if candidates:
             ctx.cache_similarity = candidates[0][1]
+        else:
+            ctx.cache_similarity = self.store.best_similarity(scope, ctx.embedding, name)
         for entry, similarity in candidates:
-            if similarity < plan.policy.similarity_threshold:
-                break
             reason = guards.near_miss(plan.key.text, entry.text)
             if reason is None:
                 return self._hit(ctx, CacheHit(entry, "hit-semantic", similarity))

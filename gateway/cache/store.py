@@ -50,9 +50,20 @@ class CacheStore(Protocol):
         """The live entry stored under an exact key."""
 
     async def search(
-        self, scope: str, vector: np.ndarray, embedder: str, k: int, now: float
+        self,
+        scope: str,
+        vector: np.ndarray,
+        embedder: str,
+        k: int,
+        now: float,
+        min_similarity: float = -1.0,
     ) -> list[tuple[CacheEntry, float]]:
-        """Up to k live entries of `scope` made by `embedder`, best cosine first."""
+        """Up to k live entries of `scope` made by `embedder` with a cosine of at least
+        `min_similarity`, best first. Entries below it are neither read nor marked used."""
+
+    def best_similarity(self, scope: str, vector: np.ndarray, embedder: str) -> float | None:
+        """The cosine of the nearest entry of `scope` (index only, nothing read): what a miss
+        reports, so a threshold can be judged against what came close."""
 
     async def put(self, entry: CacheEntry) -> int:
         """Store durably (an entry under the same exact key is replaced); returns its id.

@@ -9,6 +9,13 @@ answers again the shared state is authoritative again.
 
 pybreaker's own CircuitRedisStorage swallows Redis errors and falls back to "closed"; this
 storage is built on the same `CircuitBreakerStorage` interface instead.
+
+The client is synchronous (pybreaker's storage interface is), so each call holds the event
+loop for a Redis round trip. A breaker reads its state twice per request and resets its
+failure counter after every success; read as it is, that was three round trips a request
+(a quarter of one replica's throughput, docs/BENCHMARKS.md "Scale-out"). So the state read is
+kept for `STATE_SECONDS` (another replica's change arrives that much later) and a counter
+already reset is not reset again until a failure is counted.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway.breaker")
 T = TypeVar("T")
 PAUSE_AFTER_FAILURE = 1.0
+STATE_SECONDS = 0.1
 WARN_EVERY = 30.0
 
 
@@ -77,6 +85,8 @@ class SharedStorage(pybreaker.CircuitBreakerStorage):
         self._prefix = f"pybreaker:{namespace}:"
         self._health = health
         self._local = pybreaker.CircuitMemoryStorage(pybreaker.STATE_CLOSED)
+        self._state_read: tuple[float, str] | None = None  # (when, state) of the last read
+        self._counter_reset = False  # reset by us, and no failure counted since
 
     def _shared(self, remote: Callable[[], T], local: Callable[[], T]) -> T:
         if self._health.paused():
@@ -94,6 +104,10 @@ class SharedStorage(pybreaker.CircuitBreakerStorage):
 
     @property
     def state(self) -> str:
+        read = self._state_read
+        if read is not None and time.monotonic() - read[0] < STATE_SECONDS:
+            return read[1]
+
         def remote() -> str:
             raw = self._redis.get(self._key("state"))
             if raw is None:  # a new breaker, or a Redis that lost its data
@@ -101,6 +115,7 @@ class SharedStorage(pybreaker.CircuitBreakerStorage):
                 return pybreaker.STATE_CLOSED
             state = raw.decode() if isinstance(raw, bytes) else str(raw)
             self._local.state = state  # the seed should Redis go away
+            self._state_read = (time.monotonic(), state)
             return state
 
         return self._shared(remote, lambda: self._local.state)
@@ -108,14 +123,19 @@ class SharedStorage(pybreaker.CircuitBreakerStorage):
     @state.setter
     def state(self, state: str) -> None:
         self._local.state = state
+        self._state_read = (time.monotonic(), state)
         self._shared(lambda: self._redis.set(self._key("state"), state), lambda: None)
 
     def increment_counter(self) -> None:
         self._local.increment_counter()
+        self._counter_reset = False
         self._shared(lambda: self._redis.incr(self._key("fail_counter")), lambda: None)
 
     def reset_counter(self) -> None:
         self._local.reset_counter()
+        if self._counter_reset:  # nothing counted here since: at most others' failures
+            return
+        self._counter_reset = True
         self._shared(lambda: self._redis.set(self._key("fail_counter"), 0), lambda: None)
 
     def increment_success_counter(self) -> None:

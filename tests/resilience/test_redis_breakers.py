@@ -25,6 +25,7 @@ import pytest
 from gateway.config import BreakerConfig, BreakerStorageConfig
 from gateway.errors import UpstreamError
 from gateway.resilience.breaker import CLOSED, OPEN, BreakerOpen, Breakers
+from gateway.resilience.shared_storage import STATE_SECONDS
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from tests.clients import sdk_client
 from tests.e2e.helpers import closed_port, request, upstream_requests
@@ -67,6 +68,7 @@ def test_failures_through_one_replica_open_the_breaker_for_the_other(
     assert other.get(NAME).snapshot().failures == 1, "the failure count is shared too"
     fail(one)
     assert one.get(NAME).state == OPEN
+    time.sleep(STATE_SECONDS)  # a replica reads the shared state at most this stale
     seen = other.get(NAME).snapshot()
     assert seen.state == OPEN and seen.failures == 2
     assert seen.retry_in is not None and 28 <= seen.retry_in <= 30
@@ -78,6 +80,7 @@ def test_failures_through_one_replica_open_the_breaker_for_the_other(
     assert refused.value.name == NAME
 
     other.get(NAME).reset()
+    time.sleep(STATE_SECONDS)
     assert one.get(NAME).state == CLOSED
     assert one.get(NAME).snapshot().failures == 0
     with one.get(NAME).attempt():
@@ -89,6 +92,7 @@ def test_failures_counted_by_both_replicas_add_up(replicas: tuple[Breakers, Brea
     one, other = replicas
     fail(one)
     fail(other)
+    time.sleep(STATE_SECONDS)
     assert one.get(NAME).state == OPEN and other.get(NAME).state == OPEN
 
 
@@ -227,6 +231,7 @@ def test_a_breaker_opened_by_one_gateway_process_is_open_in_another(
         assert raw.headers["x-gateway-level"] == "4"
         assert calls(fake_upstream) == sent
     assert breaker(a)["state"] == "open"
+    time.sleep(STATE_SECONDS)  # B may have read the state this recently
 
     before = calls(fake_upstream)
     raw = ask(b)
@@ -241,6 +246,7 @@ def test_a_breaker_opened_by_one_gateway_process_is_open_in_another(
 
     assert admin(b, f"/admin/breakers/{NAME}/reset", method="POST")["state"] == "closed"
     fake_upstream.per_model.clear()
+    time.sleep(STATE_SECONDS)
     raw = ask(a, "back again")
     assert "x-gateway-level" not in raw.headers
     assert raw.parse().choices[0].message.content == "Echo: back again"

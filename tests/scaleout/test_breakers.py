@@ -9,11 +9,13 @@ reset through one replica closes the breaker for all.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
+from gateway.resilience.shared_storage import STATE_SECONDS
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from tests.scaleout.cluster import Answer, Replica, replicas, upstream_calls, wait_ready
 from tests.scaleout.cluster import base_config as base
@@ -98,6 +100,7 @@ def test_failures_through_different_replicas_add_up_and_a_reset_through_one_clos
         assert_unavailable(replica.ask("hello", model="flaky"), replica.name)
         assert upstream_calls(fake_upstream, "up-flaky") == sent
         expected = "open" if sent == FAILURES else "closed"
+        time.sleep(STATE_SECONDS)  # a replica reads the shared state at most this stale
         assert [r.breaker(FLAKY)["state"] for r in three] == [expected] * 3
         assert {r.breaker(FLAKY)["failures"] for r in three} == {sent}
     assert_unavailable(r1.ask("hello", model="flaky"), "replica 1")
@@ -105,6 +108,7 @@ def test_failures_through_different_replicas_add_up_and_a_reset_through_one_clos
 
     fake_upstream.per_model.clear()  # the provider recovers; an operator resets the breaker
     assert r3.admin(f"/admin/breakers/{FLAKY}/reset", "POST")["state"] == "closed"
+    time.sleep(STATE_SECONDS)
     for sent, replica in enumerate(three, start=FAILURES + 1):
         answer = replica.ask("back again", model="flaky")
         assert answer.content == "Echo: back again" and "x-gateway-level" not in answer.headers
