@@ -43,13 +43,13 @@ def redis_server(start_timeout: float = 10.0) -> Iterator[str]:
             proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=DEVNULL)
         url = f"redis://127.0.0.1:{port}/0"
         try:
-            _wait_until_ready(proc, url, log_path, start_timeout)
+            wait_until_ready(proc, url, log_path, start_timeout)
             yield url
         finally:
             stop(proc)
 
 
-def _wait_until_ready(
+def wait_until_ready(
     proc: subprocess.Popen[bytes], url: str, log_path: Path, timeout: float
 ) -> None:
     deadline = time.monotonic() + timeout

@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from gateway.testing.fake_upstream import FakeUpstream, Knobs, ScriptedReply
 from tests.clients import sdk_client
 from tests.processes import free_port, stop
-from tests.redis_server import redis_server_path
+from tests.redis_server import redis_server_path, wait_until_ready
 from tests.resilience.test_redis_breakers import ADMIN_KEY, gateway_process, listening_url
 
 REPLICAS = 3
@@ -258,22 +257,7 @@ class RedisProcess:
             self.proc = subprocess.Popen(
                 args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
-        client = redis.Redis.from_url(self.url, socket_timeout=0.5, socket_connect_timeout=0.5)
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"redis-server exited:\n{log.read_text(errors='replace')}")
-                try:
-                    if client.ping():
-                        return
-                except redis.ConnectionError:
-                    pass
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"redis-server did not answer at {self.url}")
-                time.sleep(0.02)
-        finally:
-            client.close()
+        wait_until_ready(self.proc, self.url, log, timeout)
 
     def kill(self) -> None:
         """SIGKILL: Redis crashes, as far as its clients can tell."""
