@@ -36,13 +36,14 @@ from redis.exceptions import RedisError
 
 from gateway.cache.index import IndexesByEmbedder
 from gateway.cache.store import CacheEntry, StoreStats
+from gateway.logthrottle import ThrottledWarnings
+from gateway.redact import without_credentials
 
 log = logging.getLogger("gateway.cache")
 
 SOCKET_TIMEOUT = 0.5  # a cache lookup that waits longer is worse than a miss
 FOLLOW_BLOCK_MS = 1000
 RETRY_SECONDS = 1.0
-WARN_EVERY = 30.0
 _SCAN_BATCH = 500
 _LAG_SAMPLES = 1024
 _FIELDS = ("id", "scope", "tenant", "model", "embedder", "vector", "expires_at")
@@ -118,6 +119,7 @@ class _Meta:
 class RedisStore:
     def __init__(self, url: str, namespace: str, max_entries: int, approximate_above: int) -> None:
         self.url = url
+        self._shown_url = without_credentials(url)  # what logs say: never the password
         self.max_entries = max_entries
         self.approximate_above = approximate_above
         self._prefix = f"{namespace}:e:"
@@ -146,7 +148,7 @@ class RedisStore:
         self._first_sync = asyncio.Event()
         self.synced = False  # local index caught up with Redis (false while Redis is away)
         self.lags: list[float] = []  # seconds from a write (any replica) to its arrival here
-        self._last_warning = -WARN_EVERY
+        self._warnings = ThrottledWarnings(log)
 
     def __len__(self) -> int:
         return len(self._meta)
@@ -161,7 +163,9 @@ class RedisStore:
         try:
             await asyncio.wait_for(self._first_sync.wait(), wait)
         except TimeoutError:
-            log.warning("cache: Redis at %s not reachable yet; serving with misses", self.url)
+            log.warning(
+                "cache: Redis at %s not reachable yet; serving with misses", self._shown_url
+            )
 
     async def close(self) -> None:
         if self._follower is not None:
@@ -312,7 +316,9 @@ class RedisStore:
                 raise
             except (RedisError, OSError) as err:
                 self.synced = False
-                self._warn(f"cache: lost Redis at {self.url} ({err}); resynchronising")
+                self._warnings.warning(
+                    "cache: lost Redis at %s (%s); resynchronising", self._shown_url, err
+                )
                 await asyncio.sleep(RETRY_SECONDS)
 
     async def _snapshot(self) -> bytes:
@@ -412,12 +418,6 @@ class RedisStore:
     async def _touch(self, exact_keys: list[str], now: float) -> None:
         if exact_keys:
             await self._redis.zadd(self._lru, dict.fromkeys(exact_keys, now), xx=True)
-
-    def _warn(self, message: str) -> None:
-        now = time.monotonic()
-        if now - self._last_warning >= WARN_EVERY:
-            self._last_warning = now
-            log.warning(message)
 
 
 def _text(value: bytes | None) -> str:

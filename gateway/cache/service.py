@@ -21,6 +21,7 @@ from gateway.cache.scope import CacheKey, cache_key, last_user_text
 from gateway.cache.store import CacheEntry, CacheStore
 from gateway.config import CachePolicy, ModelRoute
 from gateway.context import RequestContext
+from gateway.logthrottle import ThrottledWarnings
 
 if TYPE_CHECKING:
     from gateway.cache.embedder import Embedder
@@ -31,7 +32,6 @@ Json = dict[str, Any]
 Directive = Literal["default", "refresh", "bypass"]
 _CANDIDATES = 4
 SWEEP_SECONDS = 60.0
-WARN_EVERY = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +57,7 @@ class SemanticCache:
         self._writes: set[asyncio.Task[None]] = set()
         self._loading: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
-        self._last_warning = -WARN_EVERY
-        self._suppressed = 0
+        self._warnings = ThrottledWarnings(log)
 
     async def start(self) -> None:
         """Open the store now; load the embedder in the background. Until it is loaded the
@@ -147,19 +146,7 @@ class SemanticCache:
             ctx.cache_lookup_seconds = time.perf_counter() - started
 
     def _store_failed(self, what: str, err: Exception) -> None:
-        now = time.monotonic()
-        if now - self._last_warning < WARN_EVERY:
-            self._suppressed += 1
-            return
-        more = f" ({self._suppressed} more failures since the last warning)"
-        log.warning(
-            "cache %s failed: %s: %s%s",
-            what,
-            type(err).__name__,
-            err,
-            more if self._suppressed else "",
-        )
-        self._last_warning, self._suppressed = now, 0
+        self._warnings.warning("cache %s failed: %s: %s", what, type(err).__name__, err)
 
     def store_later(self, ctx: RequestContext, plan: CachePlan, completion: Json) -> None:
         """Store a fresh answer in the background: the client does not wait for the write,

@@ -23,12 +23,12 @@ from gateway.config import KnowledgeBaseConfig, ModelRoute, Settings
 from gateway.config.policy import NO_KNOWLEDGE_BASE
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest
+from gateway.logthrottle import ThrottledWarnings
 from gateway.rag.base import KnowledgeBase, Passage, RetrievalFailed
 from gateway.resilience.breaker import Breakers
 
 log = logging.getLogger("gateway.rag")
 Json = dict[str, Any]
-WARN_INTERVAL_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +47,7 @@ class Knowledge:
             name: _build(name, config, settings, breakers)
             for name, config in settings.knowledge_bases.items()
         }
-        self._warned: dict[str, tuple[float, int]] = {}  # base -> (last warning, suppressed)
+        self._warnings = ThrottledWarnings(log)  # one per base per interval while it fails
 
     def select(self, ctx: RequestContext, route: ModelRoute) -> str | None:
         asked = ctx.knowledge_directive
@@ -90,7 +90,7 @@ class Knowledge:
                 passages = await self.bases[name].search(query, ctx.embedding, config.top_k)
         except (RetrievalFailed, TimeoutError) as exc:
             reason = str(exc) or f"timed out after {timeout:.2f} s"
-            self._warn(name, reason)
+            self._warnings.warning("knowledge base %s unavailable: %s", name, reason, key=name)
             grounding = Grounding(3, error=reason)
         else:
             rule = self.settings.policies.of(ctx).knowledge
@@ -102,17 +102,6 @@ class Knowledge:
         ctx.retrieval = {1: "grounded", 2: "insufficient", 3: "failed"}[grounding.level]
         ctx.degradation_level = grounding.level
         return grounding
-
-    def _warn(self, name: str, reason: str) -> None:
-        """One warning per base per interval while it is failing, not one per request."""
-        now = time.monotonic()
-        last, suppressed = self._warned.get(name, (-math.inf, 0))
-        if now - last < WARN_INTERVAL_SECONDS:
-            self._warned[name] = (last, suppressed + 1)
-            return
-        more = f" ({suppressed} more failures since the last warning)" if suppressed else ""
-        log.warning("knowledge base %s unavailable: %s%s", name, reason, more)
-        self._warned[name] = (now, 0)
 
     def state(self) -> dict[str, str]:
         """For /readyz: each base's version in force (embedded) or breaker state (http)."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -28,12 +27,11 @@ from redis.exceptions import RedisError
 
 from gateway.config.limits import RateLimitConfig
 from gateway.ratelimit.limiter import LimitName, Refusal
+from gateway.redis_health import RedisHealth
 
 log = logging.getLogger("gateway.ratelimit")
 
 SOCKET_TIMEOUT = 0.25
-PAUSE_AFTER_FAILURE = 1.0
-WARN_EVERY = 30.0
 
 _LIMITS: dict[int, LimitName] = {1: "requests_per_second", 2: "concurrent", 3: "tokens_per_minute"}
 
@@ -146,9 +144,7 @@ class RedisBackend:
         self._slot_ttl = slot_ttl_seconds
         self._acquire = self._redis.register_script(ACQUIRE)
         self._record = self._redis.register_script(RECORD)
-        self._paused_until = 0.0
-        self._next_warning = 0.0
-        self.up = True  # the last call to Redis worked
+        self.health = RedisHealth(log, "rate limits", "admitting requests unlimited")
         self._pending: set[asyncio.Task[None]] = set()
 
     def keys(self, tenant: str) -> tuple[str, str, str]:
@@ -178,9 +174,9 @@ class RedisBackend:
                 self._later(self._release_when_done(task, tenant, slot))
             raise
         except (RedisError, OSError) as exc:
-            self._failed("acquire", exc)
+            self.health.failed(exc, "acquire")
             return None
-        self.up = True
+        self.health.ok()
         limit, wait = int(result[0]), float(result[1])
         return Refusal(_LIMITS[limit], wait) if limit else None
 
@@ -214,9 +210,9 @@ class RedisBackend:
         try:
             await call()
         except (RedisError, OSError) as exc:
-            self._failed(what, exc)
+            self.health.failed(exc, what)
         else:
-            self.up = True
+            self.health.ok()
 
     async def _release_when_done(
         self, task: asyncio.Future[object], tenant: str, slot: str
@@ -232,23 +228,20 @@ class RedisBackend:
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
+    @property
+    def up(self) -> bool:
+        """The last call to Redis worked."""
+        return self.health.up
+
     async def ping(self) -> bool:
         """Whether Redis answers now; an answer ends the pause (readiness uses this)."""
         try:
             await self._redis.ping()
         except (RedisError, OSError):
             return False
-        self.up, self._paused_until = True, 0.0
+        self.health.recovered()
         return True
 
     def paused(self) -> bool:
         """Within a second of a failure: Redis is not asked, requests are admitted."""
-        return time.monotonic() < self._paused_until
-
-    def _failed(self, what: str, exc: BaseException) -> None:
-        now = time.monotonic()
-        self._paused_until = now + PAUSE_AFTER_FAILURE
-        self.up = False
-        if now >= self._next_warning:
-            self._next_warning = now + WARN_EVERY
-            log.warning("rate limits: Redis %s failed, admitting requests unlimited: %r", what, exc)
+        return self.health.paused()

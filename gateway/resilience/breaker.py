@@ -22,7 +22,8 @@ import pybreaker
 
 from gateway.config import BreakerConfig, BreakerStorageConfig
 from gateway.errors import GatewayError
-from gateway.resilience.shared_storage import RedisHealth, SharedStorage
+from gateway.redis_health import RedisHealth
+from gateway.resilience.shared_storage import SharedStorage
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -210,7 +211,8 @@ class Breakers:
         self._on_change = on_change
         self._storage_config = storage
         self._redis: Redis | None = None
-        self.redis_health = RedisHealth()  # meaningful with Redis storage only
+        # meaningful with Redis storage only
+        self.redis_health = RedisHealth(log, "circuit breaker storage", "breakers on local state")
         self._breakers: dict[str, Breaker] = {}
         self._own_config: set[str] = set()  # breakers with their own thresholds (retrievers)
 

@@ -30,52 +30,14 @@ from typing import TYPE_CHECKING, TypeVar
 import pybreaker
 from redis.exceptions import RedisError
 
+from gateway.redis_health import RedisHealth
+
 if TYPE_CHECKING:
     from redis import Redis
 
 log = logging.getLogger("gateway.breaker")
 T = TypeVar("T")
-PAUSE_AFTER_FAILURE = 1.0
 STATE_SECONDS = 0.1
-WARN_EVERY = 30.0
-
-
-class RedisHealth:
-    """Whether Redis answered lately, shared by every breaker of a process (for readiness and
-    metrics too)."""
-
-    def __init__(self) -> None:
-        self.up = True
-        self._paused_until = 0.0
-        self._next_warning = 0.0
-
-    def paused(self) -> bool:
-        return time.monotonic() < self._paused_until
-
-    def probe(self, redis: Redis) -> bool:
-        """Ping Redis (blocking: call it off the event loop); an answer marks it up."""
-        try:
-            redis.ping()
-        except (RedisError, OSError):
-            return False
-        self.ok()
-        self._paused_until = 0.0
-        return True
-
-    def ok(self) -> None:
-        if not self.up:
-            log.warning("circuit breaker storage: Redis is back, using the shared state again")
-        self.up = True
-
-    def failed(self, err: Exception) -> None:
-        now = time.monotonic()
-        self.up = False
-        self._paused_until = now + PAUSE_AFTER_FAILURE
-        if now >= self._next_warning:
-            self._next_warning = now + WARN_EVERY
-            log.warning(
-                "circuit breaker storage: Redis unreachable, breakers on local state: %s", err
-            )
 
 
 class SharedStorage(pybreaker.CircuitBreakerStorage):

@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 import redis
 
-from gateway.ratelimit.redis_backend import PAUSE_AFTER_FAILURE
+from gateway.redis_health import PAUSE_AFTER_FAILURE
 from gateway.resilience.shared_storage import STATE_SECONDS
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from tests.scaleout.cluster import (
