@@ -72,6 +72,7 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     app[LIMITER] = RateLimiter(settings.file.rate_limits.storage)
     app[ACCESS_LOG] = access_log or AccessLog(enabled=settings.server.access_log)
     app[DRAIN] = Drain()
+    metrics.in_flight.set_function(lambda: ref.in_flight)  # read when scraped
     if cache is not None:
         metrics.cache_entries.set_function(lambda: len(cache.store))
     for component, up in shared_parts(cache, breakers, app[LIMITER]).items():

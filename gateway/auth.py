@@ -43,8 +43,7 @@ def check_metrics(settings: Settings, authorization: str | None) -> None:
     the admin key)."""
     if settings.metrics_key_hash is None:
         return
-    token = bearer_token(authorization)
-    digest = hash_key(token) if token else None
+    digest = _digest(authorization)
     if digest is None or digest not in (settings.metrics_key_hash, settings.admin_key_hash):
         raise AuthenticationFailed("Incorrect or missing metrics key.")
 
@@ -55,9 +54,15 @@ def check_admin(settings: Settings, authorization: str | None) -> None:
             "The admin API is disabled: set the environment variable named by auth.admin_key_env.",
             code="admin_disabled",
         )
-    token = bearer_token(authorization)
-    if token is None or hash_key(token) != settings.admin_key_hash:
+    digest = _digest(authorization)
+    if digest is None or digest != settings.admin_key_hash:
         raise AuthenticationFailed("Incorrect or missing admin key.")
+
+
+def _digest(authorization: str | None) -> str | None:
+    """The SHA-256 of the bearer token presented, if any: keys are only compared as digests."""
+    token = bearer_token(authorization)
+    return hash_key(token) if token else None
 
 
 def bring_own_key(ctx: RequestContext, byok: ByokConfig, given: str | None) -> None:

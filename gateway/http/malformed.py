@@ -12,13 +12,15 @@ inside goes through the gateway's middleware).
 from __future__ import annotations
 
 import logging
-import os
 from http import HTTPStatus
 
 import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
+
+from gateway.errors import GatewayError
+from gateway.http.middleware import request_id
 
 log = logging.getLogger("gateway")
 _installed = False
@@ -36,14 +38,13 @@ def _handle_error(
     if request.writer.output_size > 0:  # a response already started: nothing more to say
         raise ConnectionError("response already started")
     phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
-    error = {
-        "message": f"{phrase}: the request is not valid HTTP ({reason}).",
-        "type": "invalid_request_error" if status < 500 else "server_error",
-        "param": None,
-        "code": "malformed_http_request" if status < 500 else "internal_error",
-    }
-    response = web.Response(
-        status=status, body=orjson.dumps({"error": error}), content_type="application/json"
+    response = _error_response(
+        GatewayError(
+            f"{phrase}: the request is not valid HTTP ({reason}).",
+            status=status,
+            type="invalid_request_error" if status < 500 else "server_error",
+            code="malformed_http_request" if status < 500 else "internal_error",
+        )
     )
     response.force_close()
     return response
@@ -65,14 +66,20 @@ async def expect_handler(request: web.Request) -> web.StreamResponse | None:
             await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             request.writer.output_size = 0  # the body proper has not started
         return None
-    error = {
-        "message": "Unsupported Expect header: only 100-continue is understood.",
-        "type": "invalid_request_error",
-        "param": None,
-        "code": "expectation_failed",
-    }
-    response = web.Response(
-        status=417, body=orjson.dumps({"error": error}), content_type="application/json"
+    response = _error_response(
+        GatewayError(
+            "Unsupported Expect header: only 100-continue is understood.",
+            status=417,
+            type="invalid_request_error",
+            code="expectation_failed",
+        )
     )
-    response.headers["x-request-id"] = f"req_{os.urandom(16).hex()}"
+    response.headers["x-request-id"] = request_id(None)
     return response
+
+
+def _error_response(err: GatewayError) -> web.Response:
+    """The OpenAI error body without a RequestContext (the middleware has not run)."""
+    return web.Response(
+        status=err.status, body=orjson.dumps(err.body()), content_type="application/json"
+    )

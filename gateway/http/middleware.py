@@ -47,11 +47,10 @@ _ENDPOINTS = {
 async def gateway_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     runtime = request[RUNTIME] = request.app[RUNTIME_REF].current
     ctx = request[CTX] = RequestContext(
-        request_id=_request_id(request.headers.get("x-request-id")),
+        request_id=request_id(request.headers.get("x-request-id")),
         endpoint=_endpoint(request.path),
     )
     metrics = request.app[METRICS]
-    metrics.in_flight.inc()
     runtime.enter()
     ctx.in_flight = request.app[RUNTIME_REF].enter()
     try:
@@ -85,7 +84,6 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
             await _settle_permit(permit, ctx)
         runtime.leave()
         request.app[RUNTIME_REF].leave()
-        metrics.in_flight.dec()
         metrics.observe(ctx)
         request.app[ACCESS_LOG].write(ctx, request.method, request.path)
 
@@ -136,7 +134,8 @@ def _translate(exc: web.HTTPException, request: web.Request) -> GatewayError:
     return GatewayError(exc.reason, status=exc.status, type="invalid_request_error")
 
 
-def _request_id(given: str | None) -> str:
+def request_id(given: str | None) -> str:
+    """The client's x-request-id when it is sane, else a new one."""
     if given and _REQUEST_ID.match(given):
         return given
     return f"req_{os.urandom(16).hex()}"
