@@ -177,11 +177,10 @@ class RedisStore:
     # --- the interface -----------------------------------------------------------------------
 
     async def get(self, exact_key: str, now: float) -> CacheEntry | None:
-        raw = await self._redis.hgetall(self._prefix + exact_key)
+        (raw,) = await self._read_and_touch([exact_key], now)
         entry = _entry(exact_key, raw) if raw else None
         if entry is None or entry.expires_at <= now:
             return None
-        await self._touch([exact_key], now)
         return entry
 
     async def search(
@@ -200,16 +199,12 @@ class RedisStore:
         ]
         if not found:
             return []
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for exact, _, _ in found:
-                pipe.hgetall(self._prefix + exact)
-            rows = await pipe.execute()
+        rows = await self._read_and_touch([exact for exact, _, _ in found], now)
         hits = []
         for (exact, id_, similarity), raw in zip(found, rows, strict=True):
             entry = _entry(exact, raw) if raw else None
             if entry is not None and entry.id == id_ and entry.expires_at > now:
                 hits.append((entry, similarity))
-        await self._touch([e.exact_key for e, _ in hits], now)
         return hits
 
     def best_similarity(self, scope: str, vector: np.ndarray, embedder: str) -> float | None:
@@ -415,9 +410,15 @@ class RedisStore:
             del self._by_exact[meta.exact_key]
         self._indexes.remove(meta.embedder, id_)
 
-    async def _touch(self, exact_keys: list[str], now: float) -> None:
-        if exact_keys:
-            await self._redis.zadd(self._lru, dict.fromkeys(exact_keys, now), xx=True)
+    async def _read_and_touch(self, exact_keys: list[str], now: float) -> list[Any]:
+        """The entries' hashes, and their last use set to now, in one round trip (`xx`: a key
+        that is gone is not added back to the LRU set)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for exact in exact_keys:
+                pipe.hgetall(self._prefix + exact)
+            pipe.zadd(self._lru, dict.fromkeys(exact_keys, now), xx=True)
+            replies = await pipe.execute()
+        return list(replies[:-1])
 
 
 def _text(value: bytes | None) -> str:
