@@ -145,6 +145,7 @@ class RedisStore:
         self._by_exact: dict[str, int] = {}
         self._indexes = IndexesByEmbedder(approximate_above)
         self._follower: asyncio.Task[None] | None = None
+        self._closing = False
         self._first_sync = asyncio.Event()
         self.synced = False  # local index caught up with Redis (false while Redis is away)
         self.lags: list[float] = []  # seconds from a write (any replica) to its arrival here
@@ -168,9 +169,12 @@ class RedisStore:
             )
 
     async def close(self) -> None:
+        self._closing = True
         if self._follower is not None:
             self._follower.cancel()
-            await asyncio.gather(self._follower, return_exceptions=True)
+            # A cancellation that lands inside redis-py's reconnect can be lost; the flag
+            # then ends the loop at its next turn, and close() never waits forever.
+            await asyncio.wait([self._follower], timeout=FOLLOW_BLOCK_MS / 1000 + 5)
         await self._redis.aclose()
         await self._follower_redis.aclose()
 
@@ -294,12 +298,12 @@ class RedisStore:
     # --- following the other replicas ---------------------------------------------------------
 
     async def _follow(self) -> None:
-        while True:
+        while not self._closing:
             try:
                 last = await self._snapshot()
                 self.synced = True
                 self._first_sync.set()
-                while True:
+                while not self._closing:
                     replies = await self._follower_redis.xread(
                         {self._events: last}, count=_SCAN_BATCH, block=FOLLOW_BLOCK_MS
                     )
