@@ -9,8 +9,8 @@
     -> upstreams: breakers, retries, fallbacks (a plain answer, or a stream whose first chunk
        has arrived); nothing answered -> level 4
     -> check the answer's tool calls (repair them with the model, or strip them)
-    -> finish the answer for its level (sources, disclaimer); the cache stores it in the
-       background once complete
+    -> finish the answer for its level (sources, disclaimer); the cache keeps it once
+       complete: visible to lookups before the client has it all, durable in the background
 
 Authentication and rate limits happen before, in the HTTP middleware. Nothing in this module
 knows HTTP: it takes wire types and a RequestContext and returns JSON or a chunk stream.
@@ -142,7 +142,7 @@ class Pipeline:
 
         def keep(completion: Json) -> None:
             if ctx.tool_guard not in _NOT_KEPT:
-                cache.store_later(ctx, plan, {**completion, **extra})
+                cache.keep(ctx, plan, {**completion, **extra})
 
         return keep
 

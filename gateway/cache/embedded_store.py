@@ -5,6 +5,11 @@ synchronous=NORMAL keeps committed transactions through a `kill -9` of the proce
 side holds only what lookups need fast: exact key -> id, per-scope vector indexes, expiry and
 LRU order. Stored answers are read back from SQLite on a hit. All SQLite work runs on one
 dedicated thread, so the event loop never waits on disk.
+
+Read-your-writes: `publish` makes an entry visible to this process's lookups at once (ids are
+assigned here, not by SQLite); its answer is held in memory until `put` has committed it.
+A crash before the commit loses that entry, nothing else: a write is one SQLite statement,
+and an older write never replaces a newer one under the same exact key (the ids decide).
 """
 
 from __future__ import annotations
@@ -70,6 +75,8 @@ class EmbeddedStore:
         self._touched: dict[int, float] = {}
         self._expiries: list[tuple[float, int]] = []  # a heap; stale pairs are skipped
         self._indexes = IndexesByEmbedder(approximate_above)
+        self._pending: dict[int, CacheEntry] = {}  # published, not yet committed
+        self._next_id = 1
         self._opened = False
 
     def __len__(self) -> int:
@@ -82,6 +89,7 @@ class EmbeddedStore:
             return
         rows = await self._run(self._open_db, time.time())
         for row_id, exact_key, scope, tenant, model, embedder, vector, expires_at in rows:
+            self._next_id = max(self._next_id, row_id + 1)
             self._remember(row_id, _Meta(scope, exact_key, tenant, model, embedder, expires_at))
             if vector is not None and embedder is not None:
                 self._indexes.add(embedder, scope, row_id, np.frombuffer(vector, np.float32))
@@ -99,6 +107,8 @@ class EmbeddedStore:
         row_id = self._by_exact.get(exact_key)
         if row_id is None or not self._live(row_id, now):
             return None
+        if row_id in self._pending:
+            return self._used(self._pending[row_id], now)
         entries = await self._run(self._read, [row_id])
         return self._used(entries[0], now) if entries else None
 
@@ -115,16 +125,20 @@ class EmbeddedStore:
         found = [(i, s) for i, s in nearest if s >= min_similarity and self._live(i, now)]
         if not found:
             return []
-        entries = {e.id: e for e in await self._run(self._read, [i for i, _ in found])}
+        entries = {i: self._pending[i] for i, _ in found if i in self._pending}
+        stored = [i for i, _ in found if i not in entries]
+        if stored:
+            entries |= {e.id: e for e in await self._run(self._read, stored)}
         return [(self._used(entries[i], now), s) for i, s in found if i in entries]
 
     def best_similarity(self, scope: str, vector: np.ndarray, embedder: str) -> float | None:
         nearest = self._indexes.search(embedder, scope, vector, 1)
         return nearest[0][1] if nearest else None
 
-    async def put(self, entry: CacheEntry) -> int:
-        vector = None if entry.vector is None else entry.vector.astype(np.float32).tobytes()
-        row_id = int(await self._run(self._write, entry, vector))
+    def publish(self, entry: CacheEntry) -> None:
+        """Visible to this store's lookups when this returns; `put` makes it durable."""
+        entry.id, self._next_id = self._next_id, self._next_id + 1
+        entry.created_at = entry.created_at or time.time()
         old = self._by_exact.get(entry.exact_key)
         if old is not None:
             self._forget(old)
@@ -136,9 +150,28 @@ class EmbeddedStore:
             entry.embedder,
             entry.expires_at,
         )
-        self._remember(row_id, meta)
+        self._remember(entry.id, meta)
+        self._pending[entry.id] = entry
         if entry.vector is not None and entry.embedder is not None:
-            self._indexes.add(entry.embedder, entry.scope, row_id, entry.vector)
+            self._indexes.add(entry.embedder, entry.scope, entry.id, entry.vector)
+
+    async def put(self, entry: CacheEntry) -> int:
+        if entry.id is None:
+            self.publish(entry)
+        elif self._pending.get(entry.id) is not entry:
+            return entry.id  # withdrawn since it was published (replaced, purged): not written
+        row_id = entry.id
+        assert row_id is not None
+        vector = None if entry.vector is None else entry.vector.astype(np.float32).tobytes()
+        try:
+            await self._run(self._write, entry, vector)
+        except BaseException:
+            self._forget(row_id)  # memory must not claim what the disk lacks
+            raise
+        finally:
+            self._pending.pop(row_id, None)
+        if row_id not in self._meta:  # evicted, purged or replaced while it was being written
+            await self._run(self._delete_and_touch, [row_id], {})
         if len(self._meta) > self.max_entries:
             await self.evict(time.time())
         return row_id
@@ -207,6 +240,7 @@ class EmbeddedStore:
             del self._by_exact[meta.exact_key]
         self._lru.pop(row_id, None)
         self._touched.pop(row_id, None)
+        self._pending.pop(row_id, None)
         self._indexes.remove(meta.embedder, row_id)
 
     def _live(self, row_id: int, now: float) -> bool:
@@ -241,18 +275,21 @@ class EmbeddedStore:
             "FROM entries ORDER BY last_used"
         ).fetchall()
 
-    def _write(self, entry: CacheEntry, vector: bytes | None) -> int:
+    def _write(self, entry: CacheEntry, vector: bytes | None) -> None:
         assert self._db is not None
         now = time.time()
-        row = self._db.execute(
-            "INSERT INTO entries (exact_key, scope, tenant, model, text, response, embedder, "
-            "vector, created_at, expires_at, last_used) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
-            "ON CONFLICT (exact_key) DO UPDATE SET scope=excluded.scope, "
+        # `WHERE excluded.id > id`: a write that lost a race to a newer one changes nothing.
+        self._db.execute(
+            "INSERT INTO entries (id, exact_key, scope, tenant, model, text, response, embedder, "
+            "vector, created_at, expires_at, last_used) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT (exact_key) DO UPDATE SET id=excluded.id, scope=excluded.scope, "
             "tenant=excluded.tenant, model=excluded.model, text=excluded.text, "
             "response=excluded.response, embedder=excluded.embedder, vector=excluded.vector, "
             "created_at=excluded.created_at, expires_at=excluded.expires_at, "
-            "last_used=excluded.last_used RETURNING id",
+            "last_used=excluded.last_used "
+            "WHERE excluded.id > entries.id",
             (
+                entry.id,
                 entry.exact_key,
                 entry.scope,
                 entry.tenant,
@@ -265,8 +302,7 @@ class EmbeddedStore:
                 entry.expires_at,
                 now,
             ),
-        ).fetchone()
-        return int(row[0])
+        )
 
     def _read(self, ids: list[int]) -> list[CacheEntry]:
         assert self._db is not None

@@ -13,6 +13,11 @@ converges on the same entries within the stream's delivery lag (measured: docs/B
 A search finds ids locally and reads the answers from Redis, so an entry deleted elsewhere is
 never served.
 
+Read-your-writes: `publish` puts an entry in the local view at once under a temporary
+(negative) id, its answer held in memory; `put` writes it to Redis and swaps in the real id.
+Until then the local entry wins over stream events for its exact key; a failed write
+withdraws it.
+
 Redis unreachable: reads and writes raise, and the cache service treats that as a miss (the
 request is answered by the upstream); the follower retries every second, reports itself
 unsynced (readiness, metrics) and takes a fresh snapshot when Redis is back.
@@ -21,6 +26,7 @@ unsynced (readiness, metrics) and takes a fresh snapshot when Redis is back.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import Counter
@@ -144,6 +150,8 @@ class RedisStore:
         self._meta: dict[int, _Meta] = {}
         self._by_exact: dict[str, int] = {}
         self._indexes = IndexesByEmbedder(approximate_above)
+        self._pending: dict[int, CacheEntry] = {}  # published here, not yet in Redis
+        self._temp_ids = itertools.count(-1, -1)
         self._follower: asyncio.Task[None] | None = None
         self._closing = False
         self._first_sync = asyncio.Event()
@@ -181,6 +189,9 @@ class RedisStore:
     # --- the interface -----------------------------------------------------------------------
 
     async def get(self, exact_key: str, now: float) -> CacheEntry | None:
+        pending = self._pending.get(self._by_exact.get(exact_key, 0))
+        if pending is not None:
+            return pending if pending.expires_at > now else None
         (raw,) = await self._read_and_touch([exact_key], now)
         entry = _entry(exact_key, raw) if raw else None
         if entry is None or entry.expires_at <= now:
@@ -203,10 +214,13 @@ class RedisStore:
         ]
         if not found:
             return []
-        rows = await self._read_and_touch([exact for exact, _, _ in found], now)
+        stored = [exact for exact, id_, _ in found if id_ not in self._pending]
+        replies = await self._read_and_touch(stored, now) if stored else []
+        rows = dict(zip(stored, replies, strict=True))
         hits = []
-        for (exact, id_, similarity), raw in zip(found, rows, strict=True):
-            entry = _entry(exact, raw) if raw else None
+        for exact, id_, similarity in found:
+            raw = rows.get(exact)
+            entry = self._pending.get(id_) or (_entry(exact, raw) if raw else None)
             if entry is not None and entry.id == id_ and entry.expires_at > now:
                 hits.append((entry, similarity))
         return hits
@@ -215,8 +229,21 @@ class RedisStore:
         nearest = self._indexes.search(embedder, scope, vector, 1)
         return nearest[0][1] if nearest else None
 
+    def publish(self, entry: CacheEntry) -> None:
+        """In this replica's view at once; the others hear of it once `put` has written it."""
+        entry.id = next(self._temp_ids)
+        entry.created_at = entry.created_at or time.time()
+        self._pending[entry.id] = entry
+        self._add_entry(entry, replace_pending=True)
+
     async def put(self, entry: CacheEntry) -> int:
-        vector = b"" if entry.vector is None else entry.vector.astype(np.float32).tobytes()
+        if entry.id is None:
+            self.publish(entry)
+        elif self._pending.get(entry.id) is not entry:
+            return entry.id  # withdrawn since it was published (replaced, purged): not written
+        temp = entry.id
+        assert temp is not None
+        vector = _vector_bytes(entry)
         now = time.time()
         keys = [self._prefix + entry.exact_key, self._lru, self._exp, self._next_id, self._events]
         args: list[Any] = [
@@ -233,18 +260,16 @@ class RedisStore:
             self._max_stream,
             repr(now),
         ]
-        id_ = int(await self._scripts["put"](keys=keys, args=args))
-        # Our own write is visible here at once; its event, when it arrives, changes nothing.
-        self._add(
-            id_,
-            entry.exact_key,
-            entry.scope,
-            entry.tenant,
-            entry.model,
-            entry.embedder,
-            vector,
-            entry.expires_at,
-        )
+        try:
+            id_ = int(await self._scripts["put"](keys=keys, args=args))
+        except BaseException:
+            self._remove(temp)  # not in Redis: not served here either
+            raise
+        current = self._by_exact.get(entry.exact_key) == temp
+        self._remove(temp)
+        if current:  # else a newer answer published here since (or a purge) wins
+            entry.id = id_
+            self._add_entry(entry)
         if len(self._meta) > self.max_entries:
             await self.evict(now)
         return id_
@@ -327,6 +352,8 @@ class RedisStore:
         last = newest[0][0] if newest else b"0-0"
         self._meta, self._by_exact = {}, {}
         self._indexes = IndexesByEmbedder(self.approximate_above)
+        for entry in list(self._pending.values()):  # still being written: keep them visible
+            self._add_entry(entry, replace_pending=True)
         async for batch in self._scan_entries(_FIELDS, client=self._follower_redis):
             for exact, (id_, scope, tenant, model, embedder, vector, expires_at) in batch:
                 if id_ is not None and expires_at is not None:
@@ -397,14 +424,31 @@ class RedisStore:
         embedder: str | None,
         vector: bytes,
         expires_at: float,
+        replace_pending: bool = False,
     ) -> None:
         old = self._by_exact.get(exact)
         if old is not None and old != id_:
+            if old in self._pending and not replace_pending:
+                return  # our own answer, still being written, stays what we serve
             self._remove(old)
         self._meta[id_] = _Meta(exact, scope, tenant, model, embedder, expires_at)
         self._by_exact[exact] = id_
         if embedder and vector:
             self._indexes.add(embedder, scope, id_, np.frombuffer(vector, dtype=np.float32))
+
+    def _add_entry(self, entry: CacheEntry, replace_pending: bool = False) -> None:
+        assert entry.id is not None
+        self._add(
+            entry.id,
+            entry.exact_key,
+            entry.scope,
+            entry.tenant,
+            entry.model,
+            entry.embedder,
+            _vector_bytes(entry),
+            entry.expires_at,
+            replace_pending,
+        )
 
     def _remove(self, id_: int) -> None:
         meta = self._meta.pop(id_, None)
@@ -412,6 +456,7 @@ class RedisStore:
             return
         if self._by_exact.get(meta.exact_key) == id_:
             del self._by_exact[meta.exact_key]
+        self._pending.pop(id_, None)
         self._indexes.remove(meta.embedder, id_)
 
     async def _read_and_touch(self, exact_keys: list[str], now: float) -> list[Any]:
@@ -423,6 +468,10 @@ class RedisStore:
             pipe.zadd(self._lru, dict.fromkeys(exact_keys, now), xx=True)
             replies = await pipe.execute()
         return list(replies[:-1])
+
+
+def _vector_bytes(entry: CacheEntry) -> bytes:
+    return b"" if entry.vector is None else entry.vector.astype(np.float32).tobytes()
 
 
 def _text(value: bytes | None) -> str:

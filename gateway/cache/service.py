@@ -4,6 +4,9 @@ Lookup order: the exact tier (a hash of the scope and the normalized last user t
 embedding) first, then the semantic tier inside the same scope: the best few neighbours at or
 above the threshold, each checked by the near-miss guards before it counts as a hit.
 
+A fresh answer is published to the store's memory before the response goes out (an immediate
+repeat is an exact hit) and written durably in the background.
+
 A store that fails (a shared Redis store while Redis is away) costs a miss, never a request:
 the lookup reports `error`, the write is dropped, and the failure is logged at most every 30 s.
 """
@@ -148,12 +151,30 @@ class SemanticCache:
     def _store_failed(self, what: str, err: Exception) -> None:
         self._warnings.warning("cache %s failed: %s: %s", what, type(err).__name__, err)
 
-    def store_later(self, ctx: RequestContext, plan: CachePlan, completion: Json) -> None:
-        """Store a fresh answer in the background: the client does not wait for the write,
-        and a client that disconnects does not cancel it."""
+    def keep(self, ctx: RequestContext, plan: CachePlan, completion: Json) -> None:
+        """Keep a fresh answer: visible to lookups (exact key, and the vector when the lookup
+        left one) when this returns, so an immediate repeat hits; written durably in the
+        background, and a client that disconnects does not cancel that."""
         if not cacheable(completion, plan.policy):
             return
-        task = asyncio.get_running_loop().create_task(self._store(ctx, plan, completion))
+        vector = ctx.embedding if self.embedder is not None and plan.policy.semantic else None
+        entry = CacheEntry(
+            scope=plan.key.scope,
+            exact_key=plan.key.exact,
+            tenant=plan.key.tenant,
+            model=plan.key.model,
+            text=plan.key.text,
+            response=completion,
+            expires_at=time.time() + plan.policy.ttl_seconds,
+            vector=vector,
+            embedder=self.embedder.name if vector is not None and self.embedder else None,
+        )
+        try:
+            self.store.publish(entry)
+        except Exception as err:
+            self._store_failed(f"write (request {ctx.request_id})", err)
+            return
+        task = asyncio.get_running_loop().create_task(self._persist(ctx, plan, entry))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
@@ -190,24 +211,20 @@ class SemanticCache:
         ctx.cache_similarity = hit.similarity
         return hit
 
-    async def _store(self, ctx: RequestContext, plan: CachePlan, completion: Json) -> None:
-        vector = ctx.embedding
+    async def _persist(self, ctx: RequestContext, plan: CachePlan, entry: CacheEntry) -> None:
         try:
-            if vector is None and plan.policy.semantic and self.embedder and self.embedder_ready:
-                vector = await self.embedder.embed(plan.key.text)
-            await self.store.put(
-                CacheEntry(
-                    scope=plan.key.scope,
-                    exact_key=plan.key.exact,
-                    tenant=plan.key.tenant,
-                    model=plan.key.model,
-                    text=plan.key.text,
-                    response=completion,
-                    expires_at=time.time() + plan.policy.ttl_seconds,
-                    vector=vector,
-                    embedder=self.embedder.name if vector is not None and self.embedder else None,
-                )
-            )
+            if entry.vector is None and plan.policy.semantic and self.embedder_ready:
+                # No vector from the lookup (refresh, embedder loaded since): the exact key
+                # is served meanwhile, the vector joins once computed.
+                assert self.embedder is not None
+                try:
+                    entry.vector = await self.embedder.embed(plan.key.text)
+                except Exception as err:  # keep the exact key at least
+                    self._store_failed(f"embedding (request {ctx.request_id})", err)
+                else:
+                    entry.embedder = self.embedder.name
+                    self.store.publish(entry)
+            await self.store.put(entry)
         except Exception as err:
             self._store_failed(f"write (request {ctx.request_id})", err)
 

@@ -65,9 +65,15 @@ class CacheStore(Protocol):
         """The cosine of the nearest entry of `scope` (index only, nothing read): what a miss
         reports, so a threshold can be judged against what came close."""
 
+    def publish(self, entry: CacheEntry) -> None:
+        """Make the entry visible to this process's lookups (exact key and vector) at once,
+        in memory; sets `entry.id`. An entry under the same exact key is replaced."""
+
     async def put(self, entry: CacheEntry) -> int:
         """Store durably (an entry under the same exact key is replaced); returns its id.
-        When this returns the entry survives a crash of the process."""
+        Publishes it first if it was not; one withdrawn since it was published (replaced,
+        purged, evicted) is not written. When this returns the entry survives a crash of the
+        process; a failed write also withdraws the published one."""
 
     async def evict(self, now: float) -> int:
         """Drop expired entries and the least recently used beyond the size cap."""

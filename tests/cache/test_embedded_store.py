@@ -134,3 +134,55 @@ async def test_kill_9_during_a_write_burst_loses_no_acknowledged_entry(tmp_path:
             assert entry is not None and entry.response == {"n": n}
     finally:
         await store.close()
+
+
+async def test_a_published_entry_is_found_before_its_write_and_kept_after(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "ryw.sqlite3")
+    store = EmbeddedStore(path, max_entries=50, approximate_above=1000)
+    await store.open()
+    fresh = make_entry(1)
+    store.publish(fresh)  # synchronous: nothing awaited, nothing on disk yet
+    now = time.time()
+    got = await store.get("s:1", now)
+    assert got is not None and got.response == {"answer": 1}
+    ((found, _),) = await store.search("s", unit_vector(1), "e", 1, now)
+    assert found.exact_key == "s:1"
+    assert file_stats(path, 50).entries == 0
+    await store.put(fresh)  # the durable write of that same entry
+    assert len(store) == 1 and file_stats(path, 50).entries == 1
+    await store.close()
+    reopened = EmbeddedStore(path, max_entries=50, approximate_above=1000)
+    await reopened.open()
+    try:
+        got = await reopened.get("s:1", time.time())
+        assert got is not None and got.response == {"answer": 1}
+    finally:
+        await reopened.close()
+
+
+async def test_an_older_write_never_replaces_a_newer_one(store: EmbeddedStore) -> None:
+    older, newer = make_entry(1), make_entry(1)
+    newer.response = {"answer": "new"}
+    store.publish(older)
+    store.publish(newer)  # replaces it in memory at once, under a higher id
+    await store._run(store._write, newer, None)
+    await store._run(store._write, older, None)  # the older write lands last: no effect
+    (row,) = await store._run(store._read, [newer.id])
+    assert row.response == {"answer": "new"}
+    assert await store._run(store._read, [older.id]) == []
+
+
+async def test_an_entry_purged_while_being_written_stays_gone(tmp_path: Path) -> None:
+    path = str(tmp_path / "purged.sqlite3")
+    store = EmbeddedStore(path, max_entries=50, approximate_above=1000)
+    await store.open()
+    try:
+        fresh = make_entry(1)
+        store.publish(fresh)
+        assert await store.purge() == 1
+        await store.put(fresh)  # must not resurrect it on disk
+        assert len(store) == 0 and file_stats(path, 50).entries == 0
+    finally:
+        await store.close()

@@ -163,3 +163,39 @@ async def _settles(a: RedisStore, b: RedisStore, n: int) -> bool:
 
     await _until(both)
     return True
+
+
+async def test_a_published_entry_is_served_here_at_once_and_everywhere_once_written(
+    replicas: tuple[RedisStore, RedisStore],
+) -> None:
+    a, b = replicas
+    fresh = make_entry(1)
+    a.publish(fresh)  # synchronous: nothing sent to Redis yet
+    now = time.time()
+    got = await a.get("s:1", now)
+    assert got is not None and got.response == {"answer": 1}
+    ((found, _),) = await a.search("s", unit_vector(1), "e", 1, now)
+    assert found.exact_key == "s:1"
+    assert await b.get("s:1", now) is None
+    id_ = await a.put(fresh)
+    assert id_ > 0 and a._by_exact["s:1"] == id_ and not a._pending
+    got = await b.get("s:1", time.time())
+    assert got is not None and got.response == {"answer": 1}
+    await _settles(a, b, 1)
+
+
+async def test_a_failed_write_withdraws_the_published_entry(tmp_path: object) -> None:
+    from tests.redis_server import redis_server, redis_server_path
+
+    if redis_server_path() is None:
+        pytest.skip("redis-server is not on PATH")
+    with redis_server() as url:
+        store = RedisStore(url, "withdrawn", max_entries=50, approximate_above=1000)
+        await store.open()
+    fresh = make_entry(1)
+    store.publish(fresh)
+    assert await store.get("s:1", time.time()) is not None
+    with pytest.raises(Exception):  # noqa: B017 - Redis is gone
+        await store.put(fresh)
+    assert len(store) == 0 and not store._pending
+    await store.close()

@@ -86,7 +86,7 @@ async def _fill(cache: SemanticCache, text: str, tenant: str = "t", **extra: Any
     ctx = _ctx(tenant)
     plan = cache.plan(ctx, _route(), _body(text, **extra), "default")
     assert plan is not None and await cache.lookup(ctx, plan) is None
-    cache.store_later(ctx, plan, ANSWER)
+    cache.keep(ctx, plan, ANSWER)
     await cache.flush()
 
 
@@ -202,7 +202,29 @@ async def test_expired_entries_are_misses(cache: SemanticCache) -> None:
     ctx = _ctx()
     plan = cache.plan(ctx, _route(ttl_seconds=1), _body("How do I reset my password?"), "default")
     assert plan is not None
-    cache.store_later(ctx, plan, ANSWER)
+    cache.keep(ctx, plan, ANSWER)
     await cache.flush()
     entry = await cache.store.get(plan.key.exact, time.time() + 2)
     assert entry is None
+
+
+async def test_a_kept_answer_is_served_at_once_before_its_write(cache: SemanticCache) -> None:
+    ctx = _ctx()
+    plan = cache.plan(ctx, _route(), _body("How do I reset my password?"), "default")
+    assert plan is not None and await cache.lookup(ctx, plan) is None
+    cache.keep(ctx, plan, ANSWER)  # no flush: the durable write is still pending
+    assert (await _ask(cache, "How do I reset my password?")).cache_result == "hit-exact"
+    assert (await _ask(cache, "How can I reset my password?")).cache_result == "hit-semantic"
+    await cache.flush()
+
+
+async def test_without_a_lookup_vector_the_exact_key_is_served_at_once(
+    cache: SemanticCache,
+) -> None:
+    ctx = _ctx()
+    plan = cache.plan(ctx, _route(), _body("How do I reset my password?"), "refresh")
+    assert plan is not None and await cache.lookup(ctx, plan) is None and ctx.embedding is None
+    cache.keep(ctx, plan, ANSWER)
+    assert (await _ask(cache, "How do I reset my password?")).cache_result == "hit-exact"
+    await cache.flush()  # the vector is computed in the background, then joins
+    assert (await _ask(cache, "How can I reset my password?")).cache_result == "hit-semantic"
