@@ -48,6 +48,7 @@ class RequestContext:
     embed_seconds: float | None = None
     embedding: Any = None  # the last user turn's vector, computed once, reused by later stages
     saved_usage: dict[str, Any] | None = None  # usage of the upstream call a hit avoided
+    replayed_headers: dict[str, str] = field(default_factory=dict)  # a hit's stored answer's
     permits: list[Permit] = field(default_factory=list)  # the rate limiter's; released at the end
     tokens_charged: int = 0  # prompt tokens the rate limiter charged on admission (estimate)
     body_bytes: int | None = None  # size of the request body, once read

@@ -30,6 +30,7 @@ from gateway.context import RequestContext
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.guard.conversation import ConversationGuard
 from gateway.guard.tool_guard import ToolCallGuard
+from gateway.headers import answer_headers, replayable
 from gateway.overload import sheds
 from gateway.rag.grounding import grounded_messages, sources_field
 from gateway.rag.service import Grounding, Knowledge
@@ -142,7 +143,8 @@ class Pipeline:
 
         def keep(completion: Json) -> None:
             if ctx.tool_guard not in _NOT_KEPT:
-                cache.keep(ctx, plan, {**completion, **extra})
+                # Its level, knowledge base and route go with it: a hit replays them.
+                cache.keep(ctx, plan, {**completion, **extra}, answer_headers(ctx))
 
         return keep
 
@@ -199,6 +201,7 @@ class Pipeline:
     ) -> Json | ChunkStream:
         completion = {**hit.entry.response, "id": wire.completion_id(), "created": int(time.time())}
         ctx.saved_usage = completion.get("usage")
+        ctx.replayed_headers = replayable(hit.entry.headers)
         if request.stream:
             replayed = chunks.replay(completion, request.wants_usage_in_stream)
             return await ChunkStream.open(ctx, replayed, client_wants_usage=True)

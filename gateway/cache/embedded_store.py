@@ -41,6 +41,7 @@ CREATE TABLE IF NOT EXISTS entries (
     model TEXT NOT NULL,
     text TEXT NOT NULL,
     response BLOB NOT NULL,
+    headers BLOB,
     embedder TEXT,
     vector BLOB,
     created_at REAL NOT NULL,
@@ -49,7 +50,9 @@ CREATE TABLE IF NOT EXISTS entries (
 );
 CREATE INDEX IF NOT EXISTS entries_expires ON entries (expires_at);
 """
-_ROW = "id, exact_key, scope, tenant, model, text, response, embedder, created_at, expires_at"
+_ROW = (
+    "id, exact_key, scope, tenant, model, text, response, embedder, created_at, expires_at, headers"
+)
 
 
 @dataclass(slots=True)
@@ -268,6 +271,9 @@ class EmbeddedStore:
         db.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL mode
         db.execute("PRAGMA busy_timeout=5000")
         db.executescript(SCHEMA)
+        columns = {row[1] for row in db.execute("PRAGMA table_info(entries)")}
+        if "headers" not in columns:  # a store written before answers kept their headers
+            db.execute("ALTER TABLE entries ADD COLUMN headers BLOB")
         db.execute("DELETE FROM entries WHERE expires_at <= ?", (now,))
         self._db = db
         return db.execute(
@@ -280,11 +286,13 @@ class EmbeddedStore:
         now = time.time()
         # `WHERE excluded.id > id`: a write that lost a race to a newer one changes nothing.
         self._db.execute(
-            "INSERT INTO entries (id, exact_key, scope, tenant, model, text, response, embedder, "
-            "vector, created_at, expires_at, last_used) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+            "INSERT INTO entries (id, exact_key, scope, tenant, model, text, response, headers, "
+            "embedder, vector, created_at, expires_at, last_used) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (exact_key) DO UPDATE SET id=excluded.id, scope=excluded.scope, "
             "tenant=excluded.tenant, model=excluded.model, text=excluded.text, "
-            "response=excluded.response, embedder=excluded.embedder, vector=excluded.vector, "
+            "response=excluded.response, headers=excluded.headers, embedder=excluded.embedder, "
+            "vector=excluded.vector, "
             "created_at=excluded.created_at, expires_at=excluded.expires_at, "
             "last_used=excluded.last_used "
             "WHERE excluded.id > entries.id",
@@ -296,6 +304,7 @@ class EmbeddedStore:
                 entry.model,
                 entry.text,
                 orjson.dumps(entry.response),
+                orjson.dumps(entry.headers) if entry.headers else None,
                 entry.embedder,
                 vector,
                 now,
@@ -320,6 +329,7 @@ class EmbeddedStore:
                 embedder=r[7],
                 created_at=r[8],
                 expires_at=r[9],
+                headers=orjson.loads(r[10]) if r[10] else {},
             )
             for r in rows
         ]

@@ -1,9 +1,9 @@
 """The shared cache store: entries in Redis, so every replica answers what any replica stored.
 
 Redis holds everything: one hash per entry (`{ns}:e:<exact key>`: id, scope, tenant, model,
-text, response, embedder, vector, times) that Redis expires itself at the entry's TTL, a
-sorted set by last use (`{ns}:lru`, for the size cap) and one by expiry (`{ns}:exp`). The
-exact tier reads the hash directly: one round trip, nothing local.
+text, response, the answer's headers, embedder, vector, times) that Redis expires itself at
+the entry's TTL, a sorted set by last use (`{ns}:lru`, for the size cap) and one by expiry
+(`{ns}:exp`). The exact tier reads the hash directly: one round trip, nothing local.
 
 The semantic tier needs vector search. Debian's redis-server 7 has none, so each replica keeps
 a local index (the embedded store's `ScopedIndex`) fed from a Redis Stream (`{ns}:events`) of
@@ -55,14 +55,14 @@ _LAG_SAMPLES = 1024
 _FIELDS = ("id", "scope", "tenant", "model", "embedder", "vector", "expires_at")
 
 # KEYS: entry, lru, exp, next_id, events. ARGV: exact, scope, tenant, model, text, response,
-# embedder, vector, created_at, expires_at, max_stream, ts. Returns the new id.
+# embedder, vector, created_at, expires_at, max_stream, ts, headers. Returns the new id.
 _PUT = """
 local id = redis.call('INCR', KEYS[4])
 local old = redis.call('HGET', KEYS[1], 'id') or ''
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'id', id, 'scope', ARGV[2], 'tenant', ARGV[3], 'model', ARGV[4],
   'text', ARGV[5], 'response', ARGV[6], 'embedder', ARGV[7], 'vector', ARGV[8],
-  'created_at', ARGV[9], 'expires_at', ARGV[10])
+  'created_at', ARGV[9], 'expires_at', ARGV[10], 'headers', ARGV[13])
 redis.call('PEXPIREAT', KEYS[1], math.floor(tonumber(ARGV[10]) * 1000))
 redis.call('ZADD', KEYS[2], ARGV[9], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[10], ARGV[1])
@@ -259,6 +259,7 @@ class RedisStore:
             repr(entry.expires_at),
             self._max_stream,
             repr(now),
+            orjson.dumps(entry.headers),
         ]
         try:
             id_ = int(await self._scripts["put"](keys=keys, args=args))
@@ -493,6 +494,7 @@ def _entry(exact_key: str, raw: dict[bytes, bytes]) -> CacheEntry | None:
             vector=np.frombuffer(vector, dtype=np.float32) if vector else None,
             created_at=float(raw[b"created_at"]),
             expires_at=float(raw[b"expires_at"]),
+            headers=orjson.loads(raw[b"headers"]) if raw.get(b"headers") else {},
         )
     except (KeyError, ValueError, orjson.JSONDecodeError):
         return None  # a half-written or foreign hash is a miss, never a crash

@@ -151,10 +151,17 @@ class SemanticCache:
     def _store_failed(self, what: str, err: Exception) -> None:
         self._warnings.warning("cache %s failed: %s: %s", what, type(err).__name__, err)
 
-    def keep(self, ctx: RequestContext, plan: CachePlan, completion: Json) -> None:
-        """Keep a fresh answer: visible to lookups (exact key, and the vector when the lookup
-        left one) when this returns, so an immediate repeat hits; written durably in the
-        background, and a client that disconnects does not cancel that."""
+    def keep(
+        self,
+        ctx: RequestContext,
+        plan: CachePlan,
+        completion: Json,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Keep a fresh answer and the headers that describe it: visible to lookups (exact
+        key, and the vector when the lookup left one) when this returns, so an immediate
+        repeat hits; written durably in the background, which a client that disconnects
+        does not cancel."""
         if not cacheable(completion, plan.policy):
             return
         vector = ctx.embedding if self.embedder is not None and plan.policy.semantic else None
@@ -166,6 +173,7 @@ class SemanticCache:
             text=plan.key.text,
             response=completion,
             expires_at=time.time() + plan.policy.ttl_seconds,
+            headers=dict(headers or {}),
             vector=vector,
             embedder=self.embedder.name if vector is not None and self.embedder else None,
         )

@@ -1,7 +1,8 @@
 """The cache store interface: what crosses it, so a shared backend can replace the embedded one.
 
 An entry carries its scope and exact key (strings), the vector of its last user turn (float32,
-L2-normalized, tagged with the embedder that made it), the stored completion (JSON), tenant and
+L2-normalized, tagged with the embedder that made it), the stored completion (JSON) and the
+gateway headers that describe it (replayed on a hit; none for older entries), tenant and
 model (for purges and stats) and its expiry. Stores never interpret scopes: similarity is
 searched only among entries of the same scope.
 """
@@ -23,6 +24,7 @@ class CacheEntry:
     text: str  # the last user turn it answers (for the near-miss guards)
     response: dict[str, Any]  # the stored chat.completion
     expires_at: float
+    headers: dict[str, str] = field(default_factory=dict)  # the answer's (gateway/headers.py)
     vector: np.ndarray | None = None
     embedder: str | None = None
     id: int | None = None

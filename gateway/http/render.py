@@ -11,9 +11,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from gateway import degradation, sse
+from gateway import sse
 from gateway.context import RequestContext
 from gateway.errors import GatewayError, InternalError
+from gateway.headers import answer_headers
 from gateway.http.keys import DRAIN
 from gateway.shutdown import ShuttingDown
 from gateway.streaming import ChunkStream
@@ -98,30 +99,25 @@ def internal_error(ctx: RequestContext) -> InternalError:
 
 
 def _headers(ctx: RequestContext) -> dict[str, str]:
-    headers = {"x-request-id": ctx.request_id, **ctx.response_headers}
+    # A hit replays the headers of the answer it serves; what this request decided wins.
+    headers = {
+        "x-request-id": ctx.request_id,
+        **ctx.response_headers,
+        **ctx.replayed_headers,
+        **answer_headers(ctx),
+    }
     if ctx.cache_result is not None:
         headers["x-gateway-cache"] = ctx.cache_result
         if ctx.cache_similarity is not None:
             headers["x-gateway-cache-similarity"] = f"{ctx.cache_similarity:.4f}"
-    if ctx.routing is not None:
-        headers["x-gateway-route"] = ctx.routing.header()
     if ctx.fallback_model is not None and ctx.degradation_level != 4:
         headers["x-gateway-fallback"] = ctx.fallback_model
     if ctx.attempts > 1:
         headers["x-gateway-attempts"] = str(ctx.attempts)
-    level = ctx.degradation_level
-    if level is not None:
-        headers[degradation.LEVEL_HEADER] = str(level)
-        if level in degradation.REASONS:
-            headers[degradation.HEADER] = degradation.REASONS[level]
-    if ctx.knowledge_base is not None:
-        headers["x-gateway-knowledge-base"] = ctx.knowledge_base
     if ctx.loop_stop is not None:
         headers["x-gateway-loop-stop"] = ctx.loop_stop
     if ctx.compression is not None:
         headers["x-gateway-compression"] = f"{ctx.compression}; turns={ctx.compressed_turns}"
-    if ctx.tool_guard is not None:
-        headers["x-gateway-tool-guard"] = ctx.tool_guard
     if ctx.shed:
         headers["x-gateway-shed"] = ",".join(ctx.shed)
     return headers

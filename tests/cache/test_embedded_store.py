@@ -186,3 +186,36 @@ async def test_an_entry_purged_while_being_written_stays_gone(tmp_path: Path) ->
         assert len(store) == 0 and file_stats(path, 50).entries == 0
     finally:
         await store.close()
+
+
+async def test_headers_are_kept_and_old_files_without_them_still_open(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = str(tmp_path / "old.sqlite3")
+    db = sqlite3.connect(path)
+    db.executescript(  # the schema before entries kept their answer's headers
+        "CREATE TABLE entries (id INTEGER PRIMARY KEY, exact_key TEXT NOT NULL UNIQUE, "
+        "scope TEXT NOT NULL, tenant TEXT NOT NULL, model TEXT NOT NULL, text TEXT NOT NULL, "
+        "response BLOB NOT NULL, embedder TEXT, vector BLOB, created_at REAL NOT NULL, "
+        "expires_at REAL NOT NULL, last_used REAL NOT NULL);"
+    )
+    db.execute(
+        "INSERT INTO entries VALUES (7, 's:old', 's', 't', 'm', 'q', '{\"answer\": 0}', NULL, "
+        "NULL, 0, ?, 0)",
+        (time.time() + 3600,),
+    )
+    db.commit()
+    db.close()
+    store = EmbeddedStore(path, max_entries=50, approximate_above=1000)
+    await store.open()
+    try:
+        old = await store.get("s:old", time.time())
+        assert old is not None and old.headers == {} and old.response == {"answer": 0}
+        fresh = make_entry(1)
+        fresh.headers = {"x-gateway-level": "1", "x-gateway-knowledge-base": "handbook"}
+        await store.put(fresh)
+        assert fresh.id is not None and fresh.id > 7  # ids continue after the file's
+        (row,) = await store._run(store._read, [fresh.id])
+        assert row.headers == fresh.headers
+    finally:
+        await store.close()

@@ -199,3 +199,18 @@ async def test_a_failed_write_withdraws_the_published_entry(tmp_path: object) ->
         await store.put(fresh)
     assert len(store) == 0 and not store._pending
     await store.close()
+
+
+async def test_an_entrys_headers_reach_every_replica(
+    replicas: tuple[RedisStore, RedisStore],
+) -> None:
+    a, b = replicas
+    fresh = make_entry(1)
+    fresh.headers = {"x-gateway-level": "1", "x-gateway-knowledge-base": "handbook"}
+    await a.put(fresh)
+    got = await b.get("s:1", time.time())
+    assert got is not None and got.headers == fresh.headers
+    plain = make_entry(2)
+    await a.put(plain)
+    got = await b.get("s:2", time.time())
+    assert got is not None and got.headers == {}

@@ -14,11 +14,12 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.http.keys import CACHE
+from gateway.http.keys import CACHE, RUNTIME_REF
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from tests.clients import sdk_client
 from tests.e2e.helpers import (
     assert_conforms,
+    poll_until,
     request,
     running_gateway,
     sse_json,
@@ -364,3 +365,28 @@ def _config_file(tmp_path: Any, store: Any) -> Any:
         f"cache: {{store: {{type: sqlite, path: '{store}'}}}}\n"
     )
     return config
+
+
+def test_a_hit_through_an_alias_says_which_tier_answered(
+    server_thread: ServerThread, fake: FakeUpstream, fake_upstream: FakeUpstream
+) -> None:
+    yaml = CACHE_YAML + (
+        "routing:\n  aliases:\n    auto:\n"
+        "      tiers: [{model: fake-model, max_score: 0.5}, {model: mapped}]\n"
+    )
+    with running_gateway(server_thread, settings_for(fake.url, yaml)) as gateway:
+        router = gateway.app[RUNTIME_REF].current.router
+        assert poll_until(lambda: router.ready, timeout=60), "exemplars embedded"
+        client = _client(gateway)
+        heads = []
+        for stream in (False, False, True):
+            raw = client.chat.completions.with_raw_response.create(
+                model="auto",
+                messages=[{"role": "user", "content": "hi, how are you?"}],
+                stream=stream,
+            )
+            list(raw.parse()) if stream else raw.parse()
+            heads.append(raw.headers)
+    assert [h["x-gateway-cache"] for h in heads] == ["miss", "hit-exact", "hit-exact"]
+    assert "model=fake-model" in heads[0]["x-gateway-route"]
+    assert heads[1]["x-gateway-route"] == heads[2]["x-gateway-route"] == heads[0]["x-gateway-route"]

@@ -342,3 +342,30 @@ def test_readyz_reports_the_knowledge_bases(
     assert http_state == {"handbook": "breaker closed"}
     embedded = asyncio.run(request("GET", embedded_gateway.url + "/readyz")).json()
     assert embedded["knowledge_bases"]["shop-docs"].startswith("v")
+
+
+def test_a_cached_grounded_answer_keeps_its_level_and_base_plain_and_streamed(
+    kgw: GatewayServer, kb: FakeRetriever
+) -> None:
+    """The README's knowledge-base snippet, run twice: the hit says what the answer was."""
+    question = "How many days do I have to return an unopened item for a full refund?"
+    first = ask(kgw, question, model="cached-helpdesk")
+    assert first.headers["x-gateway-cache"] == "miss"
+    assert first.headers["x-gateway-level"] == "1"
+    searches = len(kb.received)
+    hit = ask(kgw, question, model="cached-helpdesk")
+    assert hit.headers["x-gateway-cache"] == "hit-exact"
+    assert hit.headers["x-gateway-level"] == "1"
+    assert hit.headers["x-gateway-knowledge-base"] == "handbook"
+    assert "x-gateway-degraded" not in hit.headers
+    assert hit.parse().model_extra["sources"] == first.parse().model_extra["sources"]
+    assert hit.headers["x-request-id"] != first.headers["x-request-id"]
+    assert len(kb.received) == searches, "a hit needs no retrieval"
+    streamed = client(kgw).chat.completions.with_raw_response.create(
+        model="cached-helpdesk", messages=[{"role": "user", "content": question}], stream=True
+    )
+    assert streamed.headers["x-gateway-cache"] == "hit-exact"
+    assert streamed.headers["x-gateway-level"] == "1"
+    assert streamed.headers["x-gateway-knowledge-base"] == "handbook"
+    chunks = list(streamed.parse())
+    assert chunks[0].model_extra["sources"] == first.parse().model_extra["sources"]
