@@ -8,9 +8,11 @@ a check fires.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from difflib import SequenceMatcher
 
+from gateway.cache.guards.align import align_features, alignment
 from gateway.cache.guards.entities import _Span
 from gateway.cache.guards.features import _Features, _features
 from gateway.cache.guards.lexicons import (
@@ -21,8 +23,9 @@ from gateway.cache.guards.lexicons import (
     _ZH_FUNCTION,
     _ZH_PERSONS,
 )
-from gateway.cache.guards.patterns import _JOINER_RE
-from gateway.cache.guards.words import _stem
+from gateway.cache.guards.patterns import _JOINER_RE, _ZH_NEG_CHARS
+from gateway.cache.guards.surface import surface, surface_features
+from gateway.cache.guards.words import _stem, _zh_diff_units
 
 __all__ = ["content_difference", "near_miss"]
 
@@ -172,6 +175,40 @@ def _zh_swap(a: _Features, b: _Features) -> str | None:
     return _zh_pronoun_order(a, b)
 
 
+def _zh_alignment(a: _Features, b: _Features) -> str | None:
+    """Chinese has no spaces to align words by: compare content characters. One side's
+    content characters the other lacks are an added qualifier ("怎么减肥" / "怎么快速减肥");
+    the same characters in another order are swapped roles ("老师给学生打分" / "学生给老师打分")
+    unless they trade places around a joiner ("北京和上海" / "上海和北京")."""
+    ca, cb = _zh_content(a.zh_text), _zh_content(b.zh_text)
+    if Counter(ca) != Counter(cb):
+        return "qualifier"
+    if ca == cb or (_JOINED_RE.search(a.zh_text) and _JOINED_RE.search(b.zh_text)):
+        return None
+    return "order" if _swapped_across(ca, cb) else None
+
+
+def _zh_content(low: str) -> list[str]:
+    """Content characters: without function characters and negations (the negation check
+    counts those; "无法" and "不能" both say cannot)."""
+    low = _ZH_NEGATION_WORDS_RE.sub("", low)
+    return [u for u in _content(_zh_diff_units(low)) if u not in _ZH_NEG_CHARS]
+
+
+def _swapped_across(ca: list[str], cb: list[str]) -> bool:
+    """Two pieces that trade places across something that stays between them ("老师给学生"
+    / "学生给老师"); pieces that merely trade places side by side ("北京今天" / "今天北京")
+    are a move."""
+    start = 0
+    while ca[start] == cb[start]:
+        start += 1
+    end = 0
+    while ca[-1 - end] == cb[-1 - end]:
+        end += 1
+    ma, mb = ca[start : len(ca) - end], cb[start : len(cb) - end]
+    return not any(ma[k:] + ma[:k] == mb for k in range(1, len(ma)))
+
+
 def _zh_pronoun_order(a: _Features, b: _Features) -> str | None:
     """ "她说我爱她" / "我说她爱我": the same people in other roles."""
     pa = [u for u in a.zh_units if u in _ZH_PERSONS]
@@ -179,6 +216,8 @@ def _zh_pronoun_order(a: _Features, b: _Features) -> str | None:
     return "order" if len(set(pa)) > 1 and set(pa) == set(pb) and pa != pb else None
 
 
+_ZH_NEGATION_WORDS_RE = re.compile(r"无法|没法|没办法|不能|不可以|不可|不了")
+_JOINED_RE = re.compile(r"和|与|跟|及|或|还是|、|,|vs")
 _EN_ANTONYM_PAIRS = frozenset((_stem(x), _stem(y)) for x, y in _EN_ANTONYMS)
 _CHECKS = (_identifier, _date, _unit, _number, _negation, _antonym, _entity, _order, _zh_swap)
 
@@ -186,18 +225,29 @@ _CHECKS = (_identifier, _date, _unit, _number, _negation, _antonym, _entity, _or
 def near_miss(query: str, cached: str) -> str | None:
     """Why `cached`'s answer must not be served for `query`, or None if nothing forbids it.
 
-    Reasons: "identifier", "date", "unit", "number", "negation", "antonym", "entity",
-    "order" (the same names in swapped roles).
-    Symmetric; cheap enough to run on every candidate above the similarity threshold.
+    Reasons: "code", "symbol", "case" (writing that carries meaning, `surface`),
+    "identifier", "date", "unit", "number", "negation", "antonym", "entity", "order" (the
+    same names or words in swapped roles), and from the alignment of content words
+    (`align`): "qualifier" (a content word one side lacks), "substitution" (one replaced by
+    a word that is not a near-synonym), "relation", "question".
+    Symmetric; linear in the texts, which the cache caps before it calls this.
     """
     if query == cached:
         return None
+    reason = surface(surface_features(query), surface_features(cached))
+    if reason is not None:
+        return reason
     a, b = _features(query), _features(cached)
     for check in _CHECKS:
         reason = check(a, b)
         if reason is not None:
             return reason
-    return None
+    if a.zh_text or b.zh_text:
+        return _zh_alignment(a, b)
+    # Aligned on the entity text (aliases folded: "United States" is "USA"); names are the
+    # entity check's to compare, so the alignment leaves them out.
+    names = frozenset(t for f in (a, b) for sp in f.entity_spans for t in sp.tokens)
+    return alignment(align_features(a.entity_text, names), align_features(b.entity_text, names))
 
 
 def content_difference(query: str, cached: str) -> int:

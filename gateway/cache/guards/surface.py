@@ -1,0 +1,189 @@
+"""Surface checks: differences of writing that change the question even when every word
+matches once case and width are folded.
+
+- **Code** (fenced blocks, inline `code`, and lines that look like code) must be identical as
+  written, whitespace and case included: indentation is meaning in Python and YAML.
+- **Compatibility characters** that carry meaning (superscripts, subscripts, fractions,
+  circled and styled letters; not full-width forms): "x²" is not "x2".
+- **Symbols** outside sentence punctuation ("C#" / "C", "4!" / "4", "//" / "/", "-16" / "16"):
+  their multisets must agree.
+- **Case** where it is meaning: acronyms ("SAT" / "sat"), identifiers ("getName" /
+  "getname"), anything after a sigil ("-D", "%M", "\\S", "$HOME"), and a word capitalized
+  mid-sentence against the same word in lower case ("Turkey" / "turkey") when both texts
+  use case at all. A text typed all in lower case, or shouted, says nothing by its case.
+"""
+
+# ruff: noqa: RUF001, RUF002  (this module compares look-alike characters on purpose)
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+
+__all__ = ["SurfaceFeatures", "fold_width", "surface", "surface_features"]
+
+_FENCE_RE = re.compile(r"```.*?(?:```|\Z)", re.S)
+_INLINE_RE = re.compile(r"`[^`\n]+`")
+# A line that looks like code: indented and ending in code punctuation, or with an
+# assignment, a call, a block opener or a statement keyword.
+_CODE_LINE_RE = re.compile(
+    r"^(?:[ \t]+\S.*|.*[;{}]\s*|\s*(?:def|class|if|elif|else|for|while|return|import|from|try|"
+    r"except|with|function|var|let|const|public|private|static|void|int|#include)\b.*[:;{(=].*|"
+    r".*\b\w+\s*(?:==|!=|<=|>=|=|\+=|-=)\s*\S.*|\s*[\w.]+\(.*\)\s*:?\s*|\s*-\s+\w[\w-]*:.*|"
+    r"\s*[\w-]+:\s*\S*\s*)$"
+)
+_TOKEN_RE = re.compile(r"(?<![^\W_])[^\W\d_]+(?:['’][^\W\d_]+)*(?![^\W_])")
+_SIGILS = frozenset("-\\%$.@#:/")
+# Punctuation that shapes sentences, not meaning (the hyphen only between letters).
+_PROSE = frozenset(".,?!;:'\"‘’“”()[]…-–—·`、。，？！；：（）《》「」『』【】～")
+_CURRENCY = frozenset("$€£¥₹%")
+_OPERATORS = frozenset("$%\\@#^&|<>=+*/~")
+_MEANINGFUL_TAGS = ("<super>", "<sub>", "<fraction>", "<circle>", "<font>", "<square>")
+_SENTENCE_END = frozenset(".?!:;\n。？！；")
+
+
+@dataclass(frozen=True, slots=True)
+class SurfaceFeatures:
+    code: tuple[str, ...]  # fenced blocks and code-like lines, as written
+    inline: frozenset[str]  # inline `code`: must appear as written in the other text
+    text: str
+    compat: frozenset[tuple[str, int]]  # meaningful compatibility characters, counted
+    symbols: frozenset[tuple[str, int]]
+    tokens: tuple[tuple[str, bool, bool], ...]  # (as written, mid-sentence, after a sigil)
+    cased: bool  # the text uses both cases: its capitals say something
+
+
+@lru_cache(maxsize=16384)
+def surface_features(text: str) -> SurfaceFeatures:
+    text = unicodedata.normalize("NFC", text.replace("\r\n", "\n"))
+    code = [m.group(0) for m in _FENCE_RE.finditer(text)]
+    prose = fold_width(_FENCE_RE.sub("\n", text))
+    inline = frozenset(m.group(0)[1:-1] for m in _INLINE_RE.finditer(prose))
+    lines = prose.split("\n")
+    code_lines = [ln.rstrip() for ln in lines if _looks_like_code(ln, len(lines))]
+    if code_lines:
+        code.append("\n".join(code_lines))
+    letters = [c for c in prose if c.isalpha() and c.isascii()]
+    upper = sum(1 for c in letters if c.isupper())
+    return SurfaceFeatures(
+        code=tuple(code),
+        inline=inline,
+        text=prose,
+        compat=frozenset(Counter(c for c in text if _meaningful_compat(c)).items()),
+        symbols=frozenset(_symbols(prose).items()),
+        tokens=tuple(_tokens(prose)),
+        cased=0 < upper < 0.6 * len(letters) or (upper > 0 and len(letters) < 4),
+    )
+
+
+def _looks_like_code(line: str, n_lines: int) -> bool:
+    stripped = line.strip()
+    if not stripped or len(line) > 400:
+        return False
+    indented = line[:1] in " \t" and n_lines > 1
+    return bool(_CODE_LINE_RE.match(line)) and (indented or _has_code_marks(stripped))
+
+
+def _has_code_marks(line: str) -> bool:
+    return any(mark in line for mark in ("=", "(", "{", ";", "[", ":", "->"))
+
+
+def fold_width(text: str) -> str:
+    """Full-width and half-width forms to their ordinary ones ("ＡＩ" -> "AI"), nothing else."""
+    if text.isascii():
+        return text
+    return "".join(_WIDTH.get(c, c) for c in text)
+
+
+class _WidthTable(dict[str, str]):
+    def __missing__(self, c: str) -> str:
+        tag = unicodedata.decomposition(c)
+        folded = unicodedata.normalize("NFKC", c) if tag.startswith(("<wide>", "<narrow>")) else c
+        self[c] = folded
+        return folded
+
+
+_WIDTH = _WidthTable()
+
+
+@lru_cache(maxsize=4096)
+def _meaningful_compat(c: str) -> bool:
+    if c.isascii():
+        return False
+    return unicodedata.decomposition(c).startswith(_MEANINGFUL_TAGS)
+
+
+def _symbols(text: str) -> Counter[str]:
+    found: Counter[str] = Counter()
+    for i, c in enumerate(text):
+        before = text[i - 1] if i else " "
+        after = text[i + 1] if i + 1 < len(text) else " "
+        if c.isalnum() or c.isspace() or _meaningful_compat(c):
+            continue
+        if c in _CURRENCY and (after.isdigit() or before.isdigit()):
+            continue  # "$20" is "20 dollars": the unit guard compares amounts
+        if c in _PROSE:
+            # "4!" is a factorial, "-16" a negative number: next to digits they are signs.
+            # After an operator they are part of it: "$?" is not "$!".
+            sign = (c == "!" and before.isdigit()) or (
+                c in "-–" and after.isdigit() and not before.isalnum()
+            )
+            if not (sign or before in _OPERATORS):
+                continue
+        found[c] += 1
+    return found
+
+
+def _tokens(text: str) -> list[tuple[str, bool, bool]]:
+    out = []
+    for m in _TOKEN_RE.finditer(text):
+        start = m.start()
+        before = text[start - 1] if start else ""
+        j = start - 1
+        while j >= 0 and text[j] in " \t\"'‘“(*":
+            j -= 1
+        mid = j >= 0 and text[j] not in _SENTENCE_END
+        out.append((m.group(0), mid, before in _SIGILS and before != ""))
+    return out
+
+
+def surface(a: SurfaceFeatures, b: SurfaceFeatures) -> str | None:
+    """Why two texts differ in writing that carries meaning, or None."""
+    if a.code != b.code:
+        return "code"
+    if any(c not in b.text for c in a.inline) or any(c not in a.text for c in b.inline):
+        return "code"
+    if a.compat != b.compat:
+        return "symbol"
+    if a.symbols != b.symbols:
+        return "symbol"
+    return _case(a, b)
+
+
+def _case(a: SurfaceFeatures, b: SurfaceFeatures) -> str | None:
+    written_b: dict[str, list[tuple[str, bool, bool]]] = {}
+    for tok in b.tokens:
+        written_b.setdefault(tok[0].lower(), []).append(tok)
+    for word, mid, sigil in a.tokens:
+        others = written_b.get(word.lower())
+        if not others or any(o[0] == word for o in others):
+            continue
+        other, other_mid, other_sigil = others[0]
+        if word.lower() == "i":
+            continue
+        if sigil or other_sigil:
+            return "case"
+        if not (a.cased and b.cased):
+            continue
+        if _camel(word) or _camel(other):
+            return "case"
+        if word[1:] != other[1:] or (mid and other_mid):  # SAT / sat, Turkey / turkey
+            return "case"
+    return None
+
+
+def _camel(word: str) -> bool:
+    """getName, iPhone: lower case, then a capital inside."""
+    return word[0].islower() and any(c.isupper() for c in word[1:])

@@ -1,0 +1,110 @@
+"""English word relations from WordNet 3.0: near-synonyms, derived forms and antonyms.
+
+The alignment guard (`align`) lets a content word of one question stand for a different word
+of the other only when WordNet says they are near-synonyms in their dominant senses ("fix" /
+"repair", "car" / "automobile") or derived forms of one another ("develop" / "development").
+An embedding cannot be the judge here: antonyms ("encrypt" / "decrypt", "lend" / "borrow")
+sit as close in embedding space as synonyms do. The table is built by
+scripts/build_synonyms.py (about 58,000 lemmas, 0.9 MB gzipped) and loaded on first use.
+"""
+
+from __future__ import annotations
+
+import gzip
+from functools import lru_cache
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data" / "en_wordnet.tsv.gz"
+
+# Lemma candidates by suffix, tried in order (WordNet's own "morphy" detachment rules, plus
+# the adjective and adverb forms): "cities" -> city, "running" -> run / running, "taken" ->
+# take. Irregular forms not covered simply stay unmatched (a miss, never a wrong hit).
+_DETACH: tuple[tuple[str, str], ...] = (
+    ("ies", "y"),
+    ("ves", "f"),
+    ("ses", "s"),
+    ("xes", "x"),
+    ("zes", "z"),
+    ("ches", "ch"),
+    ("shes", "sh"),
+    ("men", "man"),
+    ("s", ""),
+    ("ied", "y"),
+    ("ed", "e"),
+    ("ed", ""),
+    ("ing", "e"),
+    ("ing", ""),
+    ("ier", "y"),
+    ("iest", "y"),
+    ("er", ""),
+    ("est", ""),
+    ("er", "e"),
+    ("est", "e"),
+    ("ily", "y"),
+    ("ly", ""),
+    ("en", "e"),
+)
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict[str, tuple[str, str, str]]:
+    rows: dict[str, tuple[str, str, str]] = {}
+    with gzip.open(DATA, "rt", encoding="utf-8") as f:
+        for line in f:
+            word, syn, rel, ant = line.rstrip("\n").split("\t")
+            rows[word] = (syn, rel, ant)
+    return rows
+
+
+@lru_cache(maxsize=65536)
+def lemmas(word: str) -> frozenset[str]:
+    """The word and the dictionary forms it may be an inflection of."""
+    table = _table()
+    found = {word}
+    for suffix, replacement in _DETACH:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 2:
+            base = word[: len(word) - len(suffix)] + replacement
+            if base in table:
+                found.add(base)
+            if len(base) > 2 and base[-1] == base[-2] and base[:-1] in table:  # running
+                found.add(base[:-1])
+    return frozenset(found)
+
+
+@lru_cache(maxsize=65536)
+def _relations(lemma: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    row = _table().get(lemma)
+    if row is None:
+        return frozenset(), frozenset(), frozenset()
+    syn, rel, ant = (frozenset(part.split(",")) if part else frozenset() for part in row)
+    return syn, rel, ant
+
+
+def known(word: str) -> bool:
+    """Whether the word (or a lemma of it) is an English word the table knows."""
+    table = _table()
+    return any(lemma in table for lemma in lemmas(word))
+
+
+def relation(a: str, b: str) -> str | None:
+    """How two different lowercase words relate: "same" (one lemma, "cities" / "city"),
+    "synonym", "derived" ("develop" / "development"), "antonym", or None."""
+    la, lb = lemmas(a), lemmas(b)
+    if la & lb:
+        return "same"
+    kinds = [_kind(x, lb) for x in la]
+    for kind in ("antonym", "synonym", "derived"):
+        if kind in kinds:
+            return kind
+    return None
+
+
+def _kind(lemma: str, others: frozenset[str]) -> str | None:
+    syn, rel, ant = _relations(lemma)
+    if ant & others:
+        return "antonym"
+    if syn & others:
+        return "synonym"
+    if rel & others:
+        return "derived"
+    return None
