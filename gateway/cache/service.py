@@ -37,11 +37,12 @@ _CANDIDATES = 4
 SWEEP_SECONDS = 60.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CachePlan:
     key: CacheKey
     policy: CachePolicy
     read: bool
+    semantic: bool | None = None  # the semantic tier may judge this text (None: not decided)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +139,7 @@ class SemanticCache:
             entry = await self.store.get(plan.key.exact, now)
             if entry is not None:
                 return self._hit(ctx, CacheHit(entry, "hit-exact", 1.0))
-            if not (plan.policy.semantic and self.embedder and self.embedder_ready):
+            if not await self._semantic_allowed(ctx, plan):
                 return None
             return await self._semantic(ctx, plan, now)
         except Exception as err:  # the store is away: answer from the upstream
@@ -147,6 +148,23 @@ class SemanticCache:
             return None
         finally:
             ctx.cache_lookup_seconds = time.perf_counter() - started
+
+    async def _semantic_allowed(self, ctx: RequestContext, plan: CachePlan) -> bool:
+        """The semantic tier judges only what the embedder reads whole: a longer text (two
+        prompts sharing a long document, differing in the last instruction, embed alike) gets
+        the exact tier only. Decided once per plan, when the embedder is ready."""
+        if plan.semantic is not None:
+            return plan.semantic
+        if not (plan.policy.semantic and self.embedder and self.embedder_ready):
+            return False
+        text = plan.key.text
+        fits = getattr(self.embedder, "fits", None)  # a test double may not know its window
+        if len(text) > plan.policy.semantic_max_chars or (fits and not await fits(text)):
+            ctx.cache_exact_only = "long-text"
+            plan.semantic = False
+        else:
+            plan.semantic = True
+        return plan.semantic
 
     def _store_failed(self, what: str, err: Exception) -> None:
         self._warnings.warning("cache %s failed: %s: %s", what, type(err).__name__, err)
@@ -164,7 +182,9 @@ class SemanticCache:
         does not cancel."""
         if not cacheable(completion, plan.policy):
             return
-        vector = ctx.embedding if self.embedder is not None and plan.policy.semantic else None
+        # The lookup's vector only when it judged the text semantically (a router's vector of
+        # a long text must not enter the index).
+        vector = ctx.embedding if plan.semantic else None
         entry = CacheEntry(
             scope=plan.key.scope,
             exact_key=plan.key.exact,
@@ -208,6 +228,8 @@ class SemanticCache:
         else:
             ctx.cache_similarity = self.store.best_similarity(scope, ctx.embedding, name)
         for entry, similarity in candidates:
+            if len(entry.text) > plan.policy.semantic_max_chars:
+                continue  # stored before the cap, or under a larger one: never compared
             reason = guards.near_miss(plan.key.text, entry.text)
             if reason is None:
                 return self._hit(ctx, CacheHit(entry, "hit-semantic", similarity))
@@ -221,7 +243,7 @@ class SemanticCache:
 
     async def _persist(self, ctx: RequestContext, plan: CachePlan, entry: CacheEntry) -> None:
         try:
-            if entry.vector is None and plan.policy.semantic and self.embedder_ready:
+            if entry.vector is None and await self._semantic_allowed(ctx, plan):
                 # No vector from the lookup (refresh, embedder loaded since): the exact key
                 # is served meanwhile, the vector joins once computed.
                 assert self.embedder is not None

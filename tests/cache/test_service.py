@@ -9,6 +9,7 @@ import pytest
 
 from gateway.cache.embedded_store import EmbeddedStore
 from gateway.cache.service import SemanticCache, cacheable
+from gateway.cache.store import CacheEntry
 from gateway.config import CachePolicy, ModelRoute
 from gateway.context import RequestContext
 
@@ -228,3 +229,67 @@ async def test_without_a_lookup_vector_the_exact_key_is_served_at_once(
     assert (await _ask(cache, "How do I reset my password?")).cache_result == "hit-exact"
     await cache.flush()  # the vector is computed in the background, then joins
     assert (await _ask(cache, "How can I reset my password?")).cache_result == "hit-semantic"
+
+
+DOCUMENT = "Quarterly report. " + "Revenue grew in every region we serve. " * 40
+
+
+async def test_texts_longer_than_the_window_use_the_exact_tier_only() -> None:
+    """Two prompts sharing a long document and differing in the last instruction embed alike
+    (the model reads only its window): the semantic tier must not judge them."""
+    summarize, translate = DOCUMENT + "Summarize it.", DOCUMENT + "Translate it to French."
+    embedder = ScriptedEmbedder({summarize: BASE, translate: BASE})  # what truncation does
+    cache = SemanticCache(EmbeddedStore(None, 100, 1000), embedder)
+    await cache.start()
+    await cache.wait_ready()
+    try:
+        route = _route(semantic_max_chars=1000)
+        ctx = _ctx()
+        plan = cache.plan(ctx, route, _body(summarize), "default")
+        assert plan is not None and await cache.lookup(ctx, plan) is None
+        assert ctx.cache_exact_only == "long-text" and ctx.embedding is None
+        ctx.embedding = BASE  # a router's vector of the same text is not stored either
+        cache.keep(ctx, plan, ANSWER)
+        await cache.flush()
+        assert cache.store.best_similarity(plan.key.scope, BASE, "scripted") is None
+        other = await _ask(cache, translate, route=route)
+        assert other.cache_result == "miss" and other.cache_exact_only == "long-text"
+        assert (await _ask(cache, summarize, route=route)).cache_result == "hit-exact"
+        short = await _ask(cache, "How do I reset my password?", route=route)
+        assert short.cache_exact_only is None
+    finally:
+        await cache.close()
+
+
+async def test_near_miss_guards_never_compare_past_the_cap(
+    cache: SemanticCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.cache import guards
+
+    compared: list[int] = []
+    real = guards.near_miss
+
+    def recording(query: str, cached: str) -> str | None:
+        compared.append(max(len(query), len(cached)))
+        return real(query, cached)
+
+    monkeypatch.setattr(guards, "near_miss", recording)
+    ctx = _ctx()
+    plan = cache.plan(ctx, _route(), _body("How can I reset my password?"), "default")
+    assert plan is not None
+    long_entry = CacheEntry(  # an entry stored before the cap existed, vector and all
+        scope=plan.key.scope,
+        exact_key="old",
+        tenant="t",
+        model="m",
+        text="How do I reset my password? " + "x" * 5000,
+        response=ANSWER,
+        expires_at=time.time() + 60,
+        vector=BASE,
+        embedder="scripted",
+    )
+    await cache.store.put(long_entry)
+    assert await cache.lookup(ctx, plan) is None and compared == []
+    await _fill(cache, "How do I reset my password?")
+    assert (await _ask(cache, "How can I reset my password?")).cache_result == "hit-semantic"
+    assert compared and max(compared) <= CachePolicy().semantic_max_chars

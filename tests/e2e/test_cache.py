@@ -390,3 +390,21 @@ def test_a_hit_through_an_alias_says_which_tier_answered(
     assert [h["x-gateway-cache"] for h in heads] == ["miss", "hit-exact", "hit-exact"]
     assert "model=fake-model" in heads[0]["x-gateway-route"]
     assert heads[1]["x-gateway-route"] == heads[2]["x-gateway-route"] == heads[0]["x-gateway-route"]
+
+
+def test_a_long_pasted_document_is_never_a_semantic_hit(
+    cgw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    """MiniLM reads 128 tokens: two prompts sharing a long document and differing in the final
+    instruction score 1.0. They are kept to the exact tier."""
+    document = "Here is our refund policy. " + (
+        "Customers may return unopened items within thirty days for a full refund. " * 30
+    )
+    client = _client(cgw)
+    first, headers = _ask(client, document + "Summarize this in one sentence.")
+    assert headers["x-gateway-cache"] == "miss"
+    other, headers = _ask(client, document + "Translate this into German.")
+    assert headers["x-gateway-cache"] == "miss" and other != first
+    again, headers = _ask(client, document + "Summarize this in one sentence.")
+    assert (again, headers["x-gateway-cache"]) == (first, "hit-exact")
+    assert len(upstream_requests(fake_upstream)) == 2
