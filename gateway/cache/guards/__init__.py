@@ -20,8 +20,8 @@ text behind an LRU cache; `compare` holds `near_miss` and `content_difference`;
 
 from __future__ import annotations
 
-from gateway.cache.guards.compare import content_difference, near_miss
+from gateway.cache.guards.compare import MAX_COMPARED_CHARS, content_difference, near_miss
 from gateway.cache.guards.features import _features as _features
 from gateway.cache.guards.normalization import normalize
 
-__all__ = ["content_difference", "near_miss", "normalize"]
+__all__ = ["MAX_COMPARED_CHARS", "content_difference", "near_miss", "normalize"]

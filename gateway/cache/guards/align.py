@@ -22,8 +22,10 @@ few unmatched words), and run only on texts the semantic tier may compare.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 
 from gateway.cache.guards.entities import _canon
 from gateway.cache.guards.lexicons import _EN_NEGATIONS, _EN_STOP, _NUMBER_WORDS, _UNITS
@@ -34,14 +36,15 @@ from gateway.cache.guards.words import _stem
 __all__ = ["AlignFeatures", "align_features", "alignment"]
 
 _TOKEN_RE = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
-_ASCII_WORD_RE = re.compile(r"[a-z][a-z'’]*")
 # Words that say how the others relate: replaced by another of the set, the question changes.
 _RELATIONAL = frozenset(
     [
         "from",
         "to",
+        "in",
         "into",
         "onto",
+        "than",
         "toward",
         "towards",
         "out",
@@ -118,6 +121,84 @@ _AUXILIARIES = frozenset(
         "haven't",
     ]
 )
+# Words that take part in word order (who does what to whom) but whose absence on one side
+# changes nothing ("Chinese people" / "Chinese").
+_LIGHT = frozenset(
+    [
+        "people",
+        "person",
+        "persons",
+        "someone",
+        "somebody",
+        "anyone",
+        "anybody",
+        "everyone",
+        "everybody",
+        "others",
+        "other",
+        "thing",
+        "things",
+        "way",
+        "ways",
+        "lot",
+    ]
+)
+_MAX_SYNONYM_TRIES = 256
+_CONTRACTION_RE = re.compile(r"'(?:ll|re|ve|d|m)$")
+_PREAMBLE_RE = re.compile(r"\s*([^,:;!?.]{1,60}?)(?:[,:;!]|\bbut\b)\s*")
+_PREAMBLE_WORDS = frozenset(
+    [
+        "quick",
+        "question",
+        "questions",
+        "just",
+        "curious",
+        "i",
+        "was",
+        "am",
+        "wondering",
+        "thanks",
+        "thank",
+        "you",
+        "in",
+        "advance",
+        "sorry",
+        "if",
+        "this",
+        "is",
+        "a",
+        "dumb",
+        "silly",
+        "stupid",
+        "hi",
+        "hello",
+        "hey",
+        "there",
+        "all",
+        "everyone",
+        "guys",
+        "ok",
+        "okay",
+        "so",
+        "please",
+    ]
+)
+_REQUEST_VERBS = frozenset(
+    [
+        "give",
+        "show",
+        "tell",
+        "explain",
+        "describe",
+        "list",
+        "suggest",
+        "recommend",
+        "help",
+        "understand",
+        "telling",
+    ]
+)
+_PREPOSITIONS = frozenset(["of", "for", "in", "to", "on", "with", "about", "from", "by", "at"])
 _UNIT_WORDS = frozenset(w for spellings in _UNITS.values() for w in spellings if w.isalpha())
 _NOT_CONTENT = (
     _EN_STOP
@@ -168,7 +249,7 @@ _NOT_CONTENT = (
 class AlignFeatures:
     words: tuple[str, ...]  # lowercase word tokens, in order (case and accents kept)
     content: tuple[int, ...]  # indexes of content words
-    relational: frozenset[str]
+    relational: tuple[str, ...]
     question: frozenset[str]
     joins: tuple[int, ...]  # word index after which a joiner comes (prefix counts)
 
@@ -178,7 +259,7 @@ def align_features(text: str, names: frozenset[str] = frozenset()) -> AlignFeatu
     """The words of `text` as the alignment sees them: lowercased with str.lower (not
     casefold: "Maße" and "Masse" stay apart), width folded, accents and super/subscripts
     kept. `names`: words of named entities, which the entity check compares instead."""
-    text = fold_width(text)
+    text = _strip_preamble(fold_width(text))
     words: list[str] = []
     join_after: list[int] = []
     pos = 0
@@ -186,7 +267,7 @@ def align_features(text: str, names: frozenset[str] = frozenset()) -> AlignFeatu
         if _JOIN_MARKS.search(text, pos, m.start()):
             join_after.append(len(words))
         pos = m.end()
-        w = m.group(0).lower().replace("’", "'")
+        w = _CONTRACTION_RE.sub("", m.group(0).lower().replace("’", "'"))
         if w in _JOINERS:
             join_after.append(len(words))
         words.append(w)
@@ -195,16 +276,48 @@ def align_features(text: str, names: frozenset[str] = frozenset()) -> AlignFeatu
     for i in range(len(words) + 1):
         count += i in marks
         prefix.append(count)
+    request = _request_prefix(words)
     content = tuple(
-        i for i, w in enumerate(words) if _is_content(w) and _canon(_stem(w)) not in names
+        i
+        for i, w in enumerate(words)
+        if i >= request and (w in _LIGHT or _is_content(w)) and _canon(_stem(w)) not in names
     )
     return AlignFeatures(
         words=tuple(words),
         content=content,
-        relational=frozenset(w for w in words if w in _RELATIONAL),
-        question=_question_kind(words),
+        relational=tuple(sorted(w for w in words if w in _RELATIONAL)),
+        question=_OPEN if request else _question_kind(words),
         joins=tuple(prefix),
     )
+
+
+def _strip_preamble(text: str) -> str:
+    """Drop a leading courtesy ("Quick question:", "Just curious,", "Thanks in advance!")."""
+    while True:
+        m = _PREAMBLE_RE.match(text)
+        if not m or not set(_TOKEN_RE.findall(m.group(1).lower())) <= _PREAMBLE_WORDS:
+            return text
+        text = text[m.end() :]
+
+
+def _request_prefix(words: list[str]) -> int:
+    """How many leading words make a request rather than ask a question ("can you help me",
+    "please explain", "give me"): they go, and the rest is an open question."""
+    i = 0
+    if words[:2] in (["can", "you"], ["could", "you"], ["would", "you"]):
+        i = 2
+        if i < len(words) and words[i] == "mind":
+            i += 1
+    while i < len(words) and words[i] in ("please", "kindly", "just"):
+        i += 1
+    start = i
+    while i < len(words) and words[i] in _REQUEST_VERBS:
+        i += 1
+        if i < len(words) and words[i] in ("me", "us"):
+            i += 1
+    if i == start and start and words[0] in ("can", "could", "would"):
+        return start  # "can you write a haiku": a request to write
+    return i
 
 
 def _question_kind(words: list[str]) -> frozenset[str]:
@@ -212,6 +325,13 @@ def _question_kind(words: list[str]) -> frozenset[str]:
     an auxiliary ("Can Islam be reformed?" is not "How can Islam be reformed?")."""
     heads = [w.split("'")[0] for w in words]  # "how's" asks how
     kinds = frozenset(_QUESTION[w] for w in heads if w in _QUESTION)
+    # Do-support tells who is asked about: "who does the agent pay" asks for the object,
+    # "who pays the agent" for the subject.
+    kinds |= {
+        "who:object"
+        for w, nxt in pairwise(heads)
+        if w in ("who", "whom") and nxt in ("do", "does", "did")
+    }
     if kinds:
         return kinds
     if _FLEXIBLE.intersection(heads):
@@ -237,10 +357,12 @@ def _key(word: str) -> str:
 def alignment(a: AlignFeatures, b: AlignFeatures) -> str | None:
     """Why the two questions are not the same question, or None when every content word
     has a counterpart, in the same order, and the relational and question words agree."""
-    reason = _question(a, b) or _relational(a, b)
+    reason = _question(a, b) or _relational(a, b) or _number_order(a, b)
     if reason:
         return reason
     pairs, only_a, only_b = _match(a, b)
+    only_a = [i for i in only_a if a.words[i] not in _LIGHT]
+    only_b = [j for j in only_b if b.words[j] not in _LIGHT]
     for i in only_a:
         for j in only_b:
             if relation(_key(a.words[i]), _key(b.words[j])) == "antonym":
@@ -261,12 +383,17 @@ def _question(a: AlignFeatures, b: AlignFeatures) -> str | None:
     return "question"
 
 
+def _number_order(a: AlignFeatures, b: AlignFeatures) -> str | None:
+    """The same numbers in another order: "2-to-1 odds" / "1-to-2 odds"."""
+    na, nb = [w for w in a.words if w.isdigit()], [w for w in b.words if w.isdigit()]
+    return "order" if na != nb and sorted(na) == sorted(nb) else None
+
+
 def _relational(a: AlignFeatures, b: AlignFeatures) -> str | None:
     # One side's relation word missing from the other is often an infinitive "to" or an
     # elided "in"; one replaced by another is a different relation.
-    if (a.relational - b.relational) and (b.relational - a.relational):
-        return "relation"
-    return None
+    ca, cb = Counter(a.relational), Counter(b.relational)
+    return "relation" if (ca - cb) and (cb - ca) else None
 
 
 def _match(
@@ -286,8 +413,8 @@ def _match(
         else:
             rest_a.append(i)
     rest_b = sorted(j for slots in free_b.values() for j in slots)
-    if not rest_a or not rest_b:
-        return pairs, rest_a, rest_b
+    if not rest_a or not rest_b or len(rest_a) * len(rest_b) > _MAX_SYNONYM_TRIES:
+        return pairs, rest_a, rest_b  # nothing to pair up, or too many: not the same question
     only_a: list[int] = []
     for i in rest_a:
         wa = _key(a.words[i])
@@ -332,16 +459,46 @@ def _order(a: AlignFeatures, b: AlignFeatures, pairs: list[tuple[int, int]]) -> 
     order = [j for _, j in fixed]
     if order == sorted(order):
         return None
+    if _crosses_relation(a, b, fixed):
+        return "order"
     ranked = sorted(order)
     wrong = [x for x, j in enumerate(order) if j != ranked[x]]
     if len(wrong) != 2:
         return None  # a move or a reshuffle, not two words trading places
     (i1, j1), (i2, j2) = fixed[wrong[0]], fixed[wrong[1]]
-    if i2 - i1 == 1 or abs(j1 - j2) == 1:
-        return None
     if a.joins[i2] != a.joins[i1] or b.joins[j1] != b.joins[j2]:
         return None
+    # "physics books" / "books for physics": a compound turned into a phrase.
+    if (i2 - i1 == 1 and _PREPOSITIONS.intersection(b.words[j2 + 1 : j1])) or (
+        j1 - j2 == 1 and _PREPOSITIONS.intersection(a.words[i1 + 1 : i2])
+    ):
+        return None
     return "order"
+
+
+def _crosses_relation(a: AlignFeatures, b: AlignFeatures, pairs: list[tuple[int, int]]) -> bool:
+    """Two aligned words on either side of a relation word in both texts, in the other order
+    ("rebase main onto my branch" / "rebase my branch onto main"). Each word is placed in a
+    segment (relation words before it); one pass over the pairs sorted by position in `a`."""
+    seg_a, seg_b = _segments(a), _segments(b)
+    highest_before = -1  # the highest segment in `b` of the words in earlier segments of `a`
+    current, group_high = -1, -1
+    for i, j in pairs:
+        if seg_a[i] != current:
+            highest_before = max(highest_before, group_high)
+            current, group_high = seg_a[i], -1
+        if seg_b[j] < highest_before:
+            return True
+        group_high = max(group_high, seg_b[j])
+    return False
+
+
+def _segments(f: AlignFeatures) -> list[int]:
+    out, count = [], 0
+    for w in f.words:
+        count += w in _RELATIONAL
+        out.append(count)
+    return out
 
 
 def _movable(word: str) -> bool:

@@ -9,6 +9,7 @@ a check fires.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from difflib import SequenceMatcher
 
@@ -27,7 +28,11 @@ from gateway.cache.guards.patterns import _JOINER_RE, _ZH_NEG_CHARS
 from gateway.cache.guards.surface import surface, surface_features
 from gateway.cache.guards.words import _stem, _zh_diff_units
 
-__all__ = ["content_difference", "near_miss"]
+__all__ = ["MAX_COMPARED_CHARS", "content_difference", "near_miss"]
+
+# The longest text the guards compare (the semantic tier never compares longer ones: they
+# exceed every embedder's window). Past it near_miss says "too-long": never a semantic hit.
+MAX_COMPARED_CHARS = 4096
 
 
 def _identifier(a: _Features, b: _Features) -> str | None:
@@ -180,19 +185,61 @@ def _zh_alignment(a: _Features, b: _Features) -> str | None:
     content characters the other lacks are an added qualifier ("怎么减肥" / "怎么快速减肥");
     the same characters in another order are swapped roles ("老师给学生打分" / "学生给老师打分")
     unless they trade places around a joiner ("北京和上海" / "上海和北京")."""
+    if _latin_words(a.zh_text) != _latin_words(b.zh_text):
+        return "substitution"  # "拼音 mǎi" / "拼音 mài", "schön" / "schon"
+    qa, qb = _zh_question(a.zh_text), _zh_question(b.zh_text)
+    if qa and qb and qa != qb:
+        return "question"  # "为什么要交社保" / "社保怎么交"
     ca, cb = _zh_content(a.zh_text), _zh_content(b.zh_text)
     if Counter(ca) != Counter(cb):
-        return "qualifier"
-    if ca == cb or (_JOINED_RE.search(a.zh_text) and _JOINED_RE.search(b.zh_text)):
+        sa, sb = _zh_sequence(a.zh_text), _zh_sequence(b.zh_text)
+        return "qualifier" if _zh_added_words(sa, sb) else None
+    if ca == cb:
         return None
+    # The order is judged with the small words kept: "老师给学生" has 给 between the two.
+    sa, sb = _zh_sequence(a.zh_text), _zh_sequence(b.zh_text)
+    if Counter(sa) == Counter(sb):
+        return "order" if sa != sb and _swapped_across(sa, sb) else None
     return "order" if _swapped_across(ca, cb) else None
 
 
+def _zh_sequence(low: str) -> list[str]:
+    low = _ZH_FILLER_RE.sub("", _ZH_NEGATION_WORDS_RE.sub("", low))
+    return [u for u in _zh_diff_units(low) if u not in _ZH_PARTICLES and u not in _ZH_NEG_CHARS]
+
+
+def _latin_words(low: str) -> Counter[str]:
+    return Counter(m.group(0) for m in _LATIN_RE.finditer(unicodedata.normalize("NFC", low)))
+
+
+def _zh_question(low: str) -> frozenset[str]:
+    return frozenset(kind for kind, pattern in _ZH_QUESTIONS_RE if pattern.search(low))
+
+
+def _zh_added_words(ca: list[str], cb: list[str]) -> bool:
+    """Characters that only one side has: a word added or dropped ("怎么减肥" / "怎么快速减肥",
+    "葡萄" / "葡萄干"). Only a one-for-one exchange of single characters passes, which is how
+    many Chinese synonyms differ ("修理" / "维修", "孩子" / "小孩"); a replacement of content is
+    `_zh_swap`'s to judge."""
+    if max(len(ca), len(cb)) > 300:
+        return True
+    ops = SequenceMatcher(None, ca, cb, autojunk=False).get_opcodes()
+    edits = [(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal"]
+    if any(max(edit) >= 2 for edit in edits):
+        return True
+    return sum(x for x, _ in edits) != sum(y for _, y in edits)
+
+
 def _zh_content(low: str) -> list[str]:
-    """Content characters: without function characters and negations (the negation check
-    counts those; "无法" and "不能" both say cannot)."""
-    low = _ZH_NEGATION_WORDS_RE.sub("", low)
-    return [u for u in _content(_zh_diff_units(low)) if u not in _ZH_NEG_CHARS]
+    """Content characters, and joiners so that a swap around one can be told: without
+    function characters and negations (the negation check counts those; "无法" and "不能"
+    both say cannot)."""
+    low = _ZH_FILLER_RE.sub("", _ZH_NEGATION_WORDS_RE.sub("", low))
+    return [
+        u
+        for u in _zh_diff_units(low)
+        if (u in _ZH_JOINER_CHARS or u not in _ZH_FUNCTION) and u not in _ZH_NEG_CHARS
+    ]
 
 
 def _swapped_across(ca: list[str], cb: list[str]) -> bool:
@@ -206,7 +253,17 @@ def _swapped_across(ca: list[str], cb: list[str]) -> bool:
     while ca[-1 - end] == cb[-1 - end]:
         end += 1
     ma, mb = ca[start : len(ca) - end], cb[start : len(cb) - end]
-    return not any(ma[k:] + ma[:k] == mb for k in range(1, len(ma)))
+    n = len(ma)
+    if n > _MAX_SWAP:
+        return True  # a long reordering: not the same question as far as we can tell
+    for lx in range(1, n):
+        for ly in range(1, n - lx + 1):
+            x, sep, y = ma[:lx], ma[lx : n - ly], ma[n - ly :]
+            if mb == y + sep + x:
+                # side by side ("北京今天" / "今天北京") or around a joiner ("北京和上海"):
+                # the same question; across anything else: other roles.
+                return bool(sep) and not _ZH_JOINER_CHARS.intersection(sep)
+    return True
 
 
 def _zh_pronoun_order(a: _Features, b: _Features) -> str | None:
@@ -217,7 +274,25 @@ def _zh_pronoun_order(a: _Features, b: _Features) -> str | None:
 
 
 _ZH_NEGATION_WORDS_RE = re.compile(r"无法|没法|没办法|不能|不可以|不可|不了")
-_JOINED_RE = re.compile(r"和|与|跟|及|或|还是|、|,|vs")
+# Courtesies and requests that ask nothing of their own ("你好，请帮我", "麻烦问一下").
+_ZH_FILLER_RE = re.compile(
+    r"^(?:你好|您好|谢谢|谢啦|请问|麻烦问一下|麻烦|想请教一下|请教一下|想问一下|问一下)[,!。 ]*|"
+    r"请帮我|帮我|帮忙|解释一下|一下"
+)
+_ZH_PARTICLES = frozenset("的了吗呢吧啊呀么哦嘛请问")
+_MAX_SWAP = 48  # characters in the reordered middle: the search is cubic in it
+_ZH_JOINER_CHARS = frozenset("和与跟及或还、")
+_LATIN_RE = re.compile(r"[^\W\d_\u3400-\u9fff]+")
+_ZH_QUESTIONS_RE = [
+    (kind, re.compile(pattern))
+    for kind, pattern in (
+        ("why", r"为什么|为啥|为何"),
+        ("how", r"怎么(?!样)|怎样|如何"),
+        ("when", r"什么时候|何时|几点"),
+        ("where", r"哪里|哪儿|在哪"),
+        ("who", r"谁"),
+    )
+]
 _EN_ANTONYM_PAIRS = frozenset((_stem(x), _stem(y)) for x, y in _EN_ANTONYMS)
 _CHECKS = (_identifier, _date, _unit, _number, _negation, _antonym, _entity, _order, _zh_swap)
 
@@ -230,10 +305,12 @@ def near_miss(query: str, cached: str) -> str | None:
     same names or words in swapped roles), and from the alignment of content words
     (`align`): "qualifier" (a content word one side lacks), "substitution" (one replaced by
     a word that is not a near-synonym), "relation", "question".
-    Symmetric; linear in the texts, which the cache caps before it calls this.
+    Symmetric; bounded: texts over MAX_COMPARED_CHARS are "too-long" unread.
     """
     if query == cached:
         return None
+    if max(len(query), len(cached)) > MAX_COMPARED_CHARS:
+        return "too-long"
     reason = surface(surface_features(query), surface_features(cached))
     if reason is not None:
         return reason

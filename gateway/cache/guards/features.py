@@ -112,7 +112,7 @@ def _direction(low: str, has_cjk: bool) -> tuple[frozenset[str], frozenset[str]]
 
 @lru_cache(maxsize=16384)
 def _features(text: str) -> _Features:
-    text = unicodedata.normalize("NFKC", text).replace("\u2019", "'")
+    text = " ".join(unicodedata.normalize("NFKC", text).replace("\u2019", "'").split())
     low = text.casefold()
     has_cjk = bool(_CJK_RE.search(low))
     words = _WORD_RE.findall(low)

@@ -34,6 +34,8 @@ _CODE_LINE_RE = re.compile(
     r".*\b\w+\s*(?:==|!=|<=|>=|=|\+=|-=)\s*\S.*|\s*[\w.]+\(.*\)\s*:?\s*|\s*-\s+\w[\w-]*:.*|"
     r"\s*[\w-]+:\s*\S*\s*)$"
 )
+# A quoted string keeps its inner spacing and case: "'a  b'.split()" is not "'a b'.split()".
+_QUOTED_RE = re.compile(r"(?<![^\s(\[=,])(['\"])[^'\"\n]{1,80}\1(?!\w)")
 _TOKEN_RE = re.compile(r"(?<![^\W_])[^\W\d_]+(?:['’][^\W\d_]+)*(?![^\W_])")
 _SIGILS = frozenset("-\\%$.@#:/")
 # Punctuation that shapes sentences, not meaning (the hyphen only between letters).
@@ -60,13 +62,17 @@ def surface_features(text: str) -> SurfaceFeatures:
     text = unicodedata.normalize("NFC", text.replace("\r\n", "\n"))
     code = [m.group(0) for m in _FENCE_RE.finditer(text)]
     prose = fold_width(_FENCE_RE.sub("\n", text))
-    inline = frozenset(m.group(0)[1:-1] for m in _INLINE_RE.finditer(prose))
+    inline = frozenset(m.group(0)[1:-1] for m in _INLINE_RE.finditer(prose)) | frozenset(
+        m.group(0) for m in _QUOTED_RE.finditer(prose)
+    )
     lines = prose.split("\n")
     code_lines = [ln.rstrip() for ln in lines if _looks_like_code(ln, len(lines))]
     if code_lines:
         code.append("\n".join(code_lines))
     letters = [c for c in prose if c.isalpha() and c.isascii()]
     upper = sum(1 for c in letters if c.isupper())
+    words = [w for w in _TOKEN_RE.findall(prose) if len(w) > 3]
+    title = len(words) >= 3 and sum(w[0].isupper() for w in words) >= 0.8 * len(words)
     return SurfaceFeatures(
         code=tuple(code),
         inline=inline,
@@ -74,7 +80,8 @@ def surface_features(text: str) -> SurfaceFeatures:
         compat=frozenset(Counter(c for c in text if _meaningful_compat(c)).items()),
         symbols=frozenset(_symbols(prose).items()),
         tokens=tuple(_tokens(prose)),
-        cased=0 < upper < 0.6 * len(letters) or (upper > 0 and len(letters) < 4),
+        # Lower case only, shouted or Title Case: the capitals say nothing.
+        cased=not title and (0 < upper < 0.6 * len(letters) or (upper > 0 and len(letters) < 4)),
     )
 
 
@@ -171,10 +178,10 @@ def _case(a: SurfaceFeatures, b: SurfaceFeatures) -> str | None:
         if not others or any(o[0] == word for o in others):
             continue
         other, other_mid, other_sigil = others[0]
-        if word.lower() == "i":
-            continue
         if sigil or other_sigil:
             return "case"
+        if word.lower() == "i":
+            continue
         if not (a.cased and b.cased):
             continue
         if _camel(word) or _camel(other):
