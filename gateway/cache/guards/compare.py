@@ -274,7 +274,7 @@ def _zh_pronoun_order(a: _Features, b: _Features) -> str | None:
 
 
 _ZH_NEGATION_WORDS_RE = re.compile(r"无法|没法|没办法|不能|不可以|不可|不了")
-# Courtesies and requests that ask nothing of their own ("你好，请帮我", "麻烦问一下").
+# Courtesies and requests that ask nothing of their own ("你好, 请帮我", "麻烦问一下").
 _ZH_FILLER_RE = re.compile(
     r"^(?:你好|您好|谢谢|谢啦|请问|麻烦问一下|麻烦|想请教一下|请教一下|想问一下|问一下)[,!。 ]*|"
     r"请帮我|帮我|帮忙|解释一下|一下"
