@@ -122,9 +122,12 @@ async def test_below_threshold_is_a_miss_with_its_similarity(cache: SemanticCach
     await _fill(cache, "How do I reset my password?")
     far = await _ask(cache, "How do I change my password?")
     assert far.cache_result == "miss" and far.cache_similarity == pytest.approx(0.86, abs=0.01)
-    assert (
-        await _ask(cache, "How do I change my password?", route=_route(similarity_threshold=0.8))
-    ).cache_result == "hit-semantic"
+    # Above a lower bar it is a candidate, and the guards refuse it: "change" is not a
+    # near-synonym of "reset" (issue 15: a word replaced by a non-synonym is a difference).
+    lowered = await _ask(
+        cache, "How do I change my password?", route=_route(similarity_threshold=0.8)
+    )
+    assert lowered.cache_result == "miss" and lowered.cache_near_miss == "substitution"
 
 
 async def test_a_guarded_near_miss_never_hits(cache: SemanticCache) -> None:
