@@ -77,7 +77,7 @@ class Pipeline:
         if request.stream and route.pricing is not None:  # to price a stream without usage
             ctx.prompt_tokens_estimate = estimate_prompt_tokens(body["messages"])
         knowledge_base = self.knowledge.select(ctx, route)
-        plan = self._cache_plan(ctx, route, body, knowledge_base)
+        plan = await self._cache_plan(ctx, route, body, knowledge_base)
         if self.cache and plan:
             hit = await self.cache.lookup(ctx, plan)
             if hit is not None:
@@ -117,7 +117,7 @@ class Pipeline:
             return reply
         return await self.tool_guard.review(ctx, route, body, reply)
 
-    def _cache_plan(
+    async def _cache_plan(
         self, ctx: RequestContext, route: ModelRoute, body: Json, knowledge_base: str | None
     ) -> CachePlan | None:
         if self.cache is None:
@@ -127,7 +127,7 @@ class Pipeline:
         context = knowledge_base
         if ctx.byok_hash is not None:
             context = f"{knowledge_base or ''}\x00key:{ctx.byok_hash}"
-        return self.cache.plan(ctx, route, body, ctx.cache_directive, context)
+        return await self.cache.prepare(ctx, route, body, ctx.cache_directive, context)
 
     def _store(
         self, ctx: RequestContext, plan: CachePlan | None, grounding: Grounding | None

@@ -19,7 +19,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from gateway import offload
 from gateway.cache import guards
+from gateway.cache.bounds import INLINE_COMPARE_CHARS, INLINE_KEY_BYTES, exact_text
 from gateway.cache.scope import CacheKey, cache_key, last_user_text
 from gateway.cache.store import CacheEntry, CacheStore
 from gateway.config import CachePolicy, ModelRoute
@@ -112,22 +114,47 @@ class SemanticCache:
         context: str | None = None,
     ) -> CachePlan | None:
         """A plan when this request may use the cache; None (and the reason on ctx) if not.
-        `context` is anything else the answer depends on (the knowledge base), kept in scope."""
+        `context` is anything else the answer depends on (the knowledge base), kept in scope.
+        Builds the key inline: `prepare` is the same, off the loop for a long request."""
+        policy = self._policy(ctx, route, body, directive)
+        if policy is None:
+            return None
+        key = _key(ctx.tenant or "", route.name, body, context)
+        return CachePlan(key, policy, read=directive != "refresh")
+
+    async def prepare(
+        self,
+        ctx: RequestContext,
+        route: ModelRoute,
+        body: Json,
+        directive: Directive,
+        context: str | None = None,
+    ) -> CachePlan | None:
+        """`plan`, with the exact key of a long request (normalizing and hashing megabytes
+        takes milliseconds) built on the cache's worker thread."""
+        policy = self._policy(ctx, route, body, directive)
+        if policy is None:
+            return None
+        inline = (ctx.body_bytes or 0) <= INLINE_KEY_BYTES
+        key = await offload.run(inline, _key, ctx.tenant or "", route.name, body, context)
+        return CachePlan(key, policy, read=directive != "refresh")
+
+    def _policy(
+        self, ctx: RequestContext, route: ModelRoute, body: Json, directive: Directive
+    ) -> CachePolicy | None:
         policy = ctx.policy.cache_for(route.cache) if ctx.policy else route.cache
         if not policy.enabled:
             return None
-        text = last_user_text(body)
         temperature = body.get("temperature")
         if (
             directive == "bypass"
-            or text is None
+            or last_user_text(body) is None
             or (body.get("n") or 1) > 1
             or (temperature is not None and temperature > policy.max_temperature)
         ):
             ctx.cache_result = "bypass"
             return None
-        key = cache_key(ctx.tenant or "", route.name, body, guards.normalize(text), context)
-        return CachePlan(key, policy, read=directive != "refresh")
+        return policy
 
     async def lookup(self, ctx: RequestContext, plan: CachePlan) -> CacheHit | None:
         ctx.cache_result = "miss"
@@ -230,7 +257,8 @@ class SemanticCache:
         for entry, similarity in candidates:
             if len(entry.text) > plan.policy.semantic_max_chars:
                 continue  # stored before the cap, or under a larger one: never compared
-            reason = guards.near_miss(plan.key.text, entry.text)
+            inline = max(len(plan.key.text), len(entry.text)) <= INLINE_COMPARE_CHARS
+            reason = await offload.run(inline, guards.near_miss, plan.key.text, entry.text)
             if reason is None:
                 return self._hit(ctx, CacheHit(entry, "hit-semantic", similarity))
             ctx.cache_near_miss = reason
@@ -257,6 +285,12 @@ class SemanticCache:
             await self.store.put(entry)
         except Exception as err:
             self._store_failed(f"write (request {ctx.request_id})", err)
+
+
+def _key(tenant: str, model: str, body: Json, context: str | None) -> CacheKey:
+    text = last_user_text(body)
+    assert text is not None
+    return cache_key(tenant, model, body, exact_text(text), context)
 
 
 def cacheable(completion: Json, policy: CachePolicy) -> bool:

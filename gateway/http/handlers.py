@@ -13,6 +13,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
+from gateway import offload
 from gateway.cache.service import Directive, SemanticCache
 from gateway.config.policies import Policy
 from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
@@ -29,6 +30,7 @@ from gateway.wire import ChatCompletionRequest, EmbeddingRequest, validate
 ROUTER_OWNER = "gateway-router"  # `owned_by` of routed aliases in /v1/models
 # orjson re-encodes at most ~254 levels; real requests nest far less.
 MAX_JSON_DEPTH = 128
+INLINE_PARSE_BYTES = 65_536  # bodies up to this size are parsed on the loop (~0.2 ms)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -319,13 +321,13 @@ async def read_json(request: web.Request) -> Any:
     request[CTX].body_bytes = len(raw)
     if not raw:
         raise InvalidRequest("The request body is empty; send a JSON object.", code="invalid_json")
-    try:
-        data = orjson.loads(raw)
+    try:  # a large body is parsed off the loop (3 MB: ~10 ms)
+        data = await offload.run(len(raw) <= INLINE_PARSE_BYTES, orjson.loads, raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(
             f"The request body is not valid JSON: {exc}", code="invalid_json"
         ) from None
-    if too_deep(raw, data, MAX_JSON_DEPTH):
+    if await offload.run(len(raw) <= INLINE_PARSE_BYTES, too_deep, raw, data, MAX_JSON_DEPTH):
         raise InvalidRequest(
             f"The request JSON nests deeper than {MAX_JSON_DEPTH} levels.", code="invalid_json"
         )

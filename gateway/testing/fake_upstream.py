@@ -59,6 +59,7 @@ class Knobs(BaseModel):
     stream_error_after: int | None = None  # streams: send an {"error"} event after N chunks
     content: str | None = None  # default: "Echo: <last user text>"
     echo_user: bool = False  # the default answer names the request's `user` field too
+    echo_tail: int | None = None  # the default answer echoes only the text's last N characters
     replies: list[ScriptedReply] = Field(default_factory=list)  # by assistant turn
     words_per_chunk: int = 1
     reasoning_content: str | None = None
@@ -313,6 +314,8 @@ def _message(body: Json, knobs: Knobs) -> tuple[Json, str]:
     last_user: Json = next((m for m in reversed(messages) if m.get("role") == "user"), {})
     content = last_user.get("content")
     text = content if isinstance(content, str) else orjson.dumps(content).decode()
+    if knobs.echo_tail is not None:
+        text = text[-knobs.echo_tail :]
     echo = f"Echo[{body.get('user')}]: {text}" if knobs.echo_user else f"Echo: {text}"
     message["content"] = knobs.content if knobs.content is not None else echo
     return message, "stop"

@@ -296,3 +296,55 @@ async def test_near_miss_guards_never_compare_past_the_cap(
     await _fill(cache, "How do I reset my password?")
     assert (await _ask(cache, "How can I reset my password?")).cache_result == "hit-semantic"
     assert compared and max(compared) <= CachePolicy().semantic_max_chars
+
+
+def test_the_exact_key_of_a_long_text_is_linear_and_tells_tails_apart() -> None:
+    from gateway.cache.bounds import NORMALIZED_CHARS, exact_text
+
+    head = "Shared document. " * (NORMALIZED_CHARS // 8)
+    one, two = head + "Question 1?", head + "Question 2?"
+    assert exact_text(one) != exact_text(two) and exact_text(one) == exact_text(one)
+    short = "How do I reset my password?"
+    from gateway.cache import guards
+
+    assert exact_text(short) == guards.normalize(short)  # short texts: exactly as before
+
+
+async def test_long_work_runs_off_the_event_loop(
+    cache: SemanticCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from gateway.cache import guards, service
+
+    threads: dict[str, set[str]] = {"key": set(), "near_miss": set()}
+    real_text, real_near_miss = service.exact_text, guards.near_miss
+
+    def exact_text(text: str) -> str:
+        threads["key"].add(threading.current_thread().name)
+        return real_text(text)
+
+    def near_miss(query: str, cached: str) -> str | None:
+        threads["near_miss"].add(threading.current_thread().name)
+        return real_near_miss(query, cached)
+
+    monkeypatch.setattr(service, "exact_text", exact_text)
+    monkeypatch.setattr(guards, "near_miss", near_miss)
+    stored = "How do I reset my password? " + "Please explain every step. " * 10
+    asked = "How can I reset my password? " + "Please explain every step. " * 10
+    EMBEDDER.vectors |= {stored: BASE, asked: CLOSE}
+    ctx = _ctx()
+    ctx.body_bytes = 5_000_000  # as the handler measured it
+    plan = await cache.prepare(ctx, _route(), _body(stored), "default")
+    assert plan is not None and await cache.lookup(ctx, plan) is None
+    cache.keep(ctx, plan, ANSWER)
+    small = _ctx()
+    small.body_bytes = 300
+    assert await cache.prepare(small, _route(), _body("hi"), "default") is not None
+    ctx = _ctx()
+    plan = cache.plan(ctx, _route(), _body(asked), "default")
+    assert plan is not None
+    assert await cache.lookup(ctx, plan) is not None  # a semantic hit, guards run long
+    main = threading.current_thread().name
+    assert threads["key"] == {"gateway-cpu_0", main}  # the 5 MB body's, and the small ones
+    assert threads["near_miss"] == {"gateway-cpu_0"}

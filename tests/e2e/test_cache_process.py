@@ -3,24 +3,34 @@ driven by the real synchronous OpenAI SDK: what a client sees right after an ans
 
 from __future__ import annotations
 
+import http.client
+import json
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
-from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from tests.clients import sdk_client
 from tests.resilience.test_redis_breakers import gateway_process, listening_url, unique_namespace
 
 REPEATS = 200
 
 
-def write_config(tmp_path: Path, fake_url: str, store: str, extra: str = "") -> Path:
+def write_config(
+    tmp_path: Path, fake_url: str, store: str, server: str = "{access_log: false}"
+) -> Path:
     path = tmp_path / "gateway.yaml"
     path.write_text(
         f"""
-server: {{access_log: false}}
+server: {server}
 auth: {{admin_key_env: GATEWAY_ADMIN_KEY}}
 providers:
   fake: {{type: openai, base_url: "{fake_url}", timeouts: {{connect: 2, read: 30, total: 60}}}}
@@ -32,7 +42,6 @@ cache:
   defaults: {{enabled: true}}
 resilience:
   retry: {{attempts: 1}}
-{extra}
 """,
         encoding="utf-8",
     )
@@ -40,8 +49,10 @@ resilience:
 
 
 @contextmanager
-def cached_gateway(tmp_path: Path, fake_url: str, store: str, extra: str = "") -> Iterator[str]:
-    config = write_config(tmp_path, fake_url, store, extra)
+def cached_gateway(
+    tmp_path: Path, fake_url: str, store: str, server: str = "{access_log: false}"
+) -> Iterator[str]:
+    config = write_config(tmp_path, fake_url, store, server)
     log = tmp_path / "gateway.log"
     with gateway_process(config, log) as proc:
         yield listening_url(proc, log)
@@ -89,3 +100,85 @@ def test_an_immediate_repeat_is_an_exact_hit_plain_and_streamed(
             assert texts[0] == texts[1] and texts[0]
     assert results["plain"] == ["hit-exact"] * REPEATS, results["plain"]
     assert results["stream"] == ["hit-exact"] * REPEATS, results["stream"]
+
+
+POLLER = """
+import http.client, json, sys, time
+host, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+conn = http.client.HTTPConnection(host, port, timeout=10)
+latencies, end = [], time.monotonic() + seconds
+print("ready", flush=True)
+while time.monotonic() < end:
+    started = time.perf_counter()
+    conn.request("GET", "/healthz")
+    conn.getresponse().read()
+    latencies.append(time.perf_counter() - started)
+    time.sleep(0.005)
+print(json.dumps(latencies), flush=True)
+"""
+HUGE = 3 * 1024 * 1024
+CONCURRENT = 20
+
+
+def _huge_prompt(i: int) -> str:
+    """3 MB that twenty prompts share, differing only near the end."""
+    words = (
+        "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
+        "incididunt ut labore et dolore magna aliqua Ünïcödé café "
+    )
+    body = (words * (HUGE // len(words) + 1))[:HUGE]
+    return f"{body}\nQuestion {i}: what does clause {1000 + i} say? Thanks."
+
+
+def test_huge_near_duplicates_do_not_stall_the_event_loop(
+    tmp_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    """Twenty concurrent 3 MB near-duplicate prompts with the cache on, while /healthz is
+    polled from another process: the loop stays responsive and no prompt gets another's
+    answer (the answers echo each prompt's tail)."""
+    fake_upstream.defaults = Knobs(echo_tail=80)
+    store = f"{{type: sqlite, path: '{tmp_path / 'cache.sqlite3'}'}}"
+    server = "{access_log: false, max_body_bytes: 16777216}"
+    with cached_gateway(tmp_path, fake_upstream.url, store, server) as url:
+        host, port = url.removeprefix("http://").split(":")
+        bodies = [
+            orjson.dumps({"model": "fake-model", "messages": [{"role": "user", "content": p}]})
+            for p in (_huge_prompt(i) for i in range(CONCURRENT))
+        ]
+        poller = subprocess.Popen(
+            [sys.executable, "-c", POLLER, host, port, "12"], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert poller.stdout is not None and poller.stdout.readline().strip() == "ready"
+            time.sleep(0.5)  # a baseline before the burst
+
+            def post(body: bytes) -> tuple[int, dict[str, Any], str]:
+                conn = http.client.HTTPConnection(host, int(port), timeout=60)
+                conn.request(
+                    "POST", "/v1/chat/completions", body, {"Content-Type": "application/json"}
+                )
+                resp = conn.getresponse()
+                data = orjson.loads(resp.read())
+                conn.close()
+                return resp.status, data, resp.headers.get("x-gateway-cache", "")
+
+            for _ in range(2):  # the second round repeats every prompt: exact hits
+                with ThreadPoolExecutor(CONCURRENT) as pool:
+                    answers = list(pool.map(post, bodies))
+                for i, (status, data, _) in enumerate(answers):
+                    assert status == 200, data
+                    tail = _huge_prompt(i)[-80:]
+                    assert data["choices"][0]["message"]["content"] == f"Echo: {tail}"
+            assert [cache for *_, cache in answers] == ["hit-exact"] * CONCURRENT
+            latencies = json.loads(poller.communicate(timeout=30)[0].strip().splitlines()[-1])
+        finally:
+            if poller.poll() is None:
+                poller.kill()
+                poller.wait()
+    latencies.sort()
+    p99 = latencies[int(0.99 * (len(latencies) - 1))]
+    print(
+        f"healthz: {len(latencies)} polls, p50 {latencies[len(latencies) // 2] * 1000:.1f} ms, "
+        f"p99 {p99 * 1000:.1f} ms, max {latencies[-1] * 1000:.1f} ms"
+    )
+    assert p99 < 0.050, f"/healthz p99 {p99 * 1000:.1f} ms"

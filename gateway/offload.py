@@ -1,0 +1,30 @@
+"""CPU-bound work on large requests, off the event loop, on one dedicated thread.
+
+Parsing a multi-MB body, building its cache key or running the near-miss guards on a long
+pair takes milliseconds each; on the loop, twenty such requests queue up behind each other
+and stall everything else (/healthz, every other tenant). On one worker thread they run one
+at a time while the loop keeps serving: one thread, so at most one competes with the loop for
+the GIL (a C call that holds it, like a JSON parse, delays the loop by that call only, never by
+a queue of them). Small inputs stay inline, where a thread hop costs more than the work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+
+_executor: ThreadPoolExecutor | None = None
+
+
+async def run(inline: bool, fn: Callable[..., T], *args: object) -> T:
+    """`fn(*args)`: here when `inline`, else on the worker thread."""
+    global _executor
+    if inline:
+        return fn(*args)
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-cpu")
+    return await asyncio.get_running_loop().run_in_executor(_executor, fn, *args)
