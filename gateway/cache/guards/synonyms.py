@@ -5,12 +5,14 @@ of the other only when WordNet says they are near-synonyms in their dominant sen
 "repair", "car" / "automobile") or derived forms of one another ("develop" / "development").
 An embedding cannot be the judge here: antonyms ("encrypt" / "decrypt", "lend" / "borrow")
 sit as close in embedding space as synonyms do. The table is built by
-scripts/build_synonyms.py (about 58,000 lemmas, 0.9 MB gzipped) and loaded on first use.
+scripts/build_synonyms.py (every single-word lemma, relations for about 58,000 of them)
+and loaded on first use.
 """
 
 from __future__ import annotations
 
 import gzip
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -46,20 +48,34 @@ _DETACH: tuple[tuple[str, str], ...] = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class _Lexicon:
+    relations: dict[str, str]  # word -> "synonyms<TAB>derived<TAB>antonyms", split on use
+    words: frozenset[str]
+    common: frozenset[str]  # words WordNet writes in lower case: not only names
+
+
 @lru_cache(maxsize=1)
-def _table() -> dict[str, tuple[str, str, str]]:
-    rows: dict[str, tuple[str, str, str]] = {}
+def _load() -> _Lexicon:
+    relations: dict[str, str] = {}
+    words: list[str] = []
+    common: list[str] = []
     with gzip.open(DATA, "rt", encoding="utf-8") as f:
         for line in f:
-            word, syn, rel, ant = line.rstrip("\n").split("\t")
-            rows[word] = (syn, rel, ant)
-    return rows
+            word, rest = line.rstrip("\n").split("\t", 1)
+            rel, _, flag = rest.rpartition("\t")
+            words.append(word)
+            if flag:
+                common.append(word)
+            if rel.strip("\t"):
+                relations[word] = rel
+    return _Lexicon(relations, frozenset(words), frozenset(common))
 
 
 @lru_cache(maxsize=65536)
 def lemmas(word: str) -> frozenset[str]:
     """The word and the dictionary forms it may be an inflection of."""
-    table = _table()
+    table = _load().words
     found = {word}
     for suffix, replacement in _DETACH:
         if word.endswith(suffix) and len(word) - len(suffix) >= 2:
@@ -73,17 +89,24 @@ def lemmas(word: str) -> frozenset[str]:
 
 @lru_cache(maxsize=65536)
 def _relations(lemma: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
-    row = _table().get(lemma)
+    row = _load().relations.get(lemma)
     if row is None:
         return frozenset(), frozenset(), frozenset()
-    syn, rel, ant = (frozenset(part.split(",")) if part else frozenset() for part in row)
+    parts = row.split("\t")
+    syn, rel, ant = (frozenset(part.split(",")) if part else frozenset() for part in parts)
     return syn, rel, ant
 
 
 def known(word: str) -> bool:
-    """Whether the word (or a lemma of it) is an English word the table knows."""
-    table = _table()
-    return any(lemma in table for lemma in lemmas(word))
+    """Whether the word (or a lemma of it) is an English word WordNet knows."""
+    vocabulary = _load().words
+    return any(lemma in vocabulary for lemma in lemmas(word))
+
+
+def common(word: str) -> bool:
+    """Whether the word is a common English word ("turkey", "sat"), not only a name."""
+    vocabulary = _load().common
+    return any(lemma in vocabulary for lemma in lemmas(word))
 
 
 def relation(a: str, b: str) -> str | None:
