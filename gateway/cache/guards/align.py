@@ -30,6 +30,7 @@ from itertools import pairwise
 
 from gateway.cache.guards.entities import _canon
 from gateway.cache.guards.lexicons import _EN_NEGATIONS, _EN_STOP, _NUMBER_WORDS, _UNITS
+from gateway.cache.guards.reorder import reordering
 from gateway.cache.guards.surface import fold_width
 from gateway.cache.guards.synonyms import known, lemmas, relation
 from gateway.cache.guards.words import _stem
@@ -84,6 +85,7 @@ _QUESTION = {
 }
 _FLEXIBLE = frozenset({"what", "which", "whats"})
 _OPEN = frozenset({"open"})
+_OPEN_OBJECT = frozenset({"open", "object"})
 _AUXILIARIES = frozenset(
     [
         "is",
@@ -253,6 +255,7 @@ class AlignFeatures:
     relational: tuple[str, ...]
     question: frozenset[str]
     joins: tuple[int, ...]  # word index after which a joiner comes (prefix counts)
+    named: frozenset[int] = frozenset()  # content words that belong to a name
 
 
 @lru_cache(maxsize=16384)
@@ -279,16 +282,18 @@ def align_features(text: str, names: frozenset[str] = frozenset()) -> AlignFeatu
         prefix.append(count)
     request = _request_prefix(words)
     content = tuple(
-        i
-        for i, w in enumerate(words)
-        if i >= request and (w in _LIGHT or _is_content(w)) and _canon(_stem(w)) not in names
+        i for i, w in enumerate(words) if i >= request and (w in _LIGHT or _is_content(w))
     )
+    # Names take part in the order (who does what to whom) but not in the matching: the
+    # entity check compares which names there are.
+    named = frozenset(i for i in content if _canon(_stem(words[i])) in names)
     return AlignFeatures(
         words=tuple(words),
         content=content,
         relational=tuple(sorted(w for w in words if w in _RELATIONAL)),
         question=_OPEN if request else _question_kind(words),
         joins=tuple(prefix),
+        named=named,
     )
 
 
@@ -312,13 +317,17 @@ def _request_prefix(words: list[str]) -> int:
     while i < len(words) and words[i] in ("please", "kindly", "just"):
         i += 1
     start = i
-    while i < len(words) and words[i] in _REQUEST_VERBS:
+    while i < len(words) and _request_verb(words[i]):
         i += 1
         if i < len(words) and words[i] in ("me", "us"):
             i += 1
     if i == start and start and words[0] in ("can", "could", "would"):
         return start  # "can you write a haiku": a request to write
     return i
+
+
+def _request_verb(word: str) -> bool:
+    return word in _REQUEST_VERBS or any(is_typo(word, verb) for verb in _REQUEST_VERBS)
 
 
 def _question_kind(words: list[str]) -> frozenset[str]:
@@ -336,6 +345,10 @@ def _question_kind(words: list[str]) -> frozenset[str]:
     if kinds:
         return kinds
     if _FLEXIBLE.intersection(heads):
+        # "what do owls eat" asks for the object, "what eats owls" for the subject: the
+        # same do-support, when the verb itself is the same word on both sides.
+        if any(w in _FLEXIBLE and nxt in ("do", "does", "did") for w, nxt in pairwise(heads)):
+            return _OPEN_OBJECT
         return _OPEN
     if words and words[0] in _AUXILIARIES:
         return frozenset({"yes-no"})
@@ -369,8 +382,8 @@ def alignment_reasons(a: AlignFeatures, b: AlignFeatures) -> Iterator[str]:
         if reason:
             yield reason
     pairs, only_a, only_b = _match(a, b)
-    only_a = [i for i in only_a if a.words[i] not in _LIGHT]
-    only_b = [j for j in only_b if b.words[j] not in _LIGHT]
+    only_a = [i for i in only_a if a.words[i] not in _LIGHT and i not in a.named]
+    only_b = [j for j in only_b if b.words[j] not in _LIGHT and j not in b.named]
     if any(
         relation(_key(a.words[i]), _key(b.words[j])) == "antonym" for i in only_a for j in only_b
     ):
@@ -388,9 +401,20 @@ def _question(a: AlignFeatures, b: AlignFeatures) -> str | None:
     if a.question == b.question:
         return None
     # "what is the best way to" asks what "how do I" asks, but not what "can I" asks.
+    if {a.question, b.question} == {_OPEN, _OPEN_OBJECT}:
+        return "question" if _same_verbs(a, b) else None
     if a.question == _OPEN or b.question == _OPEN:
         return "question" if "yes-no" in a.question | b.question else None
     return "question"
+
+
+def _same_verbs(a: AlignFeatures, b: AlignFeatures) -> bool:
+    """Both texts have the same content words (plural and third-person "s" aside): a
+    subject and object that traded roles, not a rephrasing ("what does X mean" / "what is
+    the meaning of X")."""
+    return Counter(_stem(a.words[i]) for i in a.content) == Counter(
+        _stem(b.words[j]) for j in b.content
+    )
 
 
 def _number_order(a: AlignFeatures, b: AlignFeatures) -> str | None:
@@ -460,28 +484,26 @@ def is_typo(a: str, b: str) -> bool:
 
 
 def _order(a: AlignFeatures, b: AlignFeatures, pairs: list[tuple[int, int]]) -> str | None:
-    """Two aligned words that trade places while the rest keeps its order: swapped roles
-    ("the teacher grades the student" / "the student grades the teacher"). Not a swap: a
-    phrase that moves ("physics books" / "books for physics": a rotation), words written
-    side by side in either text (a compound turned around), words a joiner separates
-    ("Java and Python"), adverbs, which move freely."""
+    """Pieces that trade places across what stays between them: swapped roles ("the
+    teacher grades the student" / "the student grades the teacher", "can the president fire
+    a justice" / "can a justice fire the president"), or a word that crosses a relation word.
+    Not a swap: a phrase that moves ("physics books" / "books for physics": a rotation),
+    pieces a joiner separates ("Java and Python"), adverbs, which move freely. When the two
+    texts have exactly the same words, the small ones count as what stays between ("share
+    of engineers are immigrants" / "share of immigrants are engineers")."""
     fixed = [(i, j) for i, j in pairs if not _movable(a.words[i])]
     order = [j for _, j in fixed]
     if order == sorted(order):
         return None
     if _crosses_relation(a, b, fixed):
         return "order"
-    ranked = sorted(order)
-    wrong = [x for x, j in enumerate(order) if j != ranked[x]]
-    if len(wrong) != 2:
-        return None  # a move or a reshuffle, not two words trading places
-    (i1, j1), (i2, j2) = fixed[wrong[0]], fixed[wrong[1]]
-    if a.joins[i2] != a.joins[i1] or b.joins[j1] != b.joins[j2]:
-        return None
-    # "physics books" / "books for physics": a compound turned into a phrase.
-    if (i2 - i1 == 1 and _PREPOSITIONS.intersection(b.words[j2 + 1 : j1])) or (
-        j1 - j2 == 1 and _PREPOSITIONS.intersection(a.words[i1 + 1 : i2])
-    ):
+    if Counter(a.words) == Counter(b.words):
+        kind, words = reordering(a.words, b.words)
+    else:  # content words, each named by its position in `a`
+        by_b = sorted(fixed, key=lambda pair: pair[1])
+        kind, between = reordering([i for i, _ in fixed], [i for i, _ in by_b])
+        words = [a.words[i] for i in between]
+    if kind != "swap" or _JOINERS.intersection(words):
         return None
     return "order"
 

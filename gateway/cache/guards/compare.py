@@ -26,6 +26,7 @@ from gateway.cache.guards.lexicons import (
     _ZH_PERSONS,
 )
 from gateway.cache.guards.patterns import _JOINER_RE, _ZH_NEG_CHARS
+from gateway.cache.guards.reorder import reordering
 from gateway.cache.guards.surface import surface_features, surface_reasons
 from gateway.cache.guards.words import _stem, _zh_diff_units
 
@@ -141,10 +142,9 @@ def _first_inversion(a: tuple[_Span, ...], b: tuple[_Span, ...]) -> tuple[_Span,
 def _order(a: _Features, b: _Features) -> str | None:
     """Same names, other roles: "Indian women like Pakistani men" vs the reverse,
     "北京到上海" vs "上海到北京". Swapping around "and" / "vs" / "和" keeps the meaning."""
-    for spans_a, spans_b, text in (
-        (a.entity_spans, b.entity_spans, a.entity_text),
-        (a.zh_entities, b.zh_entities, a.zh_text),
-    ):
+    # English names in other roles are the alignment's to judge (it tells a swap from a
+    # phrase that moves: "In Python, how do I read a CSV?" / "How do I read a CSV in Python?").
+    for spans_a, spans_b, text in ((a.zh_entities, b.zh_entities, a.zh_text),):
         if len(spans_a) < 2 or {s.key for s in spans_a} != {s.key for s in spans_b}:
             continue
         pair = _first_inversion(spans_a, spans_b)
@@ -219,15 +219,15 @@ def _zh_question(low: str) -> frozenset[str]:
 
 def _zh_added_words(ca: list[str], cb: list[str]) -> bool:
     """Characters that only one side has: a word added or dropped ("怎么减肥" / "怎么快速减肥",
-    "葡萄" / "葡萄干"). Only a one-for-one exchange of single characters passes, which is how
-    many Chinese synonyms differ ("修理" / "维修", "孩子" / "小孩"); a replacement of content is
-    `_zh_swap`'s to judge."""
+    "葡萄" / "葡萄干"), or one put in another's place ("上调" / "下调"). Only single characters
+    that leave in one place and arrive in another pass, which is how many Chinese synonyms
+    differ ("修理" / "维修", "孩子" / "小孩")."""
     if max(len(ca), len(cb)) > 300:
         return True
     ops = SequenceMatcher(None, ca, cb, autojunk=False).get_opcodes()
     edits = [(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal"]
-    if any(max(edit) >= 2 for edit in edits):
-        return True
+    if any(max(edit) >= 2 for edit in edits) or any(tag == "replace" for tag, *_ in ops):
+        return True  # a word added, or one character put in another's place ("上调" / "下调")
     return sum(x for x, _ in edits) != sum(y for _, y in edits)
 
 
@@ -245,26 +245,12 @@ def _zh_content(low: str) -> list[str]:
 
 def _swapped_across(ca: list[str], cb: list[str]) -> bool:
     """Two pieces that trade places across something that stays between them ("老师给学生"
-    / "学生给老师"); pieces that merely trade places side by side ("北京今天" / "今天北京")
-    are a move."""
-    start = 0
-    while ca[start] == cb[start]:
-        start += 1
-    end = 0
-    while ca[-1 - end] == cb[-1 - end]:
-        end += 1
-    ma, mb = ca[start : len(ca) - end], cb[start : len(cb) - end]
-    n = len(ma)
-    if n > _MAX_SWAP:
-        return True  # a long reordering: not the same question as far as we can tell
-    for lx in range(1, n):
-        for ly in range(1, n - lx + 1):
-            x, sep, y = ma[:lx], ma[lx : n - ly], ma[n - ly :]
-            if mb == y + sep + x:
-                # side by side ("北京今天" / "今天北京") or around a joiner ("北京和上海"):
-                # the same question; across anything else: other roles.
-                return bool(sep) and not _ZH_JOINER_CHARS.intersection(sep)
-    return True
+    / "学生给老师"), or a reordering too tangled to call a move; pieces that trade places
+    side by side ("北京今天" / "今天北京") or around a joiner ("北京和上海") do not count."""
+    kind, between = reordering(ca, cb)
+    if kind == "swap":
+        return not _ZH_JOINER_CHARS.intersection(between)
+    return kind == "shuffle"
 
 
 def _zh_pronoun_order(a: _Features, b: _Features) -> str | None:
@@ -281,7 +267,6 @@ _ZH_FILLER_RE = re.compile(
     r"请帮我|帮我|帮忙|解释一下|一下"
 )
 _ZH_PARTICLES = frozenset("的了吗呢吧啊呀么哦嘛请问")
-_MAX_SWAP = 48  # characters in the reordered middle: the search is cubic in it
 _ZH_JOINER_CHARS = frozenset("和与跟及或还、")
 _LATIN_RE = re.compile(r"[^\W\d_\u3400-\u9fff]+")
 _ZH_QUESTIONS_RE = [
