@@ -30,7 +30,7 @@ import numpy as np
 import orjson
 
 from gateway.cache.index import IndexesByEmbedder
-from gateway.cache.store import CacheEntry, StoreStats
+from gateway.cache.store import CacheEntry, Commits, StoreStats
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -53,6 +53,9 @@ CREATE INDEX IF NOT EXISTS entries_expires ON entries (expires_at);
 _ROW = (
     "id, exact_key, scope, tenant, model, text, response, embedder, created_at, expires_at, headers"
 )
+
+
+_PENDING_TRIES = 3  # a lookup follows an answer replaced while it waited, this many times
 
 
 @dataclass(slots=True)
@@ -79,11 +82,12 @@ class EmbeddedStore:
         self._expiries: list[tuple[float, int]] = []  # a heap; stale pairs are skipped
         self._indexes = IndexesByEmbedder(approximate_above)
         self._pending: dict[int, CacheEntry] = {}  # published, not yet committed
+        self._commits = Commits()
         self._next_id = 1
         self._opened = False
 
     def __len__(self) -> int:
-        return len(self._meta)
+        return len(self._meta) - len(self._pending)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -107,11 +111,18 @@ class EmbeddedStore:
     # --- the interface -----------------------------------------------------------------------
 
     async def get(self, exact_key: str, now: float) -> CacheEntry | None:
-        row_id = self._by_exact.get(exact_key)
-        if row_id is None or not self._live(row_id, now):
+        for _ in range(_PENDING_TRIES):
+            row_id = self._by_exact.get(exact_key)
+            if row_id is None or not self._live(row_id, now):
+                return None
+            pending = self._pending.get(row_id)
+            if pending is None:
+                break
+            if await self._commits.wait(row_id) and row_id in self._meta:
+                return self._used(pending, now)
+            # withdrawn while we waited (replaced by a newer answer, or its write failed)
+        else:
             return None
-        if row_id in self._pending:
-            return self._used(self._pending[row_id], now)
         entries = await self._run(self._read, [row_id])
         return self._used(entries[0], now) if entries else None
 
@@ -129,7 +140,10 @@ class EmbeddedStore:
         if not found:
             return []
         entries = {i: self._pending[i] for i, _ in found if i in self._pending}
-        stored = [i for i, _ in found if i not in entries]
+        for i in list(entries):
+            if not await self._commits.wait(i) or i not in self._meta:
+                del entries[i]  # withdrawn while we waited for its write
+        stored = [i for i, _ in found if i not in self._pending and i not in entries]
         if stored:
             entries |= {e.id: e for e in await self._run(self._read, stored)}
         return [(self._used(entries[i], now), s) for i, s in found if i in entries]
@@ -155,6 +169,7 @@ class EmbeddedStore:
         )
         self._remember(entry.id, meta)
         self._pending[entry.id] = entry
+        self._commits.begin(entry.id)
         if entry.vector is not None and entry.embedder is not None:
             self._indexes.add(entry.embedder, entry.scope, entry.id, entry.vector)
 
@@ -173,6 +188,7 @@ class EmbeddedStore:
             raise
         finally:
             self._pending.pop(row_id, None)
+            self._commits.end(row_id, row_id in self._meta)
         if row_id not in self._meta:  # evicted, purged or replaced while it was being written
             await self._run(self._delete_and_touch, [row_id], {})
         if len(self._meta) > self.max_entries:
@@ -209,12 +225,12 @@ class EmbeddedStore:
 
     async def stats(self) -> StoreStats:
         size = _disk_size(self.path) if self.path is not None else None
-        scopes = {m.scope for m in self._meta.values()}
+        metas = [m for i, m in self._meta.items() if i not in self._pending]  # durable ones
         return StoreStats(
-            entries=len(self._meta),
-            scopes=len(scopes),
-            by_tenant=dict(Counter(m.tenant for m in self._meta.values())),
-            by_model=dict(Counter(m.model for m in self._meta.values())),
+            entries=len(metas),
+            scopes=len({m.scope for m in metas}),
+            by_tenant=dict(Counter(m.tenant for m in metas)),
+            by_model=dict(Counter(m.model for m in metas)),
             bytes_on_disk=size,
             max_entries=self.max_entries,
         )
@@ -243,7 +259,8 @@ class EmbeddedStore:
             del self._by_exact[meta.exact_key]
         self._lru.pop(row_id, None)
         self._touched.pop(row_id, None)
-        self._pending.pop(row_id, None)
+        if self._pending.pop(row_id, None) is not None:
+            self._commits.end(row_id, False)
         self._indexes.remove(meta.embedder, row_id)
 
     def _live(self, row_id: int, now: float) -> bool:

@@ -41,7 +41,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from gateway.cache.index import IndexesByEmbedder
-from gateway.cache.store import CacheEntry, StoreStats
+from gateway.cache.store import CacheEntry, Commits, StoreStats
 from gateway.logthrottle import ThrottledWarnings
 from gateway.redact import without_credentials
 
@@ -52,6 +52,7 @@ FOLLOW_BLOCK_MS = 1000
 RETRY_SECONDS = 1.0
 _SCAN_BATCH = 500
 _LAG_SAMPLES = 1024
+_PENDING_TRIES = 3  # a lookup follows an answer replaced while it waited, this many times
 _FIELDS = ("id", "scope", "tenant", "model", "embedder", "vector", "expires_at")
 
 # KEYS: entry, lru, exp, next_id, events. ARGV: exact, scope, tenant, model, text, response,
@@ -151,6 +152,7 @@ class RedisStore:
         self._by_exact: dict[str, int] = {}
         self._indexes = IndexesByEmbedder(approximate_above)
         self._pending: dict[int, CacheEntry] = {}  # published here, not yet in Redis
+        self._commits = Commits()
         self._temp_ids = itertools.count(-1, -1)
         self._follower: asyncio.Task[None] | None = None
         self._closing = False
@@ -160,7 +162,7 @@ class RedisStore:
         self._warnings = ThrottledWarnings(log)
 
     def __len__(self) -> int:
-        return len(self._meta)
+        return len(self._meta) - len(self._pending)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -189,9 +191,14 @@ class RedisStore:
     # --- the interface -----------------------------------------------------------------------
 
     async def get(self, exact_key: str, now: float) -> CacheEntry | None:
-        pending = self._pending.get(self._by_exact.get(exact_key, 0))
-        if pending is not None:
-            return pending if pending.expires_at > now else None
+        for _ in range(_PENDING_TRIES):
+            temp = self._by_exact.get(exact_key, 0)
+            pending = self._pending.get(temp)
+            if pending is None:
+                break
+            if await self._commits.wait(temp):
+                return pending if pending.expires_at > now else None
+            # withdrawn while we waited (replaced here by a newer answer, or its write failed)
         (raw,) = await self._read_and_touch([exact_key], now)
         entry = _entry(exact_key, raw) if raw else None
         if entry is None or entry.expires_at <= now:
@@ -219,8 +226,13 @@ class RedisStore:
         rows = dict(zip(stored, replies, strict=True))
         hits = []
         for exact, id_, similarity in found:
+            pending = self._pending.get(id_)
+            if pending is not None:  # ours, being written: served once it is in Redis
+                if await self._commits.wait(id_) and pending.expires_at > now:
+                    hits.append((pending, similarity))
+                continue
             raw = rows.get(exact)
-            entry = self._pending.get(id_) or (_entry(exact, raw) if raw else None)
+            entry = _entry(exact, raw) if raw else None
             if entry is not None and entry.id == id_ and entry.expires_at > now:
                 hits.append((entry, similarity))
         return hits
@@ -230,10 +242,14 @@ class RedisStore:
         return nearest[0][1] if nearest else None
 
     def publish(self, entry: CacheEntry) -> None:
-        """In this replica's view at once; the others hear of it once `put` has written it."""
+        """In this replica's view at once; the others hear of it once `put` has written it.
+        Not while Redis is away: its write would fail, and the cache is misses meanwhile."""
+        if not self.synced:
+            return
         entry.id = next(self._temp_ids)
         entry.created_at = entry.created_at or time.time()
         self._pending[entry.id] = entry
+        self._commits.begin(entry.id)
         self._add_entry(entry, replace_pending=True)
 
     async def put(self, entry: CacheEntry) -> int:
@@ -241,8 +257,7 @@ class RedisStore:
             self.publish(entry)
         elif self._pending.get(entry.id) is not entry:
             return entry.id  # withdrawn since it was published (replaced, purged): not written
-        temp = entry.id
-        assert temp is not None
+        temp = entry.id  # None: not published (Redis was away), written all the same
         vector = _vector_bytes(entry)
         now = time.time()
         keys = [self._prefix + entry.exact_key, self._lru, self._exp, self._next_id, self._events]
@@ -264,10 +279,14 @@ class RedisStore:
         try:
             id_ = int(await self._scripts["put"](keys=keys, args=args))
         except BaseException:
-            self._remove(temp)  # not in Redis: not served here either
+            if temp is not None:
+                self._remove(temp)  # not in Redis: not served here either
             raise
-        current = self._by_exact.get(entry.exact_key) == temp
-        self._remove(temp)
+        current = temp is None or self._by_exact.get(entry.exact_key) == temp
+        if temp is not None:
+            self._commits.end(temp, current)  # waiting lookups get the entry (or a miss)
+            self._pending.pop(temp, None)
+            self._remove(temp)
         if current:  # else a newer answer published here since (or a purge) wins
             entry.id = id_
             self._add_entry(entry)
@@ -308,9 +327,9 @@ class RedisStore:
         return purged
 
     async def stats(self) -> StoreStats:
-        metas = self._meta.values()
+        metas = [m for i, m in self._meta.items() if i not in self._pending]  # in Redis
         return StoreStats(
-            entries=len(self._meta),
+            entries=len(metas),
             scopes=len({m.scope for m in metas}),
             by_tenant=dict(Counter(m.tenant for m in metas)),
             by_model=dict(Counter(m.model for m in metas)),
@@ -457,7 +476,8 @@ class RedisStore:
             return
         if self._by_exact.get(meta.exact_key) == id_:
             del self._by_exact[meta.exact_key]
-        self._pending.pop(id_, None)
+        if self._pending.pop(id_, None) is not None:
+            self._commits.end(id_, False)
         self._indexes.remove(meta.embedder, id_)
 
     async def _read_and_touch(self, exact_keys: list[str], now: float) -> list[Any]:

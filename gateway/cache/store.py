@@ -9,6 +9,7 @@ searched only among entries of the same scope.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -69,7 +70,9 @@ class CacheStore(Protocol):
 
     def publish(self, entry: CacheEntry) -> None:
         """Make the entry visible to this process's lookups (exact key and vector) at once,
-        in memory; sets `entry.id`. An entry under the same exact key is replaced."""
+        in memory; sets `entry.id`. An entry under the same exact key is replaced. Lookups
+        that find it wait for its `put` (see `Commits`); `len` and `stats` count it once it
+        is durable."""
 
     async def put(self, entry: CacheEntry) -> int:
         """Store durably (an entry under the same exact key is replaced); returns its id.
@@ -86,3 +89,25 @@ class CacheStore(Protocol):
     async def stats(self) -> StoreStats: ...
 
     async def close(self) -> None: ...
+
+
+class Commits:
+    """Published entries whose durable write is in flight. A lookup that finds one waits for
+    its write (about a millisecond): the repeat is a hit, never a miss, and a hit is never an
+    answer that a crash could still take back."""
+
+    def __init__(self) -> None:
+        self._futures: dict[int, asyncio.Future[bool]] = {}
+
+    def begin(self, id_: int) -> None:
+        self._futures[id_] = asyncio.get_running_loop().create_future()
+
+    def end(self, id_: int, committed: bool) -> None:
+        future = self._futures.pop(id_, None)
+        if future is not None and not future.done():
+            future.set_result(committed)
+
+    async def wait(self, id_: int) -> bool:
+        """True once `id_` is durable (or was never pending); False if it was withdrawn."""
+        future = self._futures.get(id_)
+        return True if future is None else await asyncio.shield(future)

@@ -1,5 +1,6 @@
 """The embedded store: tiers, expiry, LRU, purge, persistence across restarts and kill -9."""
 
+import asyncio
 import subprocess
 import sys
 import textwrap
@@ -145,12 +146,16 @@ async def test_a_published_entry_is_found_before_its_write_and_kept_after(
     fresh = make_entry(1)
     store.publish(fresh)  # synchronous: nothing awaited, nothing on disk yet
     now = time.time()
-    got = await store.get("s:1", now)
-    assert got is not None and got.response == {"answer": 1}
-    ((found, _),) = await store.search("s", unit_vector(1), "e", 1, now)
-    assert found.exact_key == "s:1"
-    assert file_stats(path, 50).entries == 0
+    exact = asyncio.create_task(store.get("s:1", now))
+    similar = asyncio.create_task(store.search("s", unit_vector(1), "e", 1, now))
+    await asyncio.sleep(0.01)
+    assert not exact.done() and not similar.done()  # found, waiting for the write
+    assert len(store) == 0 and file_stats(path, 50).entries == 0
     await store.put(fresh)  # the durable write of that same entry
+    got = await exact
+    assert got is not None and got.response == {"answer": 1}
+    ((found, _),) = await similar
+    assert found.exact_key == "s:1"
     assert len(store) == 1 and file_stats(path, 50).entries == 1
     await store.close()
     reopened = EmbeddedStore(path, max_entries=50, approximate_above=1000)
@@ -181,7 +186,10 @@ async def test_an_entry_purged_while_being_written_stays_gone(tmp_path: Path) ->
     try:
         fresh = make_entry(1)
         store.publish(fresh)
-        assert await store.purge() == 1
+        waiting = asyncio.create_task(store.get("s:1", time.time()))
+        await asyncio.sleep(0)
+        assert await store.purge() == 1  # the published one is withdrawn
+        assert await waiting is None
         await store.put(fresh)  # must not resurrect it on disk
         assert len(store) == 0 and file_stats(path, 50).entries == 0
     finally:

@@ -172,12 +172,16 @@ async def test_a_published_entry_is_served_here_at_once_and_everywhere_once_writ
     fresh = make_entry(1)
     a.publish(fresh)  # synchronous: nothing sent to Redis yet
     now = time.time()
-    got = await a.get("s:1", now)
-    assert got is not None and got.response == {"answer": 1}
-    ((found, _),) = await a.search("s", unit_vector(1), "e", 1, now)
-    assert found.exact_key == "s:1"
-    assert await b.get("s:1", now) is None
+    exact = asyncio.create_task(a.get("s:1", now))
+    similar = asyncio.create_task(a.search("s", unit_vector(1), "e", 1, now))
+    await asyncio.sleep(0.01)
+    assert not exact.done() and not similar.done()  # found here, waiting for the write
+    assert await b.get("s:1", now) is None and len(a) == 0
     id_ = await a.put(fresh)
+    got = await exact
+    assert got is not None and got.response == {"answer": 1}
+    ((found, _),) = await similar
+    assert found.exact_key == "s:1"
     assert id_ > 0 and a._by_exact["s:1"] == id_ and not a._pending
     got = await b.get("s:1", time.time())
     assert got is not None and got.response == {"answer": 1}
@@ -189,15 +193,25 @@ async def test_a_failed_write_withdraws_the_published_entry(tmp_path: object) ->
 
     if redis_server_path() is None:
         pytest.skip("redis-server is not on PATH")
+    fresh = make_entry(1)
     with redis_server() as url:
         store = RedisStore(url, "withdrawn", max_entries=50, approximate_above=1000)
         await store.open()
-    fresh = make_entry(1)
-    store.publish(fresh)
-    assert await store.get("s:1", time.time()) is not None
+        store.publish(fresh)
+        waiting = asyncio.create_task(store.get("s:1", time.time()))
+        await asyncio.sleep(0)
     with pytest.raises(Exception):  # noqa: B017 - Redis is gone
         await store.put(fresh)
+    try:
+        served = await waiting
+    except Exception:  # it then read Redis, which is gone: a miss
+        served = None
+    assert served is None  # never served what Redis does not hold
     assert len(store) == 0 and not store._pending
+    fresh = make_entry(2)
+    store.synced = False  # as the follower reports it once it notices
+    store.publish(fresh)
+    assert fresh.id is None and not store._pending  # not even published meanwhile
     await store.close()
 
 
