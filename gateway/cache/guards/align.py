@@ -32,7 +32,7 @@ from gateway.cache.guards.entities import _canon
 from gateway.cache.guards.lexicons import _EN_NEGATIONS, _EN_STOP, _NUMBER_WORDS, _UNITS
 from gateway.cache.guards.reorder import reordering
 from gateway.cache.guards.surface import fold_width
-from gateway.cache.guards.synonyms import known, lemmas, relation
+from gateway.cache.guards.synonyms import detach, known, relation
 from gateway.cache.guards.words import _stem
 
 __all__ = ["AlignFeatures", "align_features", "alignment", "alignment_reasons"]
@@ -534,4 +534,4 @@ def _segments(f: AlignFeatures) -> list[int]:
 
 
 def _movable(word: str) -> bool:
-    return len(word) > 4 and word.endswith("ly") and bool(lemmas(word) - {word})
+    return len(word) > 4 and word.endswith("ly") and any(known(b) for b in detach(word))

@@ -48,11 +48,19 @@ _DETACH: tuple[tuple[str, str], ...] = (
 )
 
 
+# Inflections (plural, third person, past, participles) and adverbs in -ly ("quickly" is
+# quick): the endings that do not make another word of a word the dictionary knows.
+_INFLECTIONS = tuple(
+    rule for rule in _DETACH if rule[0] not in ("ier", "iest", "er", "est", "en")
+)
+
+
 @dataclass(frozen=True, slots=True)
 class _Lexicon:
     relations: dict[str, str]  # word -> "synonyms<TAB>derived<TAB>antonyms", split on use
     words: frozenset[str]
     common: frozenset[str]  # words WordNet writes in lower case: not only names
+    irregular: dict[str, str]  # "spoken" -> "speak": forms the suffix rules cannot undo
 
 
 @lru_cache(maxsize=1)
@@ -60,31 +68,45 @@ def _load() -> _Lexicon:
     relations: dict[str, str] = {}
     words: list[str] = []
     common: list[str] = []
+    irregular: dict[str, str] = {}
     with gzip.open(DATA, "rt", encoding="utf-8") as f:
         for line in f:
             word, rest = line.rstrip("\n").split("\t", 1)
+            if word.startswith("="):
+                irregular[word[1:]] = rest
+                continue
             rel, _, flag = rest.rpartition("\t")
             words.append(word)
             if flag:
                 common.append(word)
             if rel.strip("\t"):
                 relations[word] = rel
-    return _Lexicon(relations, frozenset(words), frozenset(common))
+    return _Lexicon(relations, frozenset(words), frozenset(common), irregular)
 
 
 @lru_cache(maxsize=65536)
 def lemmas(word: str) -> frozenset[str]:
     """The word and the dictionary forms it may be an inflection of."""
-    table = _load().words
-    found = {word}
-    for suffix, replacement in _DETACH:
+    lexicon = _load()
+    # Derivational endings are undone only for words the dictionary does not know itself:
+    # "faster" is fast, but "corner" is not corn and "better" is not bet.
+    rules = _INFLECTIONS if word in lexicon.words else _DETACH
+    found = {word} | {base for base in detach(word, rules) if base in lexicon.words}
+    if word in lexicon.irregular:
+        found.add(lexicon.irregular[word])
+    return frozenset(found)
+
+
+def detach(word: str, rules: tuple[tuple[str, str], ...] = ()) -> set[str]:
+    """What the suffix rules make of a word, known to WordNet or not."""
+    found = set()
+    for suffix, replacement in rules or _DETACH:
         if word.endswith(suffix) and len(word) - len(suffix) >= 2:
             base = word[: len(word) - len(suffix)] + replacement
-            if base in table:
-                found.add(base)
-            if len(base) > 2 and base[-1] == base[-2] and base[:-1] in table:  # running
+            found.add(base)
+            if len(base) > 2 and base[-1] == base[-2]:  # running -> runn -> run
                 found.add(base[:-1])
-    return frozenset(found)
+    return found
 
 
 @lru_cache(maxsize=65536)
