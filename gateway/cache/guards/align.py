@@ -84,6 +84,7 @@ _QUESTION = {
     "how": "how",
 }
 _FLEXIBLE = frozenset({"what", "which", "whats"})
+_POSSESSIVES = frozenset({"my", "your", "his", "her", "their", "our", "its"})
 _OPEN = frozenset({"open"})
 _OPEN_OBJECT = frozenset({"open", "object"})
 _AUXILIARIES = frozenset(
@@ -377,7 +378,7 @@ def alignment(a: AlignFeatures, b: AlignFeatures) -> str | None:
 def alignment_reasons(a: AlignFeatures, b: AlignFeatures) -> Iterator[str]:
     """Every reason the alignment finds, in the order `alignment` checks them (the
     benchmark reads them all to tell what each rule costs)."""
-    for check in (_question, _relational, _number_order):
+    for check in (_question, _relational, _possessive, _number_order):
         reason = check(a, b)
         if reason:
             yield reason
@@ -415,6 +416,15 @@ def _same_verbs(a: AlignFeatures, b: AlignFeatures) -> bool:
     return Counter(_stem(a.words[i]) for i in a.content) == Counter(
         _stem(b.words[j]) for j in b.content
     )
+
+
+def _possessive(a: AlignFeatures, b: AlignFeatures) -> str | None:
+    """Whose: "hate my mother" / "hate your mother", "my website" / "your website". A
+    possessive on one side only ("my phone" / "the phone") says little; one replaced by
+    another says whose it is."""
+    pa = Counter(w for w in a.words if w in _POSSESSIVES)
+    pb = Counter(w for w in b.words if w in _POSSESSIVES)
+    return "person" if (pa - pb) and (pb - pa) else None
 
 
 def _number_order(a: AlignFeatures, b: AlignFeatures) -> str | None:
