@@ -290,7 +290,7 @@ def near_miss(query: str, cached: str) -> str | None:
     "identifier", "date", "unit", "number", "negation", "antonym", "entity", "order" (the
     same names or words in swapped roles), and from the alignment of content words
     (`align`): "qualifier" (a content word one side lacks), "substitution" (one replaced by
-    a word that is not a near-synonym), "relation", "question".
+    a word that is not a near-synonym), "relation", "person", "question"; "too-long".
     Symmetric; bounded: texts over MAX_COMPARED_CHARS are "too-long" unread.
     """
     return next(near_miss_reasons(query, cached), None)
