@@ -110,6 +110,12 @@ def _headers(ctx: RequestContext) -> dict[str, str]:
         headers["x-gateway-cache"] = ctx.cache_result
         if ctx.cache_similarity is not None:
             headers["x-gateway-cache-similarity"] = f"{ctx.cache_similarity:.4f}"
+        # Why a miss was not a hit: a close candidate a guard refused, or a text the
+        # semantic tier does not judge (both a fixed set of words, never the text).
+        if ctx.cache_near_miss is not None and not ctx.cache_result.startswith("hit"):
+            headers["x-gateway-cache-near-miss"] = ctx.cache_near_miss
+        if ctx.cache_exact_only is not None:
+            headers["x-gateway-cache-exact-only"] = ctx.cache_exact_only
     if ctx.fallback_model is not None and ctx.degradation_level != 4:
         headers["x-gateway-fallback"] = ctx.fallback_model
     if ctx.attempts > 1:

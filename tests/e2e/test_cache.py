@@ -122,6 +122,8 @@ def test_near_misses_go_upstream(
     _settle(cgw, server_thread)
     answer, headers = _ask(client, asked)
     assert headers["x-gateway-cache"] == "miss" and answer == f"Echo: {asked}"
+    if float(headers.get("x-gateway-cache-similarity", 0)) >= 0.94:  # a refused candidate
+        assert headers["x-gateway-cache-near-miss"]
 
 
 def test_scope_isolation(
@@ -409,6 +411,7 @@ def test_a_long_pasted_document_is_never_a_semantic_hit(
     assert headers["x-gateway-cache"] == "miss"
     other, headers = _ask(client, document + "Translate this into German.")
     assert headers["x-gateway-cache"] == "miss" and other != first
+    assert headers["x-gateway-cache-exact-only"] == "long-text"
     again, headers = _ask(client, document + "Summarize this in one sentence.")
     assert (again, headers["x-gateway-cache"]) == (first, "hit-exact")
     assert len(upstream_requests(fake_upstream)) == 2
