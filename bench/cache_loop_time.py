@@ -58,10 +58,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere
+
+import gateway  # noqa: E402, F401  (first, as in the server: it sets single-threaded BLAS)
+
+# isort: split
+import numpy as np  # noqa: E402
 
 from gateway.cache.factory import build_cache, new_embedder  # noqa: E402
 from gateway.cache.service import SemanticCache  # noqa: E402

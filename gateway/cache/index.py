@@ -220,14 +220,19 @@ class IndexesByEmbedder:
     def __init__(self, approximate_above: int) -> None:
         self.approximate_above = approximate_above
         self._indexes: dict[str, ScopedIndex] = {}
+        # The last search, so that a miss asking for its best similarity right after
+        # (`best_similarity`) does not scan the scope a second time.
+        self._last: tuple[str, str, np.ndarray, list[tuple[int, float]]] | None = None
 
     def add(self, embedder: str, scope: str, id_: int, vector: np.ndarray) -> None:
+        self._last = None
         index = self._indexes.get(embedder)
         if index is None or index.dim != len(vector):
             index = self._indexes[embedder] = ScopedIndex(len(vector), self.approximate_above)
         index.add(scope, id_, vector)
 
     def remove(self, embedder: str | None, id_: int) -> None:
+        self._last = None
         index = self._indexes.get(embedder) if embedder else None
         if index is not None:
             index.remove(id_)
@@ -240,7 +245,12 @@ class IndexesByEmbedder:
         index = self._indexes.get(embedder)
         if index is None or index.dim != len(vector):
             return []
-        return index.search(scope, vector, k)
+        last = self._last
+        if last and last[2] is vector and last[:2] == (embedder, scope) and k <= len(last[3]):
+            return last[3][:k]
+        found = index.search(scope, vector, k)
+        self._last = (embedder, scope, vector, found)
+        return found
 
     async def wait_for_builds(self) -> None:
         for index in list(self._indexes.values()):

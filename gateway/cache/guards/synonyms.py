@@ -50,9 +50,7 @@ _DETACH: tuple[tuple[str, str], ...] = (
 
 # Inflections (plural, third person, past, participles) and adverbs in -ly ("quickly" is
 # quick): the endings that do not make another word of a word the dictionary knows.
-_INFLECTIONS = tuple(
-    rule for rule in _DETACH if rule[0] not in ("ier", "iest", "er", "est", "en")
-)
+_INFLECTIONS = tuple(rule for rule in _DETACH if rule[0] not in ("ier", "iest", "er", "est", "en"))
 
 
 @dataclass(frozen=True, slots=True)
