@@ -76,6 +76,10 @@ def _line(ctx: RequestContext, method: str, path: str) -> dict[str, object]:
         line["own_key"] = ctx.byok_hash  # a hash: the key itself is never written
     if ctx.shed:
         line["shed"] = ctx.shed
+    if ctx.cache_near_miss is not None:  # why a close candidate was refused
+        line["cache_near_miss"] = ctx.cache_near_miss
+    if ctx.cache_exact_only is not None:  # why the semantic tier was not asked
+        line["cache_exact_only"] = ctx.cache_exact_only
     if ctx.prompt is not None:
         line["prompt"] = ctx.prompt
     return line

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from gateway.accesslog import AccessLog
+from gateway.accesslog import AccessLog, _line
+from gateway.context import RequestContext
 from gateway.testing.fake_upstream import FakeUpstream
 from tests.clients import sdk_client
 from tests.servers import GatewayServer, ServerThread, settings_for
@@ -75,3 +76,14 @@ def test_prompts_are_logged_only_when_asked(
         )
         (line,) = _lines(sink, log, server_thread)
         assert line["prompt"] == SECRET_PROMPT
+
+
+def test_a_cache_miss_says_why_in_the_log_line() -> None:
+    ctx = RequestContext(request_id="r", endpoint="chat", tenant="t")
+    ctx.cache_result, ctx.cache_near_miss = "miss", "qualifier"
+    line = _line(ctx, "POST", "/v1/chat/completions")
+    assert (line["cache"], line["cache_near_miss"]) == ("miss", "qualifier")
+    assert "cache_exact_only" not in line
+    ctx.cache_near_miss, ctx.cache_exact_only = None, "long-text"
+    line = _line(ctx, "POST", "/v1/chat/completions")
+    assert line["cache_exact_only"] == "long-text" and "cache_near_miss" not in line
