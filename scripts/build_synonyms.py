@@ -51,12 +51,27 @@ def clean(word: str) -> str | None:
     return word if _WORD_RE.match(word) and "_" not in word else None
 
 
+# Irregular plurals the suffix rules cannot undo (the standard ones of English grammar).
+IRREGULAR_NOUNS = {
+    "children": "child",
+    "feet": "foot",
+    "teeth": "tooth",
+    "geese": "goose",
+    "mice": "mouse",
+    "lice": "louse",
+    "oxen": "ox",
+    "dice": "die",
+    "people": "person",
+    "brethren": "brother",
+}
+
+
 def irregular_forms(verbs: Path, vocabulary: set[str]) -> dict[str, str]:
     """Verb forms the guards' suffix rules do not take back to their lemma."""
     sys.path.insert(0, str(OUT.parents[4]))
     from gateway.cache.guards.synonyms import detach
 
-    forms: dict[str, str] = {}
+    forms: dict[str, str] = dict(IRREGULAR_NOUNS)
     for line in verbs.read_text("latin-1").splitlines():
         if line.startswith(";") or not line.strip():
             continue

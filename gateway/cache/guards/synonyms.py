@@ -24,6 +24,12 @@ DATA = Path(__file__).parent / "data" / "en_wordnet.tsv.gz"
 _DETACH: tuple[tuple[str, str], ...] = (
     ("ies", "y"),
     ("ves", "f"),
+    ("ves", "fe"),
+    ("ses", "sis"),
+    ("ices", "ex"),
+    ("ices", "ix"),
+    ("i", "us"),
+    ("a", "on"),
     ("ses", "s"),
     ("xes", "x"),
     ("zes", "z"),
@@ -50,7 +56,9 @@ _DETACH: tuple[tuple[str, str], ...] = (
 
 # Inflections (plural, third person, past, participles) and adverbs in -ly ("quickly" is
 # quick): the endings that do not make another word of a word the dictionary knows.
-_INFLECTIONS = tuple(rule for rule in _DETACH if rule[0] not in ("ier", "iest", "er", "est", "en"))
+_INFLECTIONS = tuple(
+    rule for rule in _DETACH if rule[0] not in ("ier", "iest", "er", "est", "en", "i", "a")
+)
 
 
 @dataclass(frozen=True, slots=True)
