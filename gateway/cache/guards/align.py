@@ -84,6 +84,7 @@ _QUESTION = {
     "how": "how",
 }
 _FLEXIBLE = frozenset({"what", "which", "whats"})
+_PRONOUN_CASES = (("i", "me"), ("we", "us"), ("he", "him"), ("they", "them"))
 _POSSESSIVES = frozenset({"my", "your", "his", "her", "their", "our", "its"})
 _OPEN = frozenset({"open"})
 _OPEN_OBJECT = frozenset({"open", "object"})
@@ -257,6 +258,7 @@ class AlignFeatures:
     question: frozenset[str]
     joins: tuple[int, ...]  # word index after which a joiner comes (prefix counts)
     named: frozenset[int] = frozenset()  # content words that belong to a name
+    request: int = 0  # leading words that make a request ("can you help me"), not content
 
 
 @lru_cache(maxsize=16384)
@@ -295,6 +297,7 @@ def align_features(text: str, names: frozenset[str] = frozenset()) -> AlignFeatu
         question=_OPEN if request else _question_kind(words),
         joins=tuple(prefix),
         named=named,
+        request=request,
     )
 
 
@@ -424,7 +427,17 @@ def _possessive(a: AlignFeatures, b: AlignFeatures) -> str | None:
     another says whose it is."""
     pa = Counter(w for w in a.words if w in _POSSESSIVES)
     pb = Counter(w for w in b.words if w in _POSSESSIVES)
-    return "person" if (pa - pb) and (pb - pa) else None
+    if (pa - pb) and (pb - pa):
+        return "person"
+    # Who does it to whom: "I" on one side and only "me" on the other is the same person in
+    # the other role ("I cosign for my brother" / "my brother cosigns for me").
+    wa, wb = a.words[a.request :], b.words[b.request :]
+    for subject, obj in _PRONOUN_CASES:
+        sa, oa = subject in wa, obj in wa
+        sb, ob = subject in wb, obj in wb
+        if (sa and not oa and ob and not sb) or (sb and not ob and oa and not sa):
+            return "person"
+    return None
 
 
 def _number_order(a: AlignFeatures, b: AlignFeatures) -> str | None:
