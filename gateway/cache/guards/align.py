@@ -149,8 +149,20 @@ _LIGHT = frozenset(
     ]
 )
 _MAX_SYNONYM_TRIES = 256
+# Relation words that say the same relation ("convert X to Y" / "into Y").
+_RELATION_CLASS = {
+    "into": "to",
+    "onto": "to",
+    "toward": "to",
+    "towards": "to",
+    "inside": "in",
+    "within": "in",
+    "outside": "out",
+    "above": "over",
+    "below": "under",
+}
 _CONTRACTION_RE = re.compile(r"'(?:ll|re|ve|d|m)$")
-_PREAMBLE_RE = re.compile(r"\s*([^,:;!?.]{1,60}?)(?:[,:;!]|\bbut\b)\s*")
+_PREAMBLE_RE = re.compile(r"\s*([^,:;!?.]{1,60}?)(?:[,:;!]|\s[-–—]\s|\bbut\b)\s*")
 _PREAMBLE_WORDS = frozenset(
     [
         "quick",
@@ -186,6 +198,27 @@ _PREAMBLE_WORDS = frozenset(
         "okay",
         "so",
         "please",
+    ]
+)
+_MAKING_VERBS = frozenset(
+    [
+        "write",
+        "draft",
+        "compose",
+        "create",
+        "generate",
+        "make",
+        "draw",
+        "translate",
+        "summarize",
+        "summarise",
+        "rewrite",
+        "name",
+        "find",
+        "plan",
+        "design",
+        "build",
+        "prepare",
     ]
 )
 _REQUEST_VERBS = frozenset(
@@ -285,7 +318,9 @@ def align_features(text: str, names: frozenset[str] = frozenset()) -> AlignFeatu
         prefix.append(count)
     request = _request_prefix(words)
     content = tuple(
-        i for i, w in enumerate(words) if i >= request and (w in _LIGHT or _is_content(w))
+        i
+        for i, w in enumerate(words)
+        if i >= request and (w in _LIGHT or w in _UNIT_WORDS or _is_content(w))
     )
     # Names take part in the order (who does what to whom) but not in the matching: the
     # entity check compares which names there are.
@@ -294,11 +329,16 @@ def align_features(text: str, names: frozenset[str] = frozenset()) -> AlignFeatu
         words=tuple(words),
         content=content,
         relational=tuple(sorted(w for w in words if w in _RELATIONAL)),
-        question=_OPEN if request else _question_kind(words),
+        question=_OPEN if request else _question_kind(words, _second_clause(words, join_after)),
         joins=tuple(prefix),
         named=named,
         request=request,
     )
+
+
+def _second_clause(words: list[str], marks: list[int]) -> str | None:
+    """The first word after the first comma or joiner, if any."""
+    return words[marks[0]] if marks and marks[0] < len(words) else None
 
 
 def _strip_preamble(text: str) -> str:
@@ -325,16 +365,16 @@ def _request_prefix(words: list[str]) -> int:
         i += 1
         if i < len(words) and words[i] in ("me", "us"):
             i += 1
-    if i == start and start and words[0] in ("can", "could", "would"):
-        return start  # "can you write a haiku": a request to write
-    return i
+    if i == start and start and i < len(words) and words[i] in _MAKING_VERBS:
+        return start  # "can you write a haiku": a request to write; "can you see ..." asks
+    return i if i > start else 0
 
 
 def _request_verb(word: str) -> bool:
     return word in _REQUEST_VERBS or any(is_typo(word, verb) for verb in _REQUEST_VERBS)
 
 
-def _question_kind(words: list[str]) -> frozenset[str]:
+def _question_kind(words: list[str], clause: str | None = None) -> frozenset[str]:
     """The wh-words that set the kind of answer, or "yes-no" for a question that opens with
     an auxiliary ("Can Islam be reformed?" is not "How can Islam be reformed?")."""
     heads = [w.split("'")[0] for w in words]  # "how's" asks how
@@ -354,8 +394,8 @@ def _question_kind(words: list[str]) -> frozenset[str]:
         if any(w in _FLEXIBLE and nxt in ("do", "does", "did") for w, nxt in pairwise(heads)):
             return _OPEN_OBJECT
         return _OPEN
-    if words and words[0] in _AUXILIARIES:
-        return frozenset({"yes-no"})
+    if words and (words[0] in _AUXILIARIES or clause in _AUXILIARIES):
+        return frozenset({"yes-no"})  # "As an American, do I need a visa?" asks yes or no
     return frozenset()
 
 
@@ -386,8 +426,8 @@ def alignment_reasons(a: AlignFeatures, b: AlignFeatures) -> Iterator[str]:
         if reason:
             yield reason
     pairs, only_a, only_b = _match(a, b)
-    only_a = [i for i in only_a if a.words[i] not in _LIGHT and i not in a.named]
-    only_b = [j for j in only_b if b.words[j] not in _LIGHT and j not in b.named]
+    only_a = [i for i in only_a if not _light(a, i)]
+    only_b = [j for j in only_b if not _light(b, j)]
     if any(
         relation(_key(a.words[i]), _key(b.words[j])) == "antonym" for i in only_a for j in only_b
     ):
@@ -399,6 +439,13 @@ def alignment_reasons(a: AlignFeatures, b: AlignFeatures) -> Iterator[str]:
     reason = _order(a, b, pairs)
     if reason:
         yield reason
+    elif any(a.words[i].endswith("'s") != b.words[j].endswith("'s") for i, j in pairs):
+        yield "order"  # whose: "my boss's assistant" / "my assistant's boss"
+
+
+def _light(f: AlignFeatures, i: int) -> bool:
+    """Words that take part in the order but whose absence on one side says nothing."""
+    return f.words[i] in _LIGHT or f.words[i] in _UNIT_WORDS or i in f.named
 
 
 def _question(a: AlignFeatures, b: AlignFeatures) -> str | None:
@@ -449,7 +496,8 @@ def _number_order(a: AlignFeatures, b: AlignFeatures) -> str | None:
 def _relational(a: AlignFeatures, b: AlignFeatures) -> str | None:
     # One side's relation word missing from the other is often an infinitive "to" or an
     # elided "in"; one replaced by another is a different relation.
-    ca, cb = Counter(a.relational), Counter(b.relational)
+    ca = Counter(_RELATION_CLASS.get(w, w) for w in a.relational)
+    cb = Counter(_RELATION_CLASS.get(w, w) for w in b.relational)
     return "relation" if (ca - cb) and (cb - ca) else None
 
 

@@ -249,7 +249,7 @@ def _swapped_across(ca: list[str], cb: list[str]) -> bool:
     side by side ("北京今天" / "今天北京") or around a joiner ("北京和上海") do not count."""
     kind, between = reordering(ca, cb)
     if kind == "swap":
-        return not _ZH_JOINER_CHARS.intersection(between)
+        return not _ZH_JOINER_RE.search("".join(between))
     return kind == "shuffle"
 
 
@@ -266,8 +266,10 @@ _ZH_FILLER_RE = re.compile(
     r"^(?:你好|您好|谢谢|谢啦|请问|麻烦问一下|麻烦|想请教一下|请教一下|想问一下|问一下)[,!。 ]*|"
     r"请帮我|帮我|帮忙|解释一下|一下"
 )
-_ZH_PARTICLES = frozenset("的了吗呢吧啊呀么哦嘛请问")
+# Particles that carry no role ("的" does: "老板的助理" is not "助理的老板").
+_ZH_PARTICLES = frozenset("了吗呢吧啊呀么哦嘛请问")
 _ZH_JOINER_CHARS = frozenset("和与跟及或还、")
+_ZH_JOINER_RE = re.compile(r"^(?:和|与|跟|及|或者?|还是|、|,|对比|比较)$")
 _LATIN_RE = re.compile(r"[^\W\d_\u3400-\u9fff]+")
 _ZH_QUESTIONS_RE = [
     (kind, re.compile(pattern))

@@ -29,7 +29,20 @@ def reordering(xs: Sequence[T], ys: Sequence[T]) -> tuple[Kind, list[T]]:
     end = 0
     while xs[-1 - end] == ys[-1 - end]:
         end += 1
-    mx, my = list(xs[start : len(xs) - end]), list(ys[start : len(ys) - end])
+    # A word that repeats ("the vice president overrules the president") can make the common
+    # ends look longer than they are: try giving a few back before calling it a move.
+    found: tuple[Kind, list[T]] = ("shuffle", [])
+    for back in range(min(end, 3) + 1):
+        kind, between = _middle(xs[start : len(xs) - end + back], ys[start : len(ys) - end + back])
+        if kind == "swap":
+            return kind, between
+        if back == 0:
+            found = (kind, between)
+    return found
+
+
+def _middle(mx: Sequence[T], my: Sequence[T]) -> tuple[Kind, list[T]]:
+    mx, my = list(mx), list(my)
     n = len(mx)
     if n > MAX_MIDDLE:
         return "shuffle", []

@@ -45,6 +45,7 @@ _TOKEN_RE = re.compile(f"(?<![{_L}])[{_L}]+(?:['’][{_L}]+)*(?![{_L}])")
 _SIGILS = frozenset("-\\%$.@#:/")
 # Punctuation that shapes sentences, not meaning (the hyphen only between letters).
 _PROSE = frozenset(".,?!;:'\"‘’“”()[]…-–—·`、。，？！；：（）《》「」『』【】～")
+_ENDS = frozenset(".,;:!?)\"'’”。，；：！？）")
 _CURRENCY = frozenset("$€£¥₹%")
 _OPERATORS = frozenset("$%\\@#^&|<>=+*/~")
 _MEANINGFUL_TAGS = ("<super>", "<sub>", "<fraction>", "<circle>", "<font>", "<square>")
@@ -60,6 +61,7 @@ class SurfaceFeatures:
     symbols: frozenset[tuple[str, int]]
     tokens: tuple[tuple[str, bool, bool], ...]  # (as written, mid-sentence, after a sigil)
     cased: bool  # the text uses both cases: its capitals say something
+    shouted: bool = False  # written in capitals
 
 
 @lru_cache(maxsize=16384)
@@ -86,6 +88,7 @@ def surface_features(text: str) -> SurfaceFeatures:
         symbols=frozenset(_symbols(prose).items()),
         tokens=tuple(_tokens(prose)),
         # Lower case only, shouted or Title Case: the capitals say nothing.
+        shouted=len(letters) >= 4 and upper > 0.6 * len(letters),
         cased=not title and (0 < upper < 0.6 * len(letters) or (upper > 0 and len(letters) < 4)),
     )
 
@@ -139,8 +142,11 @@ def _symbols(text: str) -> Counter[str]:
         if c in _PROSE:
             # "4!" is a factorial, "-16" a negative number: next to digits they are signs.
             # After an operator they are part of it: "$?" is not "$!".
-            sign = (c == "!" and before.isdigit()) or (
-                c in "-–" and after.isdigit() and not before.isalnum()
+            # "![]", "x?.y": sentence marks inside an expression are operators.
+            sign = (
+                (c == "!" and before.isdigit())
+                or (c in "-–" and after.isdigit() and not before.isalnum())
+                or (c in "!?" and not (after.isspace() or after in _ENDS or after.isalpha()))
             )
             if not (sign or before in _OPERATORS):
                 continue
@@ -193,6 +199,9 @@ def _case(a: SurfaceFeatures, b: SurfaceFeatures) -> str | None:
             return "case"
         if word.lower() == "i":
             continue
+        shouted = a.shouted or b.shouted  # a text in capitals says nothing by its case
+        if len(word) <= 3 and not shouted and (_capital_inside(word) or _capital_inside(other)):
+            return "case"  # short codes keep their case in any text: mW / MW, dB / DB, pH
         if not (a.cased and b.cased):
             continue
         if _inner_capital(word) or _inner_capital(other):
@@ -211,6 +220,10 @@ def _case(a: SurfaceFeatures, b: SurfaceFeatures) -> str | None:
 def _camel(word: str) -> bool:
     """getName, iPhone: lower case, then a capital inside."""
     return word[0].islower() and any(c.isupper() for c in word[1:])
+
+
+def _capital_inside(word: str) -> bool:
+    return any(c.isupper() for c in word[1:])
 
 
 def _inner_capital(word: str) -> bool:
