@@ -72,25 +72,15 @@ from gateway.cache.store import CacheEntry  # noqa: E402
 from gateway.config import CacheConfig, ModelRoute  # noqa: E402
 from gateway.config.cache import CachePolicyOverride  # noqa: E402
 from gateway.context import RequestContext  # noqa: E402
+from gateway.wire import chat_completion, usage  # noqa: E402
 
 SIZES = {"200 B": 200, "2 kB": 2048, "8 kB": 8192}
 CONCURRENCY = 8
 TICK = 0.001
 TARGET_MS = 1.0  # issue 15: loop time per lookup, p99, 2 kB questions
-ANSWER = {
-    "id": "bench",
-    "object": "chat.completion",
-    "created": 1,
-    "model": "m",
-    "choices": [
-        {
-            "index": 0,
-            "message": {"role": "assistant", "content": "A cached answer."},
-            "finish_reason": "stop",
-        }
-    ],
-    "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
-}
+ANSWER = chat_completion(
+    "m", {"role": "assistant", "content": "A cached answer."}, "stop", usage(9, 3)
+)
 
 # ---------------------------------------------------------------- questions
 

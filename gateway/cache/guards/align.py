@@ -236,7 +236,6 @@ _REQUEST_VERBS = frozenset(
         "telling",
     ]
 )
-_PREPOSITIONS = frozenset(["of", "for", "in", "to", "on", "with", "about", "from", "by", "at"])
 _UNIT_WORDS = frozenset(w for spellings in _UNITS.values() for w in spellings if w.isalpha())
 _NOT_CONTENT = (
     _EN_STOP

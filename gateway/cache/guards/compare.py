@@ -205,8 +205,15 @@ def _zh_alignment(a: _Features, b: _Features) -> str | None:
 
 
 def _zh_sequence(low: str) -> list[str]:
+    """The order sequence: every unit but particles (and negations, courtesies)."""
+    return [u for u in _zh_units(low) if u not in _ZH_PARTICLES]
+
+
+def _zh_units(low: str) -> list[str]:
+    """Diff units without courtesies and negations (the negation check counts those;
+    "无法" and "不能" both say cannot)."""
     low = _ZH_FILLER_RE.sub("", _ZH_NEGATION_WORDS_RE.sub("", low))
-    return [u for u in _zh_diff_units(low) if u not in _ZH_PARTICLES and u not in _ZH_NEG_CHARS]
+    return [u for u in _zh_diff_units(low) if u not in _ZH_NEG_CHARS]
 
 
 def _latin_words(low: str) -> Counter[str]:
@@ -232,15 +239,8 @@ def _zh_added_words(ca: list[str], cb: list[str]) -> bool:
 
 
 def _zh_content(low: str) -> list[str]:
-    """Content characters, and joiners so that a swap around one can be told: without
-    function characters and negations (the negation check counts those; "无法" and "不能"
-    both say cannot)."""
-    low = _ZH_FILLER_RE.sub("", _ZH_NEGATION_WORDS_RE.sub("", low))
-    return [
-        u
-        for u in _zh_diff_units(low)
-        if (u in _ZH_JOINER_CHARS or u not in _ZH_FUNCTION) and u not in _ZH_NEG_CHARS
-    ]
+    """Content characters, and joiners so that a swap around one can be told."""
+    return [u for u in _zh_units(low) if u in _ZH_JOINER_CHARS or u not in _ZH_FUNCTION]
 
 
 def _swapped_across(ca: list[str], cb: list[str]) -> bool:

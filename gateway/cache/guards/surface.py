@@ -217,11 +217,6 @@ def _case(a: SurfaceFeatures, b: SurfaceFeatures) -> str | None:
     return None
 
 
-def _camel(word: str) -> bool:
-    """getName, iPhone: lower case, then a capital inside."""
-    return word[0].islower() and any(c.isupper() for c in word[1:])
-
-
 def _capital_inside(word: str) -> bool:
     return any(c.isupper() for c in word[1:])
 

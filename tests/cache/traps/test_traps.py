@@ -28,6 +28,7 @@ from gateway.cache.service import SemanticCache
 from gateway.config import CacheConfig, ModelRoute
 from gateway.config.cache import CachePolicyOverride, calibrated_threshold
 from gateway.context import RequestContext
+from gateway.wire import chat_completion, usage
 
 HERE = Path(__file__).parent
 TRAPS = HERE / "traps.jsonl"
@@ -58,20 +59,9 @@ MIN_PARAPHRASES = 130
 ZH_SHARE = (0.20, 0.35)  # about a quarter Chinese
 PARAPHRASE_HIT_RATE = 0.80
 CONCURRENCY = 32  # pairs in flight: lets the embedder's micro-batching work
-ANSWER = {
-    "id": "trap",
-    "object": "chat.completion",
-    "created": 1,
-    "model": "m",
-    "choices": [
-        {
-            "index": 0,
-            "message": {"role": "assistant", "content": "A cached answer."},
-            "finish_reason": "stop",
-        }
-    ],
-    "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
-}
+ANSWER = chat_completion(
+    "m", {"role": "assistant", "content": "A cached answer."}, "stop", usage(9, 3)
+)
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
