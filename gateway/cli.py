@@ -296,8 +296,8 @@ def _loop() -> asyncio.AbstractEventLoop:
 
 
 async def _run(settings: Settings, host: str, port: int) -> None:
-    from gateway.app import build_app
     from gateway.http.keys import RELOADER
+    from gateway.server.app import build_app
 
     app = build_app(settings)
     timeout = settings.server.shutdown_timeout_seconds
@@ -339,7 +339,7 @@ async def _drain(app: web.Application, settings: Settings) -> None:
     """Not ready first, so the balancer stops sending; aiohttp then stops accepting and waits
     for requests in flight (runner.cleanup); streams running at the timeout end cleanly."""
     from gateway.http.keys import DRAIN, RUNTIME_REF
-    from gateway.shutdown import EXPIRY_MARGIN_SECONDS
+    from gateway.server.shutdown import EXPIRY_MARGIN_SECONDS
 
     drain = app[DRAIN]
     drain.draining = True

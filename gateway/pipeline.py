@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gateway import chunks, degradation, wire
+from gateway import degradation, wire
 from gateway.cache.scope import last_user_text
 from gateway.cache.service import CacheHit, CachePlan, SemanticCache
 from gateway.config import ModelRoute, Settings
@@ -30,14 +30,15 @@ from gateway.context import RequestContext
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.guard.conversation import ConversationGuard
 from gateway.guard.tool_guard import ToolCallGuard
-from gateway.headers import answer_headers, replayable
-from gateway.overload import sheds
 from gateway.rag.grounding import grounded_messages, sources_field
 from gateway.rag.service import Grounding, Knowledge
+from gateway.reply import chunks
+from gateway.reply.headers import answer_headers, replayable
+from gateway.reply.stream import ChunkStream
 from gateway.resilience.executor import AllUpstreamsUnavailable, UpstreamExecutor
 from gateway.routing.router import Router
-from gateway.streaming import ChunkStream
-from gateway.tokens import estimate_prompt_tokens
+from gateway.server.overload import sheds
+from gateway.util.tokens import estimate_prompt_tokens
 from gateway.wire import ChatCompletionRequest, EmbeddingRequest
 
 Json = dict[str, Any]

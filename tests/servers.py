@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from gateway.accesslog import AccessLog
-from gateway.app import build_app
 from gateway.config import Settings, build_settings, parse_config
+from gateway.observability.accesslog import AccessLog
+from gateway.server.app import build_app
 from gateway.testing.fake_upstream import FakeUpstream
 
 T = TypeVar("T")

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from gateway.accesslog import AccessLog, _line
 from gateway.context import RequestContext
+from gateway.observability.accesslog import AccessLog, _line
 from gateway.testing.fake_upstream import FakeUpstream
 from tests.clients import sdk_client
 from tests.servers import GatewayServer, ServerThread, settings_for

@@ -1,8 +1,8 @@
 import pytest
 
-from gateway import auth
 from gateway.config import build_settings, parse_config
 from gateway.errors import AuthenticationFailed
+from gateway.http import auth
 
 BASE = "providers: {demo: {type: demo}}\nmodels: [{name: demo, provider: demo}]\n"
 KEYED = build_settings(

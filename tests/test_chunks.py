@@ -1,7 +1,7 @@
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gateway.chunks import Accumulator, replay
+from gateway.reply.chunks import Accumulator, replay
 
 COMPLETION = {
     "id": "chatcmpl-1",

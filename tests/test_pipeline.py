@@ -10,9 +10,9 @@ from gateway.config import BreakerConfig, BreakerStorageConfig, build_settings, 
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest, ModelNotFound, UpstreamError
 from gateway.pipeline import Pipeline
+from gateway.reply.stream import ChunkStream
 from gateway.resilience.breaker import Breakers
-from gateway.runtime import Runtime
-from gateway.streaming import ChunkStream
+from gateway.server.runtime import Runtime
 from gateway.wire import ChatCompletionRequest
 
 CONFIG = """

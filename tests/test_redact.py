@@ -1,4 +1,4 @@
-"""gateway/redact.py: what /admin/config shows of the config: header values and URL credentials
+"""redact.py: what /admin/config shows of the config: header values and URL credentials
 replaced wherever they appear, everything else unchanged."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.config import parse_config
-from gateway.redact import REDACTED, redacted, without_credentials
+from gateway.observability.redact import REDACTED, redacted, without_credentials
 
 
 @pytest.mark.parametrize(
@@ -134,11 +134,11 @@ models:
     assert "up.example" in shown and "r.example:6379" in shown
 
 
-# --- regressions: bugs found by these tests, fixed in gateway/redact.py ----------------------
+# --- regressions: bugs found by these tests, fixed in redact.py ----------------------
 
 
 def test_fixed_url_credentials_in_a_list_of_strings_are_stripped() -> None:
-    """Was a bug (gateway/redact.py, redacted): list items go through redacted(), which returns
+    """Was a bug (redact.py, redacted): list items go through redacted(), which returns
     strings as they are; only dict values reach the URL check in _redact_field. A URL with
     credentials directly inside a list is shown in full. (No config field holds a list of URLs
     today, but the module promises "wherever they appear".)"""
@@ -152,7 +152,7 @@ def test_fixed_url_credentials_in_a_list_of_strings_are_stripped() -> None:
     ["https://user:tok@host:99999/v1", "redis://:pw@host:port/0"],
 )
 def test_fixed_url_with_credentials_and_a_bad_port_does_not_raise(url: str) -> None:
-    """Was a bug (gateway/redact.py, without_credentials): only urlsplit() is inside the try;
+    """Was a bug (redact.py, without_credentials): only urlsplit() is inside the try;
     `parts.port` raises ValueError for a port out of range or not a number. Config validation
     only checks the scheme of base_url / storage urls, so such a URL loads, and redacting the
     config for /admin/config raises instead of hiding the credentials."""
@@ -162,7 +162,7 @@ def test_fixed_url_with_credentials_and_a_bad_port_does_not_raise(url: str) -> N
 
 
 def test_fixed_ipv6_host_keeps_its_brackets() -> None:
-    """Was a bug (gateway/redact.py, without_credentials): the netloc is rebuilt from
+    """Was a bug (redact.py, without_credentials): the netloc is rebuilt from
     parts.hostname, which drops the brackets of an IPv6 literal: the shown URL becomes
     "redis://<redacted>@::1:6379/0", which no longer says where the port starts."""
     assert without_credentials("redis://:pw@[::1]:6379/0") == "redis://<redacted>@[::1]:6379/0"

@@ -2,7 +2,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway import sse
+from gateway.reply import sse
 
 
 async def _pieces(*parts: bytes) -> AsyncIterator[bytes]:

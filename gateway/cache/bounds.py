@@ -3,7 +3,7 @@
 The exact key normalizes at most `NORMALIZED_CHARS` characters and hashes the rest as sent;
 the near-miss guards compare at most the policy's `semantic_max_chars` (longer texts get the
 exact tier only). Work on inputs past the inline limits below runs on the worker thread of
-`gateway.offload`.
+`gateway.util.offload`.
 """
 
 from __future__ import annotations

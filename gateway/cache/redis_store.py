@@ -42,8 +42,8 @@ from redis.exceptions import RedisError
 
 from gateway.cache.index import IndexesByEmbedder
 from gateway.cache.store import CacheEntry, Commits, StoreStats
-from gateway.logthrottle import ThrottledWarnings
-from gateway.redact import without_credentials
+from gateway.observability.logthrottle import ThrottledWarnings
+from gateway.observability.redact import without_credentials
 
 log = logging.getLogger("gateway.cache")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from gateway.tokens import message_text
+from gateway.util.tokens import message_text
 
 # Fields that cannot change the answer's content. Everything else is part of the scope.
 _NOT_SCOPE = frozenset(

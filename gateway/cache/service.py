@@ -19,14 +19,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from gateway import offload
 from gateway.cache import guards
 from gateway.cache.bounds import INLINE_COMPARE_CHARS, INLINE_KEY_BYTES, exact_text
 from gateway.cache.scope import CacheKey, cache_key, last_user_text
 from gateway.cache.store import CacheEntry, CacheStore
 from gateway.config import CachePolicy, ModelRoute
 from gateway.context import RequestContext
-from gateway.logthrottle import ThrottledWarnings
+from gateway.observability.logthrottle import ThrottledWarnings
+from gateway.util import offload
 
 if TYPE_CHECKING:
     from gateway.cache.embedder import Embedder

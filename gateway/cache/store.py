@@ -25,7 +25,7 @@ class CacheEntry:
     text: str  # the last user turn it answers (for the near-miss guards)
     response: dict[str, Any]  # the stored chat.completion
     expires_at: float
-    headers: dict[str, str] = field(default_factory=dict)  # the answer's (gateway/headers.py)
+    headers: dict[str, str] = field(default_factory=dict)  # the answer's (gateway/reply/headers.py)
     vector: np.ndarray | None = None
     embedder: str | None = None
     id: int | None = None

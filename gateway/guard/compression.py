@@ -34,7 +34,7 @@ from typing import Any, Literal
 import orjson
 
 from gateway.config.guard import CompressionConfig
-from gateway.tokens import message_text
+from gateway.util.tokens import message_text
 
 Json = dict[str, Any]
 Summarize = Callable[[list[Json]], Awaitable[str]]

@@ -12,8 +12,8 @@ from gateway.errors import GatewayError
 from gateway.guard.compression import Compressor
 from gateway.guard.loops import check_loop, finalize_request
 from gateway.guard.summarizer import summary_request, summary_text
-from gateway.overload import sheds
 from gateway.resilience.executor import UpstreamExecutor
+from gateway.server.overload import sheds
 
 log = logging.getLogger("gateway.guard")
 Json = dict[str, Any]

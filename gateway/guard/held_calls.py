@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.chunks import Accumulator
 from gateway.guard.repair import Settled
+from gateway.reply.chunks import Accumulator
 
 Json = dict[str, Any]
 _HEAD = ("id", "created", "model", "system_fingerprint", "service_tier")

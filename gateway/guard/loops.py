@@ -31,7 +31,7 @@ from typing import Any, Literal
 import orjson
 
 from gateway.config.guard import LoopGuardConfig
-from gateway.tokens import estimate_prompt_tokens, estimate_tokens, message_text
+from gateway.util.tokens import estimate_prompt_tokens, estimate_tokens, message_text
 
 Json = dict[str, Any]
 StopReason = Literal[

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.tokens import message_text
+from gateway.util.tokens import message_text
 
 Json = dict[str, Any]
 

@@ -14,8 +14,8 @@ from gateway.errors import GatewayError
 from gateway.guard.held_calls import HeldToolCalls
 from gateway.guard.repair import Settled, settle
 from gateway.guard.tools import ToolCatalog
+from gateway.reply.stream import ChunkStream
 from gateway.resilience.executor import UpstreamExecutor
-from gateway.streaming import ChunkStream
 
 log = logging.getLogger("gateway.guard")
 Json = dict[str, Any]

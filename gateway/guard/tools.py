@@ -22,7 +22,7 @@ from gateway.guard.cleaning import clean_arguments, strict_loads
 from gateway.guard.problems import Problem, show
 from gateway.guard.rules import check_rules, run_hook
 from gateway.guard.schemas import DEFAULT_CACHE, CompiledSchema, UnusableSchema, ValidatorCache
-from gateway.jsondepth import too_deep
+from gateway.util.jsondepth import too_deep
 
 ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
 MAX_ARGUMENT_DEPTH = 64  # tool arguments deeper than this are not a real tool's input

@@ -13,18 +13,18 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from gateway import offload
 from gateway.cache.service import Directive, SemanticCache
 from gateway.config.policies import Policy
 from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
 from gateway.http import render
 from gateway.http.keys import BREAKERS, CACHE, CTX, DRAIN, LIMITER, METRICS, RELOADER, RUNTIME
-from gateway.jsondepth import too_deep
-from gateway.metrics import CONTENT_TYPE
-from gateway.redact import redacted
-from gateway.shared_state import shared_parts
-from gateway.streaming import ChunkStream
-from gateway.tokens import message_text
+from gateway.observability.metrics import CONTENT_TYPE
+from gateway.observability.redact import redacted
+from gateway.reply.stream import ChunkStream
+from gateway.state.shared import shared_parts
+from gateway.util import offload
+from gateway.util.jsondepth import too_deep
+from gateway.util.tokens import message_text
 from gateway.wire import ChatCompletionRequest, EmbeddingRequest, validate
 
 ROUTER_OWNER = "gateway-router"  # `owned_by` of routed aliases in /v1/models
@@ -177,7 +177,7 @@ async def metrics(request: web.Request) -> web.StreamResponse:
 
 async def admin_config(request: web.Request) -> web.StreamResponse:
     """The config in force. It holds environment variable *names*, never their values, and
-    header values and URL credentials are redacted (gateway/redact.py)."""
+    header values and URL credentials are redacted (gateway/observability/redact.py)."""
     settings = request[RUNTIME].settings
     providers = {
         name: {"enabled": p.disabled_reason is None, "disabled_reason": p.disabled_reason}

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.accesslog import AccessLog
 from gateway.cache.service import SemanticCache
 from gateway.context import RequestContext
-from gateway.metrics import Metrics
+from gateway.observability.accesslog import AccessLog
+from gateway.observability.metrics import Metrics
 from gateway.ratelimit import RateLimiter
-from gateway.reload import Reloader
 from gateway.resilience.breaker import Breakers
-from gateway.runtime import Runtime, RuntimeRef
-from gateway.shutdown import Drain
+from gateway.server.reload import Reloader
+from gateway.server.runtime import Runtime, RuntimeRef
+from gateway.server.shutdown import Drain
 
 RUNTIME_REF = web.AppKey("runtime_ref", RuntimeRef)
 METRICS = web.AppKey("metrics", Metrics)
@@ -21,6 +21,6 @@ CACHE: web.AppKey[SemanticCache | None] = web.AppKey("cache")  # None: no model 
 BREAKERS = web.AppKey("breakers", Breakers)  # per process: survive config reloads
 RELOADER = web.AppKey("reloader", Reloader)
 LIMITER = web.AppKey("limiter", RateLimiter)  # per process; budgets outlive reloads
-DRAIN = web.AppKey("drain", Drain)  # set on SIGTERM (gateway/shutdown.py)
+DRAIN = web.AppKey("drain", Drain)  # set on SIGTERM (gateway/server/shutdown.py)
 CTX = web.RequestKey("ctx", RequestContext)
 RUNTIME = web.RequestKey("runtime", Runtime)  # the runtime this request started with

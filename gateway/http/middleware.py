@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from gateway import auth
 from gateway.config import RateLimitConfig
 from gateway.context import RequestContext
 from gateway.errors import (
@@ -25,7 +24,7 @@ from gateway.errors import (
     NotFound,
     PayloadTooLarge,
 )
-from gateway.http import render
+from gateway.http import auth, render
 from gateway.http.keys import ACCESS_LOG, CTX, LIMITER, METRICS, RUNTIME, RUNTIME_REF
 from gateway.ratelimit import Permit, RateLimited
 

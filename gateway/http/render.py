@@ -11,13 +11,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from gateway import sse
 from gateway.context import RequestContext
 from gateway.errors import GatewayError, InternalError
-from gateway.headers import answer_headers
 from gateway.http.keys import DRAIN
-from gateway.shutdown import ShuttingDown
-from gateway.streaming import ChunkStream
+from gateway.reply import sse
+from gateway.reply.headers import answer_headers
+from gateway.reply.stream import ChunkStream
+from gateway.server.shutdown import ShuttingDown
 
 log = logging.getLogger("gateway")
 CLIENT_CLOSED = 499  # nginx's convention; only ever logged, never sent

@@ -23,7 +23,7 @@ from gateway.config import KnowledgeBaseConfig, ModelRoute, Settings
 from gateway.config.policy import NO_KNOWLEDGE_BASE
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest
-from gateway.logthrottle import ThrottledWarnings
+from gateway.observability.logthrottle import ThrottledWarnings
 from gateway.rag.base import KnowledgeBase, Passage, RetrievalFailed
 from gateway.resilience.breaker import Breakers
 

@@ -27,7 +27,7 @@ from redis.exceptions import RedisError
 
 from gateway.config.limits import RateLimitConfig
 from gateway.ratelimit.limiter import LimitName, Refusal
-from gateway.redis_health import RedisHealth
+from gateway.state.health import RedisHealth
 
 log = logging.getLogger("gateway.ratelimit")
 

@@ -22,8 +22,8 @@ import pybreaker
 
 from gateway.config import BreakerConfig, BreakerStorageConfig
 from gateway.errors import GatewayError
-from gateway.redis_health import RedisHealth
 from gateway.resilience.shared_storage import SharedStorage
+from gateway.state.health import RedisHealth
 
 if TYPE_CHECKING:
     from redis import Redis

@@ -26,9 +26,9 @@ from pydantic import SecretStr
 from gateway.config import Deployment, ModelRoute, Settings
 from gateway.context import RequestContext
 from gateway.errors import GatewayError, InvalidRequest, UpstreamTimeout
+from gateway.reply.stream import ChunkStream
 from gateway.resilience.breaker import BreakerOpen, Breakers
 from gateway.resilience.retry import Backoff, Outcome, classify, failure_reason, retry_after_seconds
-from gateway.streaming import ChunkStream
 from gateway.upstream import Upstreams
 from gateway.upstream.base import Provider
 

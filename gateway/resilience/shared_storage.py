@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pybreaker
 from redis.exceptions import RedisError
 
-from gateway.redis_health import RedisHealth
+from gateway.state.health import RedisHealth
 
 if TYPE_CHECKING:
     from redis import Redis

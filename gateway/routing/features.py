@@ -22,12 +22,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gateway.tokens import message_text
+from gateway.util.tokens import message_text
 
 Language = Literal["en", "zh", "other"]
 
 # About 500 tokens from the head of the task and 250 from its tail: Latin text runs about four
-# characters a token, Chinese one (as gateway.tokens counts them).
+# characters a token, Chinese one (as gateway.util.tokens counts them).
 _SCAN_HEAD = 2000
 _SCAN_TAIL = 1000
 _CJK_CHARS_A_TOKEN = 4
@@ -152,7 +152,7 @@ class Features:
     """Counts about one request; every field but `language` is a number the scorer weighs."""
 
     last_user_tokens: int  # the task: the last user turn
-    total_tokens: int  # the whole prompt, as gateway.tokens.estimate_prompt_tokens counts it
+    total_tokens: int  # the whole prompt, as gateway.util.tokens.estimate_prompt_tokens counts it
     code_blocks: int  # fenced blocks
     identifiers: int  # marks of code: snake_case, camelCase, dotted.names, calls(, ==, ->
     code_task: int  # "debug", "refactor", "函数", ...
@@ -179,7 +179,8 @@ def extract(body: dict[str, Any]) -> Features:
     messages = [m for m in raw if isinstance(m, dict)] if isinstance(raw, list) else []
     last_user = _last_user_index(messages)
     task = message_text(messages[last_user]) if last_user is not None else ""
-    others = 2  # framing and the other messages, as gateway.tokens.estimate_prompt_tokens counts
+    # Framing and the other messages, as gateway.util.tokens.estimate_prompt_tokens counts.
+    others = 2
     images = 0
     for i, message in enumerate(messages):
         others += 4 + (0 if i == last_user else _tokens(message_text(message)))
@@ -248,14 +249,14 @@ def _tokens(text: str) -> int:
 
 
 def _estimate(text: str, cjk: int) -> int:
-    """gateway.tokens.estimate_tokens, given the count of CJK characters in `text`."""
+    """gateway.util.tokens.estimate_tokens, given the count of CJK characters in `text`."""
     if not text:
         return 0
     return cjk + max(1, (len(text) - cjk + 3) // 4)
 
 
 def _cjk(text: str) -> tuple[int, int]:
-    """(characters gateway.tokens counts one a token, Han characters), counted by numpy: a
+    """(characters gateway.util.tokens counts one a token, Han characters), counted by numpy: a
     regular expression or a loop over the characters takes 10 to 50 times as long."""
     if text.isascii():  # O(1): CPython records it
         return 0, 0

@@ -19,8 +19,8 @@ import orjson
 from pydantic import SecretStr
 
 from gateway import wire
-from gateway.tokens import estimate_prompt_tokens, estimate_tokens, message_text
 from gateway.upstream.base import Json, Provider
+from gateway.util.tokens import estimate_prompt_tokens, estimate_tokens, message_text
 
 DEMO_NOTICE = "[demo model: no real LLM behind this answer]"
 EMBEDDING_DIMENSIONS = 256

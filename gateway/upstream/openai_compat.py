@@ -12,9 +12,9 @@ import aiohttp
 import orjson
 from pydantic import SecretStr
 
-from gateway import sse
 from gateway.config import ProviderSettings
 from gateway.errors import UpstreamError
+from gateway.reply import sse
 from gateway.upstream import errors
 from gateway.upstream.base import Json, Provider
 from gateway.upstream.http_client import make_session

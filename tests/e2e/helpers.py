@@ -2,7 +2,7 @@
 chunks, OpenAI error-body checks, OpenAPI schema validation, bounded polling, and extra
 gateways with their own settings.
 
-The SSE parser here is deliberately independent of `gateway.sse`: the tests check the
+The SSE parser here is deliberately independent of `gateway.reply.sse`: the tests check the
 gateway's framing, so they must not read it with the gateway's own code.
 """
 

@@ -25,9 +25,9 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.accesslog import AccessLog
 from gateway.config import load_settings
 from gateway.config.cache import CacheStoreConfig
+from gateway.observability.accesslog import AccessLog
 from gateway.testing.fake_retriever import FakeRetriever
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from tests.clients import sdk_client

@@ -23,8 +23,8 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.accesslog import AccessLog
 from gateway.http.keys import BREAKERS, CACHE
+from gateway.observability.accesslog import AccessLog
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from tests.clients import sdk_client
 from tests.e2e.helpers import (

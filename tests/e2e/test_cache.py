@@ -42,7 +42,7 @@ def cached_gateway(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[
     environ = {f"CACHE_TENANT_{i}": f"key-{i}" for i in range(TENANTS)}
     settings = settings_for(fake.url, CACHE_YAML + "auth:\n  keys:\n" + keys, environ)
     with running_gateway(server_thread, settings) as gateway:
-        cache = gateway.app[CACHE]
+        cache = gateway.server.app[CACHE]
         assert cache is not None
         server_thread.call(cache.wait_ready(), timeout=120)
         assert cache.embedder_ready, cache.embedder_error
@@ -381,7 +381,7 @@ def test_a_hit_through_an_alias_says_which_tier_answered(
         "      tiers: [{model: fake-model, max_score: 0.5}, {model: mapped}]\n"
     )
     with running_gateway(server_thread, settings_for(fake.url, yaml)) as gateway:
-        router = gateway.app[RUNTIME_REF].current.router
+        router = gateway.server.app[RUNTIME_REF].current.router
         assert poll_until(lambda: router.ready, timeout=60), "exemplars embedded"
         client = _client(gateway)
         heads = []

@@ -12,7 +12,7 @@ from gateway.guard.compression import (
     shorten_result,
     shorten_tool_results,
 )
-from gateway.tokens import message_text
+from gateway.util.tokens import message_text
 
 Json = dict[str, Any]
 CONFIG = CompressionConfig(enabled=True)  # max_turns 20, keep_turns 8: steps of 12

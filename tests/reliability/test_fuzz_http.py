@@ -793,7 +793,7 @@ def raw(fuzz: FuzzGateway, sent: Sent) -> Reply:
 
 
 def test_a_cached_streamed_answer_replays_with_refusal(fuzz_gateway: FuzzGateway) -> None:
-    """gateway/chunks.py, Accumulator.completion (~line 58) rebuilds a streamed answer's message
+    """reply/chunks.py, Accumulator.completion (~line 58) rebuilds a streamed answer's message
     as {role, content} only; the cache stores that, and a plain request answered from the cache
     then lacks `refusal`, which ChatCompletionResponseMessage requires (nullable). Expected: the
     rebuilt message carries "refusal": null, like the upstream's."""
@@ -844,7 +844,7 @@ def test_an_unknown_expect_header_gets_an_openai_error(fuzz_gateway: FuzzGateway
     Expect other than 100-continue gets 417 with a text/plain body echoing the header
     ("Unknown Expect: 200-ok"), and a non-ASCII one a 500 (UnicodeEncodeError while building
     that text). Expected: 417 with an OpenAI error body and a request id (an expect_handler on
-    the gateway's routes, gateway/app.py)."""
+    the gateway's routes, gateway/server/app.py)."""
     sent = Sent(b"POST", CHAT, [JSON_TYPE, tenant_a(), (b"Expect", expect)], dumps(chat_of("hi")))
     reply = raw(fuzz_gateway, sent)
     assert_openai_error(reply.status, dict(reply.headers), reply.body, expected_status=417)
@@ -883,7 +883,7 @@ def test_a_compressed_body_is_limited_after_decoding(fuzz_gateway: FuzzGateway) 
 def test_an_api_key_that_is_not_utf8_gets_a_401(fuzz_gateway: FuzzGateway, path: bytes) -> None:
     """aiohttp decodes header bytes as UTF-8 with surrogateescape; gateway/config/settings.py:148
     hash_key does key.encode(), which raises UnicodeEncodeError on the escaped bytes (through
-    gateway/auth.py:35 tenant_for, and check_admin): a 500 for a wrong key. Expected: 401
+    gateway/http/auth.py:35 tenant_for, and check_admin): a 500 for a wrong key. Expected: 401
     invalid_api_key."""
     headers = [JSON_TYPE, (b"Authorization", b"Bearer sk-\xff\xfe")]
     reply = raw(
@@ -903,9 +903,9 @@ def test_an_api_key_that_is_not_utf8_gets_a_401(fuzz_gateway: FuzzGateway, path:
 WRONG_SHAPE_CASES = {
     # non-stream: gateway/cache/service.py:228 cacheable() takes len(choices)
     "choices-not-a-list": ({"choices": True}, False),
-    # stream: gateway/chunks.py:42 Accumulator.add calls choice.get on each choice
+    # stream: gateway/reply/chunks.py:42 Accumulator.add calls choice.get on each choice
     "choice-not-an-object": ({"choices": ["x"]}, True),
-    # stream: gateway/chunks.py:59 Accumulator.completion joins the deltas' content
+    # stream: gateway/reply/chunks.py:59 Accumulator.completion joins the deltas' content
     "delta-content-a-list": (
         {"choices": [{"index": 0, "delta": {"content": ["x"]}, "finish_reason": None}]},
         True,

@@ -1,6 +1,6 @@
 """Property-based fuzzing of the gateway's parsers and validators.
 
-- gateway/sse.py `iter_events`: any event stream split at any chunk boundaries gives the same
+- gateway/reply/sse.py `iter_events`: any event stream split at any chunk boundaries gives the same
   events, whatever the bytes (it never raises), and well-formed streams give back exactly what
   was encoded (multi-line data, CRLF, comments and other fields included).
 - The upstream stream relay, through the real gateway process, with the fake upstream's
@@ -30,11 +30,11 @@ from hypothesis import event, given, note
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from gateway import sse
 from gateway.config.guard import ArgumentRule, ToolRule
 from gateway.guard.problems import Problem
 from gateway.guard.schemas import ValidatorCache
 from gateway.guard.tools import CheckedCall, ToolCatalog, check_tool_choice
+from gateway.reply import sse
 from tests.reliability.fuzz_target import FuzzGateway, running_fuzz_gateway
 from tests.reliability.fuzzing import fuzz_settings
 from tests.reliability.jsonfuzz import TEXT, deep_nesting, dumps, plain_value, unicode_value

@@ -51,11 +51,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway import auth
-from gateway.accesslog import AccessLog
 from gateway.cache.embedded_store import EmbeddedStore
 from gateway.config.loading import ConfigError
+from gateway.http import auth
 from gateway.http.keys import BREAKERS, CACHE
+from gateway.observability.accesslog import AccessLog
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from tests.e2e.helpers import (
     RawResponse,
@@ -801,7 +801,7 @@ def test_no_spelling_of_a_path_skips_the_key_check(sec: Secured) -> None:
 
 
 def test_the_admin_key_is_compared_by_digest(sec: Secured, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Constant time: gateway/auth.py check_admin compares `hash_key(token)` with the stored
+    """Constant time: gateway/http/auth.py check_admin compares `hash_key(token)` with the stored
     `admin_key_hash` using `!=`, and tenant_for looks `hash_key(token)` up in a dict of
     digests. `!=` on str may stop at the first differing character, but both sides are
     64-character SHA-256 hex digests: the attacker controls the token, not its digest, so

@@ -9,8 +9,8 @@ import uuid
 import pytest
 
 from gateway.config import BreakerConfig, BreakerStorageConfig
-from gateway.redis_health import PAUSE_AFTER_FAILURE
 from gateway.resilience.breaker import Breakers
+from gateway.state.health import PAUSE_AFTER_FAILURE
 from tests.redis_server import redis_server, redis_server_path
 
 CONFIG = BreakerConfig(failures=2, reset_seconds=30)

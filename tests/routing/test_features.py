@@ -9,7 +9,7 @@ from typing import Any
 
 from gateway.routing import features
 from gateway.routing.features import SCORED, Features, extract
-from gateway.tokens import estimate_prompt_tokens
+from gateway.util.tokens import estimate_prompt_tokens
 
 
 def ask(text: str, **body: Any) -> Features:

@@ -24,8 +24,8 @@ import aiohttp
 import pytest
 import redis
 
-from gateway.redis_health import PAUSE_AFTER_FAILURE
 from gateway.resilience.shared_storage import STATE_SECONDS
+from gateway.state.health import PAUSE_AFTER_FAILURE
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from tests.scaleout.cluster import (
     Answer,
@@ -355,7 +355,7 @@ def test_replicas_serve_through_a_redis_outage_and_resynchronise_after_it(
 def test_readiness_sees_redis_back_without_requests_reaching_breakers_or_limits(
     settled: list[Replica], redis_process: RedisProcess
 ) -> None:
-    """Was a gateway bug (gateway/shared_state.py, shared_parts): /readyz and gateway_redis_up
+    """Was a gateway bug (gateway/state/shared.py, shared_parts): /readyz and gateway_redis_up
     report the breakers' and rate limits' Redis as the last call to it went
     (RedisHealth.up in gateway/resilience/shared_storage.py, RedisBackend.up in
     gateway/ratelimit/redis_backend.py), and only requests that reach a breaker (cache

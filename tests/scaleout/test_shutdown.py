@@ -1,6 +1,6 @@
 """SIGTERM to one of three replicas while it relays slow streams and a slow plain request.
 
-The drain (gateway/shutdown.py): /readyz answers 503 "draining" for `drain_seconds`, then the
+The drain (gateway/server/shutdown.py): /readyz answers 503 "draining" for `drain_seconds`, then the
 replica stops accepting connections; requests in flight get `shutdown_timeout_seconds` to
 finish; streams still running then end with an SSE error event (code server_shutting_down)
 and `data: [DONE]`, never cut silently; pending cache writes are flushed; the process exits 0.
@@ -167,7 +167,7 @@ def test_sigterm_drains_streams_and_requests_then_exits_cleanly(
 
     # Streams: the short ones finished; the long ones were ended at the timeout with an error
     # event then [DONE]; none broke off without a word.
-    expire_at = DRAIN + TIMEOUT - 0.25  # gateway/shutdown.py EXPIRY_MARGIN_SECONDS
+    expire_at = DRAIN + TIMEOUT - 0.25  # gateway/server/shutdown.py EXPIRY_MARGIN_SECONDS
     for result in streamed:
         assert result.status == 200 and result.cut is None, (result.prompt, result.cut)
         events = result.events()

@@ -9,8 +9,6 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway import shared_state
-from gateway.accesslog import AccessLog
 from gateway.cache.factory import build_cache
 from gateway.config import Settings
 from gateway.http import handlers, malformed
@@ -25,13 +23,15 @@ from gateway.http.keys import (
     RUNTIME_REF,
 )
 from gateway.http.middleware import gateway_middleware
-from gateway.metrics import Metrics
+from gateway.observability.accesslog import AccessLog
+from gateway.observability.metrics import Metrics
 from gateway.ratelimit import RateLimiter
-from gateway.reload import Reloader
 from gateway.resilience.breaker import Breakers
-from gateway.runtime import Runtime, RuntimeRef
-from gateway.shared_state import shared_parts
-from gateway.shutdown import Drain
+from gateway.server.reload import Reloader
+from gateway.server.runtime import Runtime, RuntimeRef
+from gateway.server.shutdown import Drain
+from gateway.state import shared as shared_state
+from gateway.state.shared import shared_parts
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

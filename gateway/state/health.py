@@ -2,7 +2,7 @@
 
 After a failed call Redis is left alone for a second, so an outage costs no latency; the part
 works on local state meanwhile, and says so in one warning per interval. A call that works
-again (or a ping, see gateway/shared_state.py) ends it.
+again (or a ping, see gateway/state/shared.py) ends it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
-from gateway.logthrottle import ThrottledWarnings
+from gateway.observability.logthrottle import ThrottledWarnings
 
 if TYPE_CHECKING:
     from redis import Redis

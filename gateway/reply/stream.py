@@ -10,9 +10,9 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, Protocol
 
-from gateway.chunks import Accumulator
 from gateway.context import RequestContext
 from gateway.errors import GatewayError
+from gateway.reply.chunks import Accumulator
 
 Json = dict[str, Any]
 

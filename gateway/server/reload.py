@@ -24,9 +24,9 @@ from gateway.cache.service import SemanticCache
 from gateway.config import ConfigError, Settings, load_settings
 from gateway.config.loading import policy_files
 from gateway.resilience.breaker import Breakers
-from gateway.runtime import Runtime, RuntimeRef
+from gateway.server.runtime import Runtime, RuntimeRef
 
-log = logging.getLogger("gateway.reload")
+log = logging.getLogger("gateway.server.reload")
 Result = Literal["reloaded", "unchanged", "invalid", "failed"]
 POLL_SECONDS = 1.0
 DRAIN_SECONDS = 600.0  # the longest an old runtime waits for its requests before closing

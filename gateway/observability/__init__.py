@@ -1,0 +1,1 @@
+"""What operators see: Prometheus metrics, the access log, redaction and throttled logging."""

@@ -1,0 +1,1 @@
+"""What goes back to the caller: plain answers and streams, their SSE framing and headers."""

@@ -1,0 +1,1 @@
+"""State shared between replicas (Redis): connections and their health."""
