@@ -261,7 +261,7 @@ def _count(n: int, noun: str) -> str:
 
 
 def _write_schemas(out: Path) -> int:
-    from gateway.config.schemas import SCHEMAS
+    from gateway.config.json_schemas import SCHEMAS
 
     out.mkdir(parents=True, exist_ok=True)
     for name, make in SCHEMAS.items():

@@ -11,7 +11,7 @@ from gateway.config import Deployment, ModelRoute
 if TYPE_CHECKING:
     from pydantic import SecretStr
 
-    from gateway.config.policies import Resolved
+    from gateway.config.policy_set import Resolved
     from gateway.ratelimit import Permit
     from gateway.routing.router import RouteDecision
 
@@ -23,7 +23,7 @@ class RequestContext:
     started: float = field(default_factory=time.perf_counter)
     tenant: str | None = None
     requested_model: str | None = None
-    policy: Resolved | None = None  # the policies that apply (gateway/config/policies.py)
+    policy: Resolved | None = None  # the policies that apply (gateway/config/policy_set.py)
     in_flight: int = 0  # requests running in this process when this one arrived, itself too
     shed: list[str] = field(default_factory=list)  # optional work skipped under load
     # bring your own key: the caller's provider key, for these providers, this request only

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from pydantic import ValidationError
 
-from gateway.config.limits import RateLimitConfig, RateLimitStorageConfig
+from gateway.config.rate_limits import RateLimitConfig, RateLimitStorageConfig
 from gateway.ratelimit import RateLimited, RateLimiter
 from gateway.ratelimit.limiter import tokens_wait
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.config.limits import RateLimitConfig, RateLimitStorageConfig
+from gateway.config.rate_limits import RateLimitConfig, RateLimitStorageConfig
 from gateway.ratelimit import RateLimited, RateLimiter
 from tests.e2e.helpers import closed_port
 from tests.redis_server import redis_server, redis_server_path

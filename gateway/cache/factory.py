@@ -9,7 +9,7 @@ from gateway.cache.embedded_store import EmbeddedStore
 from gateway.cache.service import SemanticCache
 from gateway.cache.store import CacheStore
 from gateway.config import CacheConfig, EmbedderConfig, ModelRoute, Settings
-from gateway.config.policies import Policy
+from gateway.config.policy_set import Policy
 
 if TYPE_CHECKING:
     from gateway.cache.embedder import Embedder

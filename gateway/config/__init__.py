@@ -1,10 +1,11 @@
 """config.yaml: strict pydantic models for the file, and the frozen runtime settings built from it.
 
-Two steps, on purpose: the file models (schema, cache, resilience, knowledge) reject unknown
-fields and say exactly which field is wrong; the runtime object (settings) resolves environment
-variables (the only place they are read) and indexes models and keys for the request path.
+Two steps, on purpose: the file models (a module per section, named after it, and file.py for
+the whole) reject unknown fields and say exactly which field is wrong; the runtime object
+(settings) resolves environment variables (the only place they are read) and indexes models and keys for the request path.
 """
 
+from gateway.config.auth import ApiKeyConfig, AuthConfig
 from gateway.config.cache import (
     CALIBRATED_THRESHOLDS,
     CacheConfig,
@@ -14,6 +15,8 @@ from gateway.config.cache import (
     EmbedderConfig,
     calibrated_threshold,
 )
+from gateway.config.degradation import DegradationConfig, UnavailableConfig
+from gateway.config.file import ConfigFile
 from gateway.config.guard import (
     ArgumentRule,
     CompressionConfig,
@@ -22,16 +25,16 @@ from gateway.config.guard import (
     ToolGuardConfig,
     ToolRule,
 )
-from gateway.config.knowledge import AttachConfig, KnowledgeBaseConfig
-from gateway.config.limits import RateLimitConfig, RateLimitsConfig, RateLimitStorageConfig
+from gateway.config.knowledge_bases import AttachConfig, KnowledgeBaseConfig
 from gateway.config.loading import DEFAULT_CONFIG_PATH, ConfigError, load_settings, parse_config
+from gateway.config.models import DeploymentConfig, ModelConfig, Pricing
+from gateway.config.providers import ProviderConfig, TimeoutConfig
+from gateway.config.rate_limits import RateLimitConfig, RateLimitsConfig, RateLimitStorageConfig
 from gateway.config.resilience import (
     BreakerConfig,
     BreakerStorageConfig,
-    DegradationConfig,
     ResilienceConfig,
     RetryConfig,
-    UnavailableConfig,
 )
 from gateway.config.routing import (
     AliasConfig,
@@ -40,17 +43,7 @@ from gateway.config.routing import (
     ScoringConfig,
     TierConfig,
 )
-from gateway.config.schema import (
-    ApiKeyConfig,
-    AuthConfig,
-    ConfigFile,
-    DeploymentConfig,
-    ModelConfig,
-    Pricing,
-    ProviderConfig,
-    ServerConfig,
-    TimeoutConfig,
-)
+from gateway.config.server import ServerConfig
 from gateway.config.settings import (
     Deployment,
     ModelRoute,

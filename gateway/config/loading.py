@@ -9,8 +9,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from gateway.config.policies import Policy, PolicyProblem, PolicySet, validate_policy
-from gateway.config.schema import ConfigFile
+from gateway.config.file import ConfigFile
+from gateway.config.policy_set import Policy, PolicyProblem, PolicySet, validate_policy
 from gateway.config.settings import Settings, build_settings
 
 DEFAULT_CONFIG_PATH = Path("config.yaml")

@@ -15,19 +15,16 @@ from dataclasses import dataclass, field, replace
 from pydantic import SecretStr
 
 from gateway.config.cache import CachePolicy
+from gateway.config.degradation import DegradationConfig
+from gateway.config.file import ConfigFile
 from gateway.config.guard import GuardConfig
-from gateway.config.knowledge import KnowledgeBaseConfig
-from gateway.config.policies import PolicySet
-from gateway.config.resilience import DegradationConfig, ResilienceConfig
+from gateway.config.knowledge_bases import KnowledgeBaseConfig
+from gateway.config.models import ModelConfig, Pricing
+from gateway.config.policy_set import PolicySet
+from gateway.config.providers import ProviderConfig, TimeoutConfig
+from gateway.config.resilience import ResilienceConfig
 from gateway.config.routing import RoutingConfig
-from gateway.config.schema import (
-    ConfigFile,
-    ModelConfig,
-    Pricing,
-    ProviderConfig,
-    ServerConfig,
-    TimeoutConfig,
-)
+from gateway.config.server import ServerConfig
 
 
 @dataclass(frozen=True, slots=True)

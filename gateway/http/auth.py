@@ -8,7 +8,7 @@ import re
 from pydantic import SecretStr
 
 from gateway.config import Settings, hash_key
-from gateway.config.policy import ByokConfig
+from gateway.config.policy_file import ByokConfig
 from gateway.context import RequestContext
 from gateway.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
 

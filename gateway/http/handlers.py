@@ -14,7 +14,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from gateway.cache.service import Directive, SemanticCache
-from gateway.config.policies import Policy
+from gateway.config.policy_set import Policy
 from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
 from gateway.http import render
 from gateway.http.keys import BREAKERS, CACHE, CTX, DRAIN, LIMITER, METRICS, RELOADER, RUNTIME

@@ -35,7 +35,7 @@ from gateway.rag.base import Passage, RetrievalFailed
 
 if TYPE_CHECKING:
     from gateway.cache.embedder import Embedder
-    from gateway.config.knowledge import KnowledgeBaseConfig
+    from gateway.config.knowledge_bases import KnowledgeBaseConfig
 
 log = logging.getLogger("gateway.rag.embedded")
 

@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gateway.config.knowledge import KnowledgeBaseConfig
+from gateway.config.knowledge_bases import KnowledgeBaseConfig
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
 from gateway.rag.base import Passage, RetrievalFailed
 from gateway.resilience.breaker import Breaker, BreakerOpen

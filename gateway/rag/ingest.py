@@ -39,7 +39,7 @@ from gateway.rag.loaders import SUPPORTED, LoadError, load
 
 if TYPE_CHECKING:
     from gateway.cache.embedder import Embedder
-    from gateway.config.knowledge import KnowledgeBaseConfig
+    from gateway.config.knowledge_bases import KnowledgeBaseConfig
 
 log = logging.getLogger("gateway.rag.ingest")
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from gateway.cache.scope import last_user_text
 from gateway.config import KnowledgeBaseConfig, ModelRoute, Settings
-from gateway.config.policy import NO_KNOWLEDGE_BASE
+from gateway.config.policy_file import NO_KNOWLEDGE_BASE
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest
 from gateway.observability.logthrottle import ThrottledWarnings

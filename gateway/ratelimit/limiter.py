@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Protocol
 
-from gateway.config.limits import RateLimitConfig, RateLimitStorageConfig
+from gateway.config.rate_limits import RateLimitConfig, RateLimitStorageConfig
 from gateway.errors import GatewayError
 
 LimitName = Literal["requests_per_second", "concurrent", "tokens_per_minute"]

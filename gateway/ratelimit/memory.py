@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.config.limits import RateLimitConfig
+from gateway.config.rate_limits import RateLimitConfig
 from gateway.ratelimit.limiter import (
     CONCURRENT_RETRY_SECONDS,
     WINDOW_SECONDS,

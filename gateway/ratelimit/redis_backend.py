@@ -25,7 +25,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from gateway.config.limits import RateLimitConfig
+from gateway.config.rate_limits import RateLimitConfig
 from gateway.ratelimit.limiter import LimitName, Refusal
 from gateway.state.health import RedisHealth
 

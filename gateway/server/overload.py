@@ -4,7 +4,7 @@ has to be refused."""
 
 from __future__ import annotations
 
-from gateway.config.policy import Work
+from gateway.config.policy_file import Work
 from gateway.context import RequestContext
 
 

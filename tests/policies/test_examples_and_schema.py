@@ -14,7 +14,7 @@ import yaml
 from jsonschema import Draft202012Validator, ValidationError
 
 from gateway.config import load_settings
-from gateway.config.schemas import SCHEMAS
+from gateway.config.json_schemas import SCHEMAS
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "policies" / "examples").glob("*.yaml"))

@@ -1,4 +1,4 @@
-"""Precedence of policies/*.yaml (gateway/config/policies.py): several policy files loaded from a
+"""Precedence of policies/*.yaml (gateway/config/policy_set.py): several policy files loaded from a
 temporary directory beside a minimal config.yaml, and what each (tenant, model) resolves to.
 
 Ranks are (tenant specificity, model specificity): 2 exact, 1 glob, 0 `*`. The fixture's policies:
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from gateway.config import CachePolicy, Settings, load_settings
-from gateway.config.policies import CONFIG_FILE, PolicySet, Resolved, specificity
+from gateway.config.policy_set import CONFIG_FILE, PolicySet, Resolved, specificity
 
 CONFIG = """
 auth:

@@ -574,7 +574,7 @@ def test_combinations_that_do_not_validate_are_refused(tmp_path: Path) -> None:
 
 
 def test_fixed_tenant_wide_burst_is_checked_for_every_config_tenant(tmp_path: Path) -> None:
-    """Was a bug (gateway/config/policies.py, PolicySet.check / validate_policy): a `tenants: ["*"]`
+    """Was a bug (config/policy_set.py, PolicySet.check / validate_policy): a `tenants: ["*"]`
     policy setting only `rate_limit.burst` is validated for the example tenant "" (the
     default limits, which have a rate) and PolicySet.check() builds only combinations of two
     or more policies. acme's own limits in config.yaml have no requests_per_second, so for
@@ -592,7 +592,7 @@ def test_fixed_tenant_wide_burst_is_checked_for_every_config_tenant(tmp_path: Pa
 
 
 def test_fixed_validation_of_a_multi_tenant_policy_is_deterministic(tmp_path: Path) -> None:
-    """Was a bug (gateway/config/policies.py, validate_policy: `next(iter(_examples(...)))`): a
+    """Was a bug (gateway/config/policy_set.py, validate_policy: `next(iter(_examples(...)))`): a
     policy is checked for one example tenant taken from a *set*, so which of its tenants is
     checked depends on string hashing (PYTHONHASHSEED). `tenants: [acme, team-a]` with only a
     burst is refused in some processes (acme checked) and loaded in others (team-a checked)."""
@@ -622,7 +622,7 @@ def test_fixed_validation_of_a_multi_tenant_policy_is_deterministic(tmp_path: Pa
 
 
 def test_fixed_combined_routing_overlays_are_cross_checked(tmp_path: Path) -> None:
-    """Was a bug (gateway/config/policies.py, PolicySet.check/build): the routing cross-checks of
+    """Was a bug (config/policy_set.py, PolicySet.check/build): the routing cross-checks of
     config.yaml (tiers name chat models, escalation floors within the tiers) run on each policy
     alone (_check_references), not on combinations. Here one policy leaves `auto` one tier and
     a more specific one sets a floor of tier 1: each is valid alone, together acme's `auto` has
@@ -639,7 +639,7 @@ def test_fixed_combined_routing_overlays_are_cross_checked(tmp_path: Path) -> No
 
 
 def test_fixed_policy_min_chunks_cannot_exceed_the_bases_top_k(tmp_path: Path) -> None:
-    """Was a bug (gateway/config/policies.py, _check_references): config.yaml refuses a knowledge
+    """Was a bug (gateway/config/policy_set.py, _check_references): config.yaml refuses a knowledge
     base whose min_chunks exceeds its top_k ("min_chunks cannot exceed top_k"), but a policy
     naming that base with a larger min_chunks loads; gateway/rag/service.py then can never
     reach level 1 (it keeps at most top_k passages), so every answer is ungrounded."""

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from gateway.config import BreakerConfig
-from gateway.config.knowledge import KnowledgeBaseConfig
+from gateway.config.knowledge_bases import KnowledgeBaseConfig
 from gateway.rag.base import Passage, RetrievalFailed
 from gateway.rag.http import HttpKnowledgeBase
 from gateway.resilience.breaker import CLOSED, OPEN, Breaker

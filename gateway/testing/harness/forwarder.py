@@ -4,7 +4,7 @@ It relays POST /v1/chat/completions bytes to the upstream with one shared Client
 sends the answer back as is, chunk by chunk for event streams. No parsing, validation, logging
 or metrics: whatever the gateway costs beyond this is the gateway's own work.
 
-    python bench/forwarder.py --upstream http://127.0.0.1:9000/v1 --port 0
+    python -m gateway.testing.harness.forwarder --upstream http://127.0.0.1:9000/v1 --port 0
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import signal
 from collections.abc import AsyncIterator
 
 import aiohttp
-import uvloop
 from aiohttp import web
 
 UPSTREAM = web.AppKey("upstream", str)
@@ -87,6 +86,8 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
+    import uvloop  # the gateway's own loop, so neither side of the comparison has an edge
+
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(args.upstream, args.host, args.port))
 

@@ -24,9 +24,10 @@ from pydantic import ValidationError
 
 from gateway.config.base import Strict
 from gateway.config.cache import CachePolicy, CachePolicyOverride
+from gateway.config.degradation import DegradationConfig
+from gateway.config.file import ConfigFile
 from gateway.config.guard import GuardConfig
-from gateway.config.limits import RateLimitConfig
-from gateway.config.policy import (
+from gateway.config.policy_file import (
     NO_KNOWLEDGE_BASE,
     SECTIONS,
     TENANT_SECTIONS,
@@ -37,9 +38,8 @@ from gateway.config.policy import (
     PolicyMatch,
     PolicyRouting,
 )
-from gateway.config.resilience import DegradationConfig
+from gateway.config.rate_limits import RateLimitConfig
 from gateway.config.routing import RoutingConfig
-from gateway.config.schema import ConfigFile
 
 log = logging.getLogger("gateway.policies")
 Json = dict[str, Any]

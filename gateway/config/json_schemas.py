@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway.config.policy import policy_json_schema
-from gateway.config.schema import ConfigFile
+from gateway.config.file import ConfigFile
+from gateway.config.policy_file import policy_json_schema
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 

@@ -2,7 +2,7 @@
 
 A policy is an overlay: every section is the same model as in config.yaml (or the model's own
 cache block), and only the fields a policy writes change; the rest fall through to the less
-specific policies and then to config.yaml. How overlays stack: gateway/config/policies.py.
+specific policies and then to config.yaml. How overlays stack: gateway/config/policy_set.py.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pydantic import Field
 
 from gateway.config.base import Strict
 from gateway.config.cache import CachePolicyOverride
+from gateway.config.degradation import DegradationConfig
 from gateway.config.guard import GuardConfig
-from gateway.config.limits import RateLimitConfig
-from gateway.config.resilience import DegradationConfig
+from gateway.config.rate_limits import RateLimitConfig
 from gateway.config.routing import AliasConfig
 
 NO_KNOWLEDGE_BASE = "none"

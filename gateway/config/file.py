@@ -1,0 +1,108 @@
+"""config.yaml as a whole: every top-level section, each defined in the module of its name,
+and the checks that cross sections (references between models, aliases, knowledge bases)."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from gateway.config.auth import AuthConfig
+from gateway.config.base import Strict
+from gateway.config.cache import CacheConfig
+from gateway.config.degradation import DegradationConfig
+from gateway.config.guard import GuardConfig
+from gateway.config.knowledge_bases import KnowledgeBaseConfig
+from gateway.config.models import ModelConfig
+from gateway.config.providers import ProviderConfig
+from gateway.config.rate_limits import RateLimitsConfig
+from gateway.config.resilience import ResilienceConfig
+from gateway.config.routing import RoutingConfig
+from gateway.config.server import ServerConfig
+
+
+class PoliciesConfig(Strict):
+    dir: str = Field(
+        "policies", description="Directory of policy files (*.yaml), relative to this file."
+    )
+
+
+class ConfigFile(Strict):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    providers: dict[str, ProviderConfig]
+    models: list[ModelConfig] = Field(min_length=1)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    resilience: ResilienceConfig = Field(default_factory=ResilienceConfig)
+    degradation: DegradationConfig = Field(default_factory=DegradationConfig)
+    knowledge_bases: dict[str, KnowledgeBaseConfig] = Field(default_factory=dict)
+    guard: GuardConfig = Field(default_factory=GuardConfig)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    rate_limits: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
+    policies: PoliciesConfig = Field(default_factory=PoliciesConfig)
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> ConfigFile:
+        kinds: dict[str, str] = {}
+        for i, model in enumerate(self.models):
+            for deployment in model.deployment_list():
+                if deployment.provider not in self.providers:
+                    raise ValueError(
+                        f"models[{i}]: unknown provider {deployment.provider!r}; "
+                        f"defined: {sorted(self.providers)}"
+                    )
+            for public in (model.name, *model.aliases):
+                if public in kinds:
+                    raise ValueError(f"models[{i}]: name or alias {public!r} is used twice")
+                kinds[public] = model.kind
+        for i, model in enumerate(self.models):
+            for fallback in model.fallbacks:
+                if fallback not in kinds:
+                    raise ValueError(f"models[{i}].fallbacks: unknown model {fallback!r}")
+                if fallback in (model.name, *model.aliases):
+                    raise ValueError(f"models[{i}].fallbacks: a model cannot fall back to itself")
+                if kinds[fallback] != model.kind:
+                    raise ValueError(
+                        f"models[{i}].fallbacks: {fallback!r} is {kinds[fallback]}, "
+                        f"not {model.kind}"
+                    )
+        tenants_by_env: dict[str, str] = {}
+        for key in self.auth.keys:
+            if key.env in tenants_by_env:
+                raise ValueError(f"auth.keys: environment variable {key.env!r} is listed twice")
+            tenants_by_env[key.env] = key.tenant
+        self._check_attachments(kinds)
+        self._check_routing(kinds)
+        summarizer = self.guard.compression.summarizer_model
+        if summarizer is not None and kinds.get(summarizer) != "chat":
+            raise ValueError(
+                f"guard.compression.summarizer_model: {summarizer!r} is not a chat model"
+            )
+        return self
+
+    def _check_routing(self, kinds: dict[str, str]) -> None:
+        for alias, config in self.routing.aliases.items():
+            where = f"routing.aliases.{alias}"
+            if alias in kinds:
+                raise ValueError(f"{where}: {alias!r} is already a model name or alias")
+            for tier in config.tiers:
+                if kinds.get(tier.model) != "chat":
+                    raise ValueError(
+                        f"{where}.tiers: {tier.model!r} is not a configured chat model"
+                    )
+
+    def _check_attachments(self, kinds: dict[str, str]) -> None:
+        """Each model or tenant gets at most one knowledge base, and only chat models get one."""
+        owner: dict[tuple[str, str], str] = {}
+        for name, kb in self.knowledge_bases.items():
+            targets = [("model", m) for m in kb.attach.models]
+            targets += [("tenant", t) for t in kb.attach.tenants]
+            for target in targets:
+                if target[0] == "model" and kinds.get(target[1]) != "chat":
+                    raise ValueError(
+                        f"knowledge_bases.{name}.attach.models: {target[1]!r} is not a chat model"
+                    )
+                if target in owner:
+                    raise ValueError(
+                        f"knowledge_bases.{name}.attach: {target[0]} {target[1]!r} is already "
+                        f"attached to {owner[target]!r}"
+                    )
+                owner[target] = name
