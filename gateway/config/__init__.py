@@ -2,7 +2,8 @@
 
 Two steps, on purpose: the file models (a module per section, named after it, and file.py for
 the whole) reject unknown fields and say exactly which field is wrong; the runtime object
-(settings) resolves environment variables (the only place they are read) and indexes models and keys for the request path.
+(settings) resolves environment variables (the only place they are read) and indexes models
+and keys for the request path.
 """
 
 from gateway.config.auth import ApiKeyConfig, AuthConfig
