@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from gateway.config.policy_set import Resolved
     from gateway.ratelimit import Permit
-    from gateway.routing.router import RouteDecision
+    from gateway.routing.decision import RouteDecision
 
 
 @dataclass(slots=True)

@@ -14,13 +14,13 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gateway.cache.scope import last_user_text
-from gateway.config import AliasConfig, ModelRoute, Pricing, Settings
+from gateway.config import AliasConfig, ModelRoute, Settings
 from gateway.context import RequestContext
 from gateway.errors import ModelNotFound
+from gateway.routing.decision import RouteDecision
 from gateway.routing.features import Features, extract
 from gateway.routing.scorer import ComplexityScorer
 
@@ -30,23 +30,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway.routing")
 Json = dict[str, Any]
 STICKY_CONVERSATIONS = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class RouteDecision:
-    alias: str
-    model: str  # the tier's model, a configured public name
-    tier: int
-    score: float
-    reason: str  # score, escalated:<why>, sticky, moved-up, moved-down
-    parts: dict[str, float] = field(default_factory=dict)
-    strongest_pricing: Pricing | None = None  # what always-strong would have cost
-
-    def header(self) -> str:
-        return (
-            f"alias={self.alias}; model={self.model}; tier={self.tier}; "
-            f"score={self.score:.3f}; reason={self.reason}"
-        )
 
 
 class Router:
