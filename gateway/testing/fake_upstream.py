@@ -13,6 +13,11 @@ kind, Retry-After, malformed JSON or UTF-8, a stream cut mid-way or ending witho
 content and tool calls (one reply per assistant turn already in the history), reasoning
 content, and response extras. `GET /_fake/requests` returns the bodies and headers received,
 `GET /_fake/stats` counts requests and client disconnects.
+
+Faults no knob describes are injected with a `Fault` (`FakeUpstream(fault=...)` or
+`upstream.inject(...)`): a function given each request (`Received`) that may answer it itself
+(return a response), change its knobs (return `Knobs`), delay (an async fault), raise, or
+leave it alone (return None).
 """
 
 from __future__ import annotations
@@ -20,10 +25,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import inspect
 import struct
 import time
 import uuid
 from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
@@ -66,9 +74,33 @@ class Knobs(BaseModel):
     extra: Json = Field(default_factory=dict)  # extra top-level response fields
 
 
+@dataclass(frozen=True)
+class Received:
+    """What a `Fault` is given: the request, its parsed body and the knobs that apply."""
+
+    request: web.Request
+    body: Json
+    knobs: Knobs
+
+    @property
+    def model(self) -> str:
+        return str(self.body.get("model"))
+
+
+FaultResult = web.StreamResponse | Knobs | None
+Fault = Callable[[Received], FaultResult | Awaitable[FaultResult]]
+
+
 class FakeUpstream:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, history: int = 1000) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        history: int = 1000,
+        fault: Fault | None = None,
+    ) -> None:
         self.host, self.port = host, port
+        self.fault = fault
         self.defaults = Knobs()
         self.per_model: dict[str, Knobs] = {}
         self.received: deque[Json] = deque(maxlen=history)
@@ -109,7 +141,12 @@ class FakeUpstream:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    def inject(self, fault: Fault | None) -> None:
+        """Apply `fault` to every request from now on (None: no fault); `reset` clears it."""
+        self.fault = fault
+
     def reset(self) -> None:
+        self.fault = None
         self.defaults, self.per_model = Knobs(), {}
         self.received.clear()
         self.failed.clear()
@@ -130,6 +167,13 @@ class FakeUpstream:
     ) -> web.StreamResponse:
         self.stats["in_flight"] += 1
         try:
+            if self.fault is not None:
+                outcome = self.fault(Received(request, body, knobs))
+                if inspect.isawaitable(outcome):
+                    outcome = await outcome
+                if isinstance(outcome, web.StreamResponse):
+                    return outcome
+                knobs = outcome or knobs
             if knobs.latency_ms:
                 await asyncio.sleep(knobs.latency_ms / 1000)
             if knobs.status and self._should_fail(str(body.get("model")), knobs):

@@ -1,2 +1,14 @@
-"""One harness for tests and benchmarks: processes on free ports, config files, load
-generators, statistics and result tables. Nothing here is imported by the gateway itself."""
+"""One harness for tests and benchmarks. Nothing here is imported by the gateway itself.
+
+- `process`: `Server`, a subprocess on a loopback port (log file, readiness probe, stop of its
+  process group, log tail in errors); `free_port`.
+- `starters`: the gateway, the fake upstream and the bare `forwarder` as processes.
+- `redis_server`, `prometheus`, `nginx`: the other servers, as processes.
+- `inprocess`: the gateway application in this process (`ServerThread`, `GatewayServer`).
+- `configs`, `fake_settings`: config files and test settings from dicts.
+- `load`: closed-loop and open-loop load generators over aiohttp.
+- `sync_http`: blocking HTTP for probes and control calls; `procstat`: /proc readings.
+- `stats`, `tables`: the one percentile/median/summary, Markdown result tables.
+
+Faults a fake upstream knob does not cover are injected with `FakeUpstream(fault=...)`.
+"""

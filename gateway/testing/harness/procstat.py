@@ -1,0 +1,83 @@
+"""What a benchmark reads of processes and the machine from /proc (Linux): CPU time, memory,
+threads, open files, child processes, the load average.
+
+A server's CPU time per request hardly moves when other work shares the cores, unlike its
+latency, so it shows the server's own cost; the load average is printed so a reader can judge
+the machine's noise. Each reading is NaN (or 0) once the process is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from pathlib import Path
+
+
+def _clock_ticks() -> int:
+    return os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / _clock_ticks()
+
+
+def machine_busy() -> float:
+    """Busy CPU seconds of all cores since boot (everything but idle and iowait)."""
+    try:
+        first = Path("/proc/stat").read_text().split("\n", 1)[0]
+        fields = [int(x) for x in first.split()[1:]]
+    except (OSError, ValueError):
+        return math.nan
+    busy = sum(fields[:8]) - fields[3] - fields[4]  # user..steal, minus idle and iowait
+    return busy / _clock_ticks()
+
+
+def _status_field(pid: int, name: str) -> int | None:
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith(name + ":"):
+            return int(line.split()[1])
+    return None
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory in MiB."""
+    kib = _status_field(pid, "VmRSS")
+    return math.nan if kib is None else kib / 1024
+
+
+def threads(pid: int) -> int:
+    return _status_field(pid, "Threads") or 0
+
+
+def open_files(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of a process (e.g. nginx's workers)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError, ValueError):
+            out += [int(p) for p in (task / "children").read_text().split()]
+    return out
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load average, as /proc/loadavg gives it."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
