@@ -87,9 +87,9 @@ class PolicyFile(Strict):
     cache: CachePolicyOverride | None = None
     routing: PolicyRouting | None = None
     guard: GuardConfig | None = None
-    knowledge: KnowledgePolicy | None = None
+    knowledge_base: KnowledgePolicy | None = None
     degradation: DegradationConfig | None = None
-    rate_limit: RateLimitConfig | None = Field(
+    rate_limits: RateLimitConfig | None = Field(
         None, description="Per tenant: a policy that sets it cannot narrow models."
     )
     byok: ByokConfig | None = Field(
@@ -104,15 +104,17 @@ SECTIONS: dict[str, type[Strict]] = {
     "cache": CachePolicyOverride,
     "routing": PolicyRouting,
     "guard": GuardConfig,
-    "knowledge": KnowledgePolicy,
+    "knowledge_base": KnowledgePolicy,
     "degradation": DegradationConfig,
-    "rate_limit": RateLimitConfig,
+    "rate_limits": RateLimitConfig,
     "byok": ByokConfig,
     "overload": OverloadConfig,
     "metrics": MetricsPolicy,
 }
 # Decided before the request body is read, so they can depend on the tenant only.
-TENANT_SECTIONS = frozenset({"rate_limit", "byok"})
+TENANT_SECTIONS = frozenset({"rate_limits", "byok"})
+# Old spellings of sections, one name per concept since: accepted with a warning.
+RENAMED_SECTIONS = {"rate_limit": "rate_limits", "knowledge": "knowledge_base"}
 
 
 def policy_json_schema() -> dict[str, Any]:

@@ -29,6 +29,7 @@ from gateway.config.file import ConfigFile
 from gateway.config.guard import GuardConfig
 from gateway.config.policy_file import (
     NO_KNOWLEDGE_BASE,
+    RENAMED_SECTIONS,
     SECTIONS,
     TENANT_SECTIONS,
     ByokConfig,
@@ -122,9 +123,9 @@ class Resolved:
     cache: CachePolicyOverride
     routing: RoutingConfig
     guard: GuardConfig
-    knowledge: KnowledgePolicy
+    knowledge_base: KnowledgePolicy
     degradation: DegradationConfig
-    rate_limit: RateLimitConfig
+    rate_limits: RateLimitConfig
     byok: ByokConfig
     overload: OverloadConfig
     metrics: MetricsPolicy
@@ -253,7 +254,7 @@ class PolicySet:
     def _default(self, name: str, tenant: str) -> Strict:
         if name == "routing":
             return PolicyRouting(aliases=self.file.routing.aliases)
-        if name == "rate_limit":
+        if name == "rate_limits":
             return self.file.rate_limits.for_tenant(tenant)
         if name in self._defaults:
             return self._defaults[name]
@@ -270,7 +271,7 @@ class PolicySet:
                 applied = self.matching(tenant, model)
                 for a, b, shared in _ties(applied):
                     problems.setdefault((a, b, shared), _tie_message(a, b, shared, tenant, model))
-                dependent = any("rate_limit" in a.policy.overlay for a in applied)
+                dependent = any("rate_limits" in a.policy.overlay for a in applied)
                 if len(applied) < 2 and not dependent:
                     continue  # a policy alone was checked when it loaded
                 key = (tenant if dependent else "", _names(applied))
@@ -369,6 +370,7 @@ def validate_policy(name: str, source: str, data: Any, file: ConfigFile) -> Poli
         )
     if not isinstance(data, dict):
         raise PolicyProblem("", "a policy is a mapping with `match:` and the sections it sets")
+    data = _renamed(name, data)
     allowed = {"description", "match", *SECTIONS}
     unknown = sorted(set(data) - allowed)
     if unknown:
@@ -408,6 +410,20 @@ def validate_policy(name: str, source: str, data: Any, file: ConfigFile) -> Poli
     return policy
 
 
+def _renamed(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with old section names under their new ones; an old name still loads (with a
+    warning that names the new one) unless the file gives both."""
+    out = dict(data)
+    for old, new in RENAMED_SECTIONS.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise PolicyProblem(old, f"is the old name of `{new}`, which this file also sets")
+        log.warning("policy %s: `%s` is now called `%s`; please rename it", name, old, new)
+        out[new] = out.pop(old)
+    return out
+
+
 def _message(msg: str) -> str:
     return msg.removeprefix("Value error, ")
 
@@ -434,20 +450,20 @@ def _check_references(resolved: Resolved, overlay: Mapping[str, Json], file: Con
         raise PolicyProblem(
             "guard.compression.summarizer_model", f"{summarizer!r} is not a configured chat model"
         )
-    base = resolved.knowledge.base
+    base = resolved.knowledge_base.base
     if base is not None and base != NO_KNOWLEDGE_BASE and base not in file.knowledge_bases:
         known = ", ".join(sorted(file.knowledge_bases)) or "none configured"
         raise PolicyProblem(
-            "knowledge.base", f"unknown knowledge base {base!r} ({known}; or 'none')"
+            "knowledge_base.base", f"unknown knowledge base {base!r} ({known}; or 'none')"
         )
-    rule = resolved.knowledge
+    rule = resolved.knowledge_base
     if rule.min_chunks is not None:
         named = [base] if base is not None and base != NO_KNOWLEDGE_BASE else []
         for name in named or list(file.knowledge_bases):
             top_k = file.knowledge_bases[name].top_k
             if rule.min_chunks > top_k:
                 raise PolicyProblem(
-                    "knowledge.min_chunks",
+                    "knowledge_base.min_chunks",
                     f"{rule.min_chunks} is more than knowledge base {name!r} retrieves "
                     f"(top_k {top_k}): no answer could be grounded",
                 )

@@ -212,8 +212,8 @@ async def admin_policies(request: web.Request) -> web.StreamResponse:
     resolved = settings.policies.resolve(tenant, model)
     effective = {
         "cache": resolved.cache.model_dump(mode="json", exclude_none=True),
-        "knowledge": resolved.knowledge.model_dump(mode="json"),
-        "rate_limit": resolved.rate_limit.model_dump(mode="json"),
+        "knowledge_base": resolved.knowledge_base.model_dump(mode="json"),
+        "rate_limits": resolved.rate_limits.model_dump(mode="json"),
         "byok": resolved.byok.model_dump(mode="json"),
         "overload": resolved.overload.model_dump(mode="json"),
         "metrics": resolved.metrics.model_dump(mode="json"),

@@ -59,7 +59,7 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
                 policy = runtime.settings.policies.for_tenant(ctx.tenant)
                 given = request.headers.get(auth.PROVIDER_KEY_HEADER)
                 auth.bring_own_key(ctx, policy.byok, given)
-                await _admit(request, ctx, policy.rate_limit)
+                await _admit(request, ctx, policy.rate_limits)
         elif ctx.endpoint == "admin":
             auth.check_admin(runtime.settings, request.headers.get("Authorization"))
         elif ctx.endpoint == "metrics":

@@ -62,7 +62,7 @@ class Knowledge:
                     code="invalid_header",
                 )
             return asked
-        by_policy = self.settings.policies.of(ctx).knowledge.base
+        by_policy = self.settings.policies.of(ctx).knowledge_base.base
         if by_policy is not None:
             return None if by_policy == NO_KNOWLEDGE_BASE else by_policy
         return self.settings.kb_by_tenant.get(ctx.tenant or "") or route.knowledge_base
@@ -93,7 +93,7 @@ class Knowledge:
             self._warnings.warning("knowledge base %s unavailable: %s", name, reason, key=name)
             grounding = Grounding(3, error=reason)
         else:
-            rule = self.settings.policies.of(ctx).knowledge
+            rule = self.settings.policies.of(ctx).knowledge_base
             min_score = config.min_score if rule.min_score is None else rule.min_score
             min_chunks = config.min_chunks if rule.min_chunks is None else rule.min_chunks
             good = [p for p in passages if p.score >= min_score][: config.top_k]

@@ -101,7 +101,7 @@ byok: {enabled: true, providers: [fake]}
 """,
     "metered": """
 match: {tenants: [metered]}
-rate_limit: {requests_per_second: 0.01, burst: 1}
+rate_limits: {requests_per_second: 0.01, burst: 1}
 """,
 }
 

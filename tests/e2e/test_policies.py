@@ -68,116 +68,91 @@ TOOLS = [
 ]
 
 
-def config_yaml(fake_url: str, retriever_url: str, extra: str = "") -> str:
-    keys = "\n".join(
-        f"    - {{env: POLICY_KEY_{i}, tenant: {tenant}}}" for i, tenant in enumerate(TENANTS)
-    )
-    return f"""
-server: {{access_log: false, watch_config: false}}
-auth:
-  admin_key_env: POLICY_TEST_ADMIN
-  keys:
-{keys}
-providers:
-  fake: {{type: openai, base_url: "{fake_url}"}}
-models:
-  - {{name: cached, provider: fake, upstream_model: cached-up, cache: {{enabled: true}}}}
-  - name: small
-    provider: fake
-    upstream_model: small-up
-    pricing: {{input_per_million: 1000, output_per_million: 2000}}
-  - {{name: large, provider: fake, upstream_model: large-up}}
-  - {{name: helpdesk, provider: fake, upstream_model: helpdesk-up}}
-  - {{name: fragile, provider: fake, upstream_model: fragile-up}}
-  - {{name: tool-strict, provider: fake, upstream_model: tool-strict-up}}
-cache:
-  store: {{type: memory}}
-  embedder: {{type: hash}}
-routing:
-  aliases:
-    auto:
-      tiers:
-        - {{model: small, max_score: 0.5}}
-        - {{model: large}}
-knowledge_bases:
-  handbook:
-    type: http
-    url: "{retriever_url}"
-    timeout_seconds: 2
-    min_chunks: 1
-    min_score: 0.3
-    breaker: {{failures: 1000}}
-    attach: {{models: [helpdesk]}}
-resilience:
-  retry: {{attempts: 1}}
-  breaker: {{failures: 1000}}
-degradation:
-  disclaimer: {{en: "{DEFAULT_DISCLAIMER}"}}
-  unavailable: {{mode: answer, retry_after_seconds: 7}}
-{extra}
-"""
+def config(fake_url: str, retriever_url: str) -> Json:
+    def model(name: str, **more: Any) -> Json:
+        return {"name": name, "provider": "fake", "upstream_model": f"{name}-up", **more}
+    return {
+        "server": {"access_log": False, "watch_config": False},
+        "auth": {
+            "admin_key_env": "POLICY_TEST_ADMIN",
+            "keys": [{"env": f"POLICY_KEY_{i}", "tenant": t} for i, t in enumerate(TENANTS)],
+        },
+        "providers": {"fake": {"type": "openai", "base_url": fake_url}},
+        "models": [
+            model("cached", cache={"enabled": True}),
+            model("small", pricing={"input_per_million": 1000, "output_per_million": 2000}),
+            model("large"),
+            model("helpdesk"),
+            model("fragile"),
+            model("tool-strict"),
+        ],
+        "cache": {"store": {"type": "memory"}, "embedder": {"type": "hash"}},
+        "routing": {
+            "aliases": {"auto": {"tiers": [{"model": "small", "max_score": 0.5}, {"model": "large"}]}}
+        },
+        "knowledge_bases": {
+            "handbook": {
+                "type": "http",
+                "url": retriever_url,
+                "timeout_seconds": 2,
+                "min_chunks": 1,
+                "min_score": 0.3,
+                "breaker": {"failures": 1000},
+                "attach": {"models": ["helpdesk"]},
+            }
+        },
+        "resilience": {"retry": {"attempts": 1}, "breaker": {"failures": 1000}},
+        "degradation": {
+            "disclaimer": {"en": DEFAULT_DISCLAIMER},
+            "unavailable": {"mode": "answer", "retry_after_seconds": 7},
+        },
+    }
 
 
-POLICIES = {
-    "everyone": """
-description: Every request gets a few more agent rounds.
-match: {tenants: ["*"], models: ["*"]}
-guard: {loops: {max_rounds: 12}}
-""",
-    "no-cache": """
-match: {tenants: [no-cache]}
-cache: {enabled: false}
-""",
-    "loose": """
-description: A looser semantic bar.
-match: {tenants: [loose]}
-cache: {similarity_threshold: 0.5}
-""",
-    "cache-fan": """
-match: {tenants: [cache-fan], models: [small]}
-cache: {enabled: true, semantic: false}
-""",
-    "vip": """
-description: VIPs are counted on their own.
-match: {tenants: [vip]}
-metrics: {per_tenant: true}
-""",
-    "vip-routing": """
-description: VIPs always get the strong tier of auto.
-match: {tenants: [vip], models: [auto]}
-routing:
-  aliases:
-    auto:
-      tiers:
-        - {model: large}
-""",
-    "no-kb": """
-match: {tenants: [no-kb]}
-knowledge: {base: none}
-""",
-    "strict-kb": f"""
-match: {{tenants: [strict-kb], models: [helpdesk]}}
-knowledge: {{min_score: 0.99}}
-degradation:
-  disclaimer: {{en: "{STRICT_DISCLAIMER}"}}
-""",
-    "kb-anywhere": """
-match: {tenants: [kb-anywhere]}
-knowledge: {base: handbook}
-""",
-    "loud": """
-description: No polite level-4 answers for this tenant.
-match: {tenants: [loud]}
-degradation: {unavailable: {mode: error}}
-""",
-    "strict-tools": """
-match: {models: [tool-strict]}
-guard: {tools: {on_failure: error, repair_attempts: 0}}
-""",
-    "busy": """
-match: {tenants: [busy]}
-overload: {max_in_flight: 1}
-""",
+
+POLICIES: dict[str, Json] = {
+    "everyone": {
+        "description": "Every request gets a few more agent rounds.",
+        "match": {"tenants": ["*"], "models": ["*"]},
+        "guard": {"loops": {"max_rounds": 12}},
+    },
+    "no-cache": {"match": {"tenants": ["no-cache"]}, "cache": {"enabled": False}},
+    "loose": {
+        "description": "A looser semantic bar.",
+        "match": {"tenants": ["loose"]},
+        "cache": {"similarity_threshold": 0.5},
+    },
+    "cache-fan": {
+        "match": {"tenants": ["cache-fan"], "models": ["small"]},
+        "cache": {"enabled": True, "semantic": False},
+    },
+    "vip": {
+        "description": "VIPs are counted on their own.",
+        "match": {"tenants": ["vip"]},
+        "metrics": {"per_tenant": True},
+    },
+    "vip-routing": {
+        "description": "VIPs always get the strong tier of auto.",
+        "match": {"tenants": ["vip"], "models": ["auto"]},
+        "routing": {"aliases": {"auto": {"tiers": [{"model": "large"}]}}},
+    },
+    "no-kb": {"match": {"tenants": ["no-kb"]}, "knowledge_base": {"base": "none"}},
+    "strict-kb": {
+        "match": {"tenants": ["strict-kb"], "models": ["helpdesk"]},
+        "knowledge_base": {"min_score": 0.99},
+        "degradation": {"disclaimer": {"en": STRICT_DISCLAIMER}},
+    },
+    "kb-anywhere": {"match": {"tenants": ["kb-anywhere"]}, "knowledge_base": {"base": "handbook"}},
+    "loud": {
+        "description": "No polite level-4 answers for this tenant.",
+        "match": {"tenants": ["loud"]},
+        "degradation": {"unavailable": {"mode": "error"}},
+    },
+    "strict-tools": {
+        "match": {"models": ["tool-strict"]},
+        "guard": {"tools": {"on_failure": "error", "repair_attempts": 0}},
+    },
+    "busy": {"match": {"tenants": ["busy"]}, "overload": {"max_in_flight": 1}},
 }
 
 

@@ -266,7 +266,7 @@ class LoadRun:
             await self.invalid("an unknown tier model", lambda: self.write(route_policy("m9")))
             await self.invalid(
                 "a rate limit narrowed to a model",
-                lambda: self.write(route_policy("m2") + "rate_limit: {concurrent: 5}\n"),
+                lambda: self.write(route_policy("m2") + "rate_limits: {concurrent: 5}\n"),
             )
             await self.valid("deleting the file (config.yaml's m0)", "m0", self.route.unlink)
             await self.valid("creating it again (m2)", "m2", lambda: self.write(route_policy("m2")))
@@ -379,7 +379,7 @@ BAD_POLICIES = {
         "line 3",
     ),
     "a rate limit narrowed to a model": (
-        route_policy("m2") + "rate_limit: {concurrent: 5}\n",
+        route_policy("m2") + "rate_limits: {concurrent: 5}\n",
         "match.models (line 3)",
     ),
 }

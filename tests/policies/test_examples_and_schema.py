@@ -99,7 +99,7 @@ def test_gateway_policy_prints_the_resolution_as_json(tmp_path: Path) -> None:
     assert policies[0]["source"] == str(tmp_path / "policies" / "premium-tenants.yaml")
     origin = explained["origin"]
     assert origin["cache.enabled"] == "premium-tenants"
-    assert origin["rate_limit.requests_per_second"] == "premium-tenants"
+    assert origin["rate_limits.requests_per_second"] == "premium-tenants"
     assert origin["guard.loops.max_rounds"] == "agents"
     assert origin["overload.max_in_flight"] == "overload"
     assert list(origin) == sorted(origin)
@@ -122,7 +122,7 @@ def test_example_resolutions(tmp_path: Path) -> None:
     settings = load_settings(_with_policies(tmp_path, EXAMPLES))
     policies = settings.policies
     premium = policies.for_tenant("team-x")
-    assert premium.rate_limit.requests_per_second == 50
+    assert premium.rate_limits.requests_per_second == 50
     assert premium.metrics.per_tenant is True
     partner = policies.for_tenant("partner-1")
     assert partner.byok.enabled is True
@@ -130,7 +130,7 @@ def test_example_resolutions(tmp_path: Path) -> None:
     free = policies.resolve("free-1", "auto")
     assert [t.model for t in free.routing.aliases["auto"].tiers] == ["gpt-4o-mini"]
     support = policies.resolve("support", "demo")
-    assert support.knowledge.base == "handbook"
+    assert support.knowledge_base.base == "handbook"
     assert support.degradation.unavailable.mode == "error"
     assert set(support.degradation.disclaimer) == {"en", "zh"}
     agents = policies.resolve("anyone", "gpt-4o-mini")

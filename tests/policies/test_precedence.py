@@ -8,7 +8,7 @@ Ranks are (tenant specificity, model specificity): 2 exact, 1 glob, 0 `*`. The f
     team-a       (team-a,  *)     cache ttl=300
     team-multi   (team-*|team-c, *)  overload.skip [retrieval]
     team-small   (team-*,  s*)    cache semantic=false
-    acme         (acme,    *)     guard.loops.max_rounds 50; rate_limit.concurrent 9
+    acme         (acme,    *)     guard.loops.max_rounds 50; rate_limits.concurrent 9
     big-glob     (*,       b*)    degradation.unavailable.mode error
     big          (*,       big)   cache enabled=false ttl=400 similarity_threshold=0.99
     free         (free-*,  auto)  routing: auto has one tier
@@ -84,7 +84,7 @@ POLICIES = {
     "acme": """
         match: {tenants: [acme]}
         guard: {loops: {max_rounds: 50}}
-        rate_limit: {concurrent: 9}
+        rate_limits: {concurrent: 9}
     """,
     "big-glob": """
         match: {models: ["b*"]}
@@ -332,7 +332,7 @@ def test_origin_names_the_winning_policy_for_every_field(settings: Settings) -> 
         "cache.max_temperature": "any",
         "overload.max_in_flight": "any",
         "guard.loops.max_rounds": "acme",
-        "rate_limit.concurrent": "acme",
+        "rate_limits.concurrent": "acme",
     }
     assert CONFIG_FILE == "config.yaml"  # what origin would say of a field nobody set
 
@@ -354,18 +354,18 @@ def test_fields_nobody_sets_come_from_config_yaml(settings: Settings) -> None:
     assert plain.guard.loops.max_rounds == 12
     assert plain.degradation == file.degradation
     assert plain.routing == file.routing
-    assert plain.rate_limit == file.rate_limits.default
-    assert plain.knowledge.base is None
+    assert plain.rate_limits == file.rate_limits.default
+    assert plain.knowledge_base.base is None
     assert plain.byok.enabled is False
     assert plain.metrics.per_tenant is False
     # rate limits: the tenant's own entry in rate_limits.tenants, not the default
     team_a = settings.policies.for_tenant("team-a")
-    assert team_a.rate_limit == file.rate_limits.tenants["team-a"]
-    assert team_a.rate_limit.requests_per_second == 20
-    # a policy's rate_limit merges over the tenant's entry of config.yaml
+    assert team_a.rate_limits == file.rate_limits.tenants["team-a"]
+    assert team_a.rate_limits.requests_per_second == 20
+    # a policy's rate_limits merges over the tenant's entry of config.yaml
     acme = settings.policies.for_tenant("acme")
-    assert acme.rate_limit.concurrent == 9
-    assert acme.rate_limit.requests_per_second is None  # acme's entry has none
+    assert acme.rate_limits.concurrent == 9
+    assert acme.rate_limits.requests_per_second is None  # acme's entry has none
     # a policy's guard changes only the field it writes
     acme_guard = settings.policies.resolve("acme", "small").guard
     assert acme_guard.loops.max_rounds == 50

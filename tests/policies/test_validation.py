@@ -118,8 +118,8 @@ BAD = [
         {"a.yaml": "match: {tenants: [acme]}\ncaches: {enabled: true}\n"},
         [
             "<dir>/a.yaml: caches (line 2): not a policy field; allowed: byok, cache, "
-            "degradation, description, guard, knowledge, match, metrics, overload, rate_limit, "
-            "routing"
+            "degradation, description, guard, knowledge_base, match, metrics, overload, "
+            "rate_limits, routing"
         ],
     ),
     (
@@ -216,9 +216,9 @@ BAD = [
     ),
     (
         "rate-limit-with-models",
-        {"a.yaml": "match:\n  models: [big]\nrate_limit:\n  concurrent: 4\n"},
+        {"a.yaml": "match:\n  models: [big]\nrate_limits:\n  concurrent: 4\n"},
         [
-            "<dir>/a.yaml: match.models (line 2): rate_limit applies per tenant (decided before "
+            "<dir>/a.yaml: match.models (line 2): rate_limits applies per tenant (decided before "
             "the request is read), so a policy that sets it cannot narrow models"
         ],
     ),
@@ -241,18 +241,18 @@ BAD = [
     ),
     (
         "rate-limit-with-star-and-a-model",
-        {"a.yaml": 'match: {tenants: [acme], models: ["*", big]}\nrate_limit: {concurrent: 2}\n'},
+        {"a.yaml": 'match: {tenants: [acme], models: ["*", big]}\nrate_limits: {concurrent: 2}\n'},
         [
-            "<dir>/a.yaml: match.models (line 1): rate_limit applies per tenant (decided before "
+            "<dir>/a.yaml: match.models (line 1): rate_limits applies per tenant (decided before "
             "the request is read), so a policy that sets it cannot narrow models"
         ],
     ),
     (
         # acme's own limits in config.yaml have no requests_per_second to merge under burst
         "burst-without-rate-anywhere",
-        {"a.yaml": "match:\n  tenants: [acme]\nrate_limit:\n  burst: 10\n"},
+        {"a.yaml": "match:\n  tenants: [acme]\nrate_limits:\n  burst: 10\n"},
         # valid over config.yaml's default limits; refused for acme, whose own have no rate
-        ["<dir>/a.yaml, for tenant 'acme': rate_limit: burst needs requests_per_second"],
+        ["<dir>/a.yaml, for tenant 'acme': rate_limits: burst needs requests_per_second"],
     ),
     (
         "routing-alias-not-in-config",
@@ -303,8 +303,11 @@ BAD = [
     ),
     (
         "knowledge-base-unknown",
-        {"a.yaml": "knowledge:\n  base: nope\n"},
-        ["<dir>/a.yaml: knowledge.base (line 2): unknown knowledge base 'nope' (kb1; or 'none')"],
+        {"a.yaml": "knowledge_base:\n  base: nope\n"},
+        [
+            "<dir>/a.yaml: knowledge_base.base (line 2): unknown knowledge base 'nope' "
+            "(kb1; or 'none')"
+        ],
     ),
     (
         "byok-enabled-without-providers",
@@ -410,7 +413,7 @@ def test_a_glob_tie_names_the_example_tenant_made_from_the_glob(tmp_path: Path) 
 
 
 def test_cli_check_prints_each_problem_and_fails(tmp_path: Path) -> None:
-    path = write(tmp_path, {"a.yaml": "knowledge:\n  base: nope\n"})
+    path = write(tmp_path, {"a.yaml": "knowledge_base:\n  base: nope\n"})
     result = subprocess.run(
         [sys.executable, "-m", "gateway", "check", "--config", str(path)],
         capture_output=True,
@@ -421,7 +424,7 @@ def test_cli_check_prints_each_problem_and_fails(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         f"{path}: invalid configuration",
-        f"  - {tmp_path / 'policies' / 'a.yaml'}: knowledge.base (line 2): unknown knowledge "
+        f"  - {tmp_path / 'policies' / 'a.yaml'}: knowledge_base.base (line 2): unknown knowledge "
         "base 'nope' (kb1; or 'none')",
     ]
 
@@ -438,24 +441,24 @@ GOOD = [
     # acme has no rate of its own, but a policy can give it one and a burst with it
     (
         "burst-with-rate",
-        {"a.yaml": "match: {tenants: [acme]}\nrate_limit: {requests_per_second: 2, burst: 4}\n"},
+        {"a.yaml": "match: {tenants: [acme]}\nrate_limits: {requests_per_second: 2, burst: 4}\n"},
     ),
     # team-a has config.yaml's default limits, whose requests_per_second the burst merges over
     (
         "burst-over-default-rate",
-        {"a.yaml": "match:\n  tenants: [team-a]\nrate_limit:\n  burst: 10\n"},
+        {"a.yaml": "match:\n  tenants: [team-a]\nrate_limits:\n  burst: 10\n"},
     ),
     (
         "rate-limit-models-star",
-        {"a.yaml": 'match: {tenants: [acme], models: ["*"]}\nrate_limit: {concurrent: 2}\n'},
+        {"a.yaml": 'match: {tenants: [acme], models: ["*"]}\nrate_limits: {concurrent: 2}\n'},
     ),
     (
         "byok-openai",
         {"a.yaml": "match: {tenants: [partner-*]}\nbyok: {enabled: true, providers: [openai]}\n"},
     ),
     ("byok-disabled", {"a.yaml": "byok: {enabled: false}\n"}),
-    ("knowledge-none", {"a.yaml": "knowledge: {base: none}\n"}),
-    ("knowledge-kb", {"a.yaml": "knowledge: {base: kb1, min_chunks: 2, min_score: 0.5}\n"}),
+    ("knowledge-none", {"a.yaml": "knowledge_base: {base: none}\n"}),
+    ("knowledge-kb", {"a.yaml": "knowledge_base: {base: kb1, min_chunks: 2, min_score: 0.5}\n"}),
     (
         "one-tier-alias",
         {
@@ -575,12 +578,12 @@ def test_combinations_that_do_not_validate_are_refused(tmp_path: Path) -> None:
 
 def test_fixed_tenant_wide_burst_is_checked_for_every_config_tenant(tmp_path: Path) -> None:
     """Was a bug (config/policy_set.py, PolicySet.check / validate_policy): a `tenants: ["*"]`
-    policy setting only `rate_limit.burst` is validated for the example tenant "" (the
+    policy setting only `rate_limits.burst` is validated for the example tenant "" (the
     default limits, which have a rate) and PolicySet.check() builds only combinations of two
     or more policies. acme's own limits in config.yaml have no requests_per_second, so for
     acme the merge is invalid: the set loads, and at request time resolve() logs an error
     and drops *every* policy for acme. The load should refuse it instead."""
-    files = {"a.yaml": "rate_limit:\n  burst: 10\ncache: {enabled: true}\n"}
+    files = {"a.yaml": "rate_limits:\n  burst: 10\ncache: {enabled: true}\n"}
     path = write(tmp_path, files)
     try:
         settings = load_settings(path)
@@ -597,7 +600,7 @@ def test_fixed_validation_of_a_multi_tenant_policy_is_deterministic(tmp_path: Pa
     checked depends on string hashing (PYTHONHASHSEED). `tenants: [acme, team-a]` with only a
     burst is refused in some processes (acme checked) and loaded in others (team-a checked)."""
     path = write(
-        tmp_path, {"a.yaml": "match: {tenants: [acme, team-a]}\nrate_limit: {burst: 10}\n"}
+        tmp_path, {"a.yaml": "match: {tenants: [acme, team-a]}\nrate_limits: {burst: 10}\n"}
     )
     script = (
         "import sys\n"
@@ -643,6 +646,39 @@ def test_fixed_policy_min_chunks_cannot_exceed_the_bases_top_k(tmp_path: Path) -
     base whose min_chunks exceeds its top_k ("min_chunks cannot exceed top_k"), but a policy
     naming that base with a larger min_chunks loads; gateway/rag/service.py then can never
     reach level 1 (it keeps at most top_k passages), so every answer is ungrounded."""
-    files = {"a.yaml": "knowledge:\n  base: kb1\n  min_chunks: 10\n"}  # kb1: top_k 4
+    files = {"a.yaml": "knowledge_base:\n  base: kb1\n  min_chunks: 10\n"}  # kb1: top_k 4
     problems = problems_of(tmp_path, files)
     assert any("min_chunks" in p and "top_k" in p for p in problems), problems
+
+
+# --- one name per concept: the old section names ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "body"),
+    [
+        ("rate_limit", "rate_limits", "{concurrent: 2}"),
+        ("knowledge", "knowledge_base", "{base: kb1, min_chunks: 2}"),
+    ],
+)
+def test_an_old_section_name_loads_as_the_new_one_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, old: str, new: str, body: str
+) -> None:
+    match = 'match: {tenants: [acme], models: ["*"]}\n'
+    old_dir, new_dir = tmp_path / "old", tmp_path / "new"
+    with caplog.at_level("WARNING", logger="gateway.policies"):
+        before = load_settings(write(old_dir, {"a.yaml": f"{match}{old}: {body}\n"}))
+    renamed = load_settings(write(new_dir, {"a.yaml": f"{match}{new}: {body}\n"}))
+    assert getattr(before.policies.resolve("acme", "small"), new) == getattr(
+        renamed.policies.resolve("acme", "small"), new
+    )
+    assert any(f"`{old}` is now called `{new}`" in r.getMessage() for r in caplog.records)
+
+
+def test_a_file_giving_the_old_and_the_new_name_is_refused(tmp_path: Path) -> None:
+    files = {"a.yaml": "rate_limit: {concurrent: 2}\nrate_limits: {concurrent: 3}\n"}
+    directory = str(tmp_path / "policies")
+    assert problems_of(tmp_path, files) == [
+        f"{directory}/a.yaml: rate_limit (line 1): is the old name of `rate_limits`, which "
+        "this file also sets"
+    ]
