@@ -39,7 +39,6 @@ Targets (the exit status is 1 when one is missed):
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
@@ -47,20 +46,39 @@ import os
 import random
 import sys
 import tempfile
-import time
-import urllib.request
 from collections import Counter, deque
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+import uvloop
 
-from procs import Server, cpu_seconds, fmt, load_average, percentile, pythonpath  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from gateway.testing.harness.configs import write_config
+from gateway.testing.harness.gateways import embedder_loaded
+from gateway.testing.harness.load import LoadResult, Outcome, Request, open_loop, session_for
+from gateway.testing.harness.options import option, parse_options
+from gateway.testing.harness.process import Server, pythonpath
+from gateway.testing.harness.procstat import (
+    cpu_seconds,
+    load_average,
+    open_files,
+    rss_mb,
+    threads,
+)
+from gateway.testing.harness.starters import (
+    REPO_ROOT,
+    listening,
+    spawn_gateway,
+    start_fake_upstream,
+)
+from gateway.testing.harness.stats import fmt, percentile
+from gateway.testing.harness.sync_http import get_json, post_json
 
 ADMIN_KEY = "soak-bench-admin-key"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 TENANT_KEYS = {"soak-a": "sk-soak-a-0123456789", "soak-b": "sk-soak-b-0123456789"}
 MAX_IN_FLIGHT = 256
 WORDS = [
@@ -82,6 +100,7 @@ TOOLS = [
         },
     }
 ]
+
 
 # Runs inside the gateway process (its PYTHONPATH starts with the probe's directory): a daemon
 # thread writing what it sees to $SOAK_PROBE_OUT every 2 s. Reads only; changes nothing.
@@ -164,16 +183,16 @@ if _path:
 
 @dataclass(frozen=True)
 class Options:
-    minutes: float = 3.0
-    window: float = 30.0
-    warmup: float = 15.0
-    rate: float = 40.0
-    max_entries: int = 1000
-    embedder: str = "minilm"
-    latency_ms: float = 20.0
-    seed: int = 1
-    json_out: Path | None = None
-    quiet: bool = False
+    minutes: float = option(3.0, "measured minutes")
+    rate: float = option(40.0, "requests per second")
+    max_entries: int = option(1000, "the cache store's max_entries")
+    embedder: str = option("minilm", "the cache's embedder", choices=("minilm", "hash"))
+    window: float = option(30.0, "seconds per sample")
+    warmup: float = option(15.0, "seconds of load before the first sample")
+    latency_ms: float = option(20.0, "the fake upstream's latency")
+    seed: int = option(1, "the request mix")
+    json_out: Path | None = option(None, "also write every window here", flag="--json")
+    quiet: bool = option(False, cli=False)
 
 
 @dataclass
@@ -202,109 +221,63 @@ class Window:
 # --- the processes ----------------------------------------------------------------------------
 
 
-def http_json(url: str, data: object | None = None, admin: bool = False) -> Any:
-    headers = {"Content-Type": "application/json"}
-    if admin:
-        headers["Authorization"] = f"Bearer {ADMIN_KEY}"
-    body = None if data is None else json.dumps(data).encode()
-    request = urllib.request.Request(url, data=body, headers=headers)
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        return json.loads(resp.read())
+def gateway_config(fake: str, opts: Options) -> dict[str, Any]:
+    return {
+        "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
+        "auth": {
+            "admin_key_env": "GATEWAY_ADMIN_KEY",
+            "keys": [{"env": f"SOAK_KEY_{n}", "tenant": t} for n, t in enumerate(TENANT_KEYS)],
+        },
+        "providers": {
+            "fake": {
+                "type": "openai",
+                "base_url": f"{fake}/v1",
+                "timeouts": {"connect": 2, "read": 10, "total": 30},
+            }
+        },
+        "models": [
+            {"name": "small", "provider": "fake", "upstream_model": "small-up"},
+            {"name": "large", "provider": "fake", "upstream_model": "large-up"},
+        ],
+        "routing": {
+            "aliases": {
+                "auto": {
+                    "tiers": [{"model": "small", "max_score": 0.5}, {"model": "large"}],
+                    "escalate": {"tools": 1},
+                }
+            }
+        },
+        "cache": {
+            "store": {
+                "type": "sqlite",
+                "path": "cache/cache.sqlite3",
+                "max_entries": opts.max_entries,
+            },
+            "embedder": {"type": "hash"} if opts.embedder == "hash" else {},
+            "defaults": {"enabled": True},
+        },
+        "guard": {"tools": {"enabled": True}},
+    }
 
 
-def gateway_config(workdir: Path, fake: str, opts: Options) -> Path:
-    embedder = "{type: hash}" if opts.embedder == "hash" else "{}"
-    keys = "".join(f"    - {{env: SOAK_KEY_{n}, tenant: {t}}}\n" for n, t in enumerate(TENANT_KEYS))
-    path = workdir / "gateway.yaml"
-    path.write_text(
-        f"""
-server: {{host: 127.0.0.1, port: 0, access_log: false}}
-auth:
-  admin_key_env: GATEWAY_ADMIN_KEY
-  keys:
-{keys}
-providers:
-  fake: {{type: openai, base_url: "{fake}/v1", timeouts: {{connect: 2, read: 10, total: 30}}}}
-models:
-  - {{name: small, provider: fake, upstream_model: small-up}}
-  - {{name: large, provider: fake, upstream_model: large-up}}
-routing:
-  aliases:
-    auto:
-      tiers:
-        - {{model: small, max_score: 0.5}}
-        - {{model: large}}
-      escalate: {{tools: 1}}
-cache:
-  store: {{type: sqlite, path: cache/cache.sqlite3, max_entries: {opts.max_entries}}}
-  embedder: {embedder}
-  defaults: {{enabled: true}}
-guard:
-  tools: {{enabled: true}}
-"""
-    )
-    return path
-
-
-def ready(base: str) -> str | None:
-    try:
-        body = http_json(base + "/readyz")
-    except (OSError, ValueError):
-        return None
-    ok = body.get("status") == "ready" and (body.get("cache") or {}).get("semantic")
-    return base if ok else None
-
-
-def start(workdir: Path, opts: Options) -> tuple[list[Server], str, Server, Path]:
-    """The fake and the gateway (with the probe); (servers, gateway URL, gateway, probe file)."""
-    env = {"PYTHONPATH": pythonpath(HERE.parent)}
-    fake = Server(
-        "fake-upstream",
-        [sys.executable, "-m", "gateway.testing.fake_upstream", "--port", "0"],
-        workdir,
-        env,
-    )
-    servers = [fake]
-    fake_url = fake.wait_ready(fake.log_url, 30)
-    http_json(fake_url + "/_fake/config", {"defaults": {"latency_ms": opts.latency_ms}})
+def start(stack: ExitStack, workdir: Path, opts: Options) -> tuple[Server, Path]:
+    """The fake and the gateway (with the probe), stopped with `stack`; the gateway and the
+    file its probe writes."""
+    fake = stack.enter_context(start_fake_upstream(workdir))
+    post_json(fake.url + "/_fake/config", {"defaults": {"latency_ms": opts.latency_ms}})
     probe_dir = workdir / "probe"
     probe_dir.mkdir()
     (probe_dir / "sitecustomize.py").write_text(PROBE)
     probe_out = workdir / "probe.json"
     env = {
-        "PYTHONPATH": os.pathsep.join([str(probe_dir), pythonpath(HERE.parent)]),
+        "PYTHONPATH": os.pathsep.join([str(probe_dir), pythonpath(REPO_ROOT)]),
         "SOAK_PROBE_OUT": str(probe_out),
         "GATEWAY_ADMIN_KEY": ADMIN_KEY,
         **{f"SOAK_KEY_{n}": key for n, key in enumerate(TENANT_KEYS.values())},
     }
-    config = gateway_config(workdir, fake_url, opts)
-    argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "0"]
-    gateway = Server("gateway", argv, workdir, env)
-    servers.append(gateway)
-    base = gateway.wait_ready(gateway.log_url, 120)
-    base = gateway.wait_ready(lambda: ready(base), 600)
-    return servers, base, gateway, probe_out
-
-
-# --- process measurements ---------------------------------------------------------------------
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return math.nan
-
-
-def threads(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Threads:"):
-            return int(line.split()[1])
-    return 0
-
-
-def fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+    config = write_config(workdir, gateway_config(fake.url, opts), name="gateway.yaml")
+    gateway = stack.enter_context(listening(spawn_gateway(workdir, config, env=env), 120))
+    return embedder_loaded(gateway, 600), probe_out
 
 
 def read_probe(path: Path) -> dict[str, Any]:
@@ -315,40 +288,49 @@ def read_probe(path: Path) -> dict[str, Any]:
         return {}
 
 
+def process_state(pid: int, probe_out: Path) -> dict[str, Any]:
+    return {
+        "rss_mb": rss_mb(pid),
+        "fds": open_files(pid),
+        "threads": threads(pid),
+        "probe": read_probe(probe_out),
+    }
+
+
 # --- the load ---------------------------------------------------------------------------------
 
 
-class Load:
-    def __init__(self, base: str, opts: Options) -> None:
+class Traffic:
+    """The request mix, and what came back since the last `take`."""
+
+    def __init__(self, base: str, seed: int) -> None:
         self.url = base + "/v1/chat/completions"
-        self.opts = opts
-        self.rng = random.Random(opts.seed)
+        self.rng = random.Random(seed)
         self.recent: deque[str] = deque(maxlen=400)
         self.n = 0
-        self.in_flight = 0
-        self.latencies: list[float] = []
-        self.errors = self.abandoned = self.skipped = self.requests = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.errors = self.abandoned = 0
         self.cache: Counter[str] = Counter()
         self.statuses: Counter[str] = Counter()
-        self.tasks: set[asyncio.Task[None]] = set()
 
-    def take(self) -> dict[str, Any]:
-        """What was measured since the last call, and reset."""
+    def take(self, run: LoadResult) -> dict[str, Any]:
+        """What `run` (one window's load) measured, and reset the counts."""
         out = {
-            "requests": self.requests,
+            "requests": sum(self.statuses.values()) + self.abandoned,
             "errors": self.errors,
             "abandoned": self.abandoned,
-            "skipped": self.skipped,
-            "p50_ms": percentile(self.latencies, 50),
-            "p99_ms": percentile(self.latencies, 99),
+            "skipped": run.skipped,
+            "p50_ms": percentile(run.latencies_s, 50) * 1000,
+            "p99_ms": percentile(run.latencies_s, 99) * 1000,
             "cache": dict(self.cache),
             "statuses": dict(self.statuses),
         }
-        self.latencies, self.cache, self.statuses = [], Counter(), Counter()
-        self.errors = self.abandoned = self.skipped = self.requests = 0
+        self._reset()
         return out
 
-    def next_request(self) -> tuple[bytes, dict[str, str], float | None]:
+    def make(self, _: int) -> Request:
         rng = self.rng
         if self.recent and rng.random() < 0.15:
             question = rng.choice(self.recent)
@@ -370,133 +352,76 @@ class Load:
         if rng.random() < 0.02:  # a client that leaves before the answer
             body["fake"] = {"latency_ms": 400}
             give_up = 0.05
-        tenant_key = rng.choice(list(TENANT_KEYS.values()))
-        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {tenant_key}"}
-        return json.dumps(body).encode(), headers, give_up
+        key = rng.choice(list(TENANT_KEYS.values()))
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+        return Request(self.url, json.dumps(body).encode(), headers, timeout_s=give_up or 60)
 
-    async def one(self, session: Any) -> None:
-        import aiohttp
-
-        body, headers, give_up = self.next_request()
-        started = time.perf_counter()
-        try:
-            timeout = aiohttp.ClientTimeout(total=give_up or 60)
-            async with session.post(self.url, data=body, headers=headers, timeout=timeout) as r:
-                await r.read()
-                self.statuses[str(r.status)] += 1
-                if r.status == 200:
-                    self.latencies.append(time.perf_counter() - started)
-                    self.cache[r.headers.get("x-gateway-cache", "-")] += 1
-                else:
-                    self.errors += 1
-        except TimeoutError:
-            if give_up:
-                self.abandoned += 1
-            else:
-                self.errors += 1
-                self.statuses["timeout"] += 1
-        except aiohttp.ClientError as err:
+    def observe(self, outcome: Outcome) -> None:
+        if outcome.error == "timeout" and outcome.request.timeout_s != 60:
+            self.abandoned += 1
+            return
+        status = str(outcome.status) if outcome.error is None else outcome.error
+        self.statuses[status] += 1
+        if status == "200":
+            self.cache[outcome.headers.get("x-gateway-cache", "-")] += 1
+        else:
             self.errors += 1
-            self.statuses[type(err).__name__] += 1
-        finally:
-            self.requests += 1
-            self.in_flight -= 1
-
-    async def run(self, session: Any, seconds: float) -> None:
-        """Fire at the rate for `seconds` (open loop)."""
-        interval = 1 / self.opts.rate
-        t0 = time.perf_counter()
-        n = 0
-        while True:
-            n += 1
-            due = t0 + n * interval
-            if due - t0 > seconds:
-                return
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            if self.in_flight >= MAX_IN_FLIGHT:
-                self.skipped += 1
-                continue
-            self.in_flight += 1
-            task = asyncio.create_task(self.one(session))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
 
 
-async def soak(opts: Options, workdir: Path) -> tuple[list[Window], dict[str, Any]]:
-    import aiohttp
-
-    servers, base, gateway, probe_out = await asyncio.to_thread(start, workdir, opts)
-    pid = gateway.proc.pid
+async def soak(opts: Options, gateway: Server, probe_out: Path) -> tuple[list[Window], Any]:
+    base, pid = gateway.url, gateway.pid
+    await asyncio.sleep(2.5)  # the probe has written once
+    before = process_state(pid, probe_out)
+    traffic = Traffic(base, opts.seed)
     windows: list[Window] = []
-    try:
-        await asyncio.sleep(2.5)  # the probe has written once
-        before = {
-            "rss_mb": rss_mb(pid),
-            "fds": fds(pid),
-            "threads": threads(pid),
-            "probe": read_probe(probe_out),
-        }
-        load = Load(base, opts)
-        connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(
-            connector=connector, cookie_jar=aiohttp.DummyCookieJar()
-        ) as session:
-            say(opts, f"warm-up {opts.warmup:.0f} s at {opts.rate:g} req/s")
-            await load.run(session, opts.warmup)
-            load.take()
-            count = max(1, round(opts.minutes * 60 / opts.window))
-            for i in range(count):
-                cpu0 = cpu_seconds(pid)
-                await load.run(session, opts.window)
-                measured = load.take()
-                cpu1 = cpu_seconds(pid)
-                stats = await asyncio.to_thread(http_json, base + "/admin/cache/stats", None, True)
-                probe = read_probe(probe_out)
-                w = Window(
-                    index=i + 1,
-                    start=i * opts.window,
-                    requests=measured["requests"],
-                    errors=measured["errors"],
-                    abandoned=measured["abandoned"],
-                    skipped=measured["skipped"],
-                    p50_ms=measured["p50_ms"],
-                    p99_ms=measured["p99_ms"],
-                    cpu_ms_per_request=(cpu1 - cpu0) * 1000 / max(1, measured["requests"]),
-                    rss_mb=rss_mb(pid),
-                    fds=fds(pid),
-                    threads=threads(pid),
-                    tasks=probe.get("tasks"),
-                    top_tasks=probe.get("top_tasks") or {},
-                    entries=int(stats.get("entries", 0)),
-                    store=probe.get("store") or {},
-                    cache=measured["cache"],
-                    statuses=measured["statuses"],
-                    load=load_average(),
-                )
-                windows.append(w)
-                say(opts, row(w))
-            await asyncio.gather(*list(load.tasks), return_exceptions=True)
-        await asyncio.sleep(2.5)  # in-flight work settles; the probe writes once more
-        idle = {
-            "before": before,
-            "rss_mb": rss_mb(pid),
-            "fds": fds(pid),
-            "threads": threads(pid),
-            "probe": read_probe(probe_out),
-            "probe_errors": (workdir / "probe.json.error").read_text()
-            if (workdir / "probe.json.error").exists()
-            else "",
-        }
-        return windows, idle
-    finally:
-        for server in reversed(servers):
-            server.stop()
+
+    async def load(seconds: float) -> LoadResult:
+        return await open_loop(
+            session,
+            traffic.make,
+            opts.rate,
+            seconds,
+            max_in_flight=MAX_IN_FLIGHT,
+            observe=traffic.observe,
+        )
+
+    async with session_for(0) as session:
+        say(opts, f"warm-up {opts.warmup:.0f} s at {opts.rate:g} req/s")
+        traffic.take(await load(opts.warmup))
+        for i in range(max(1, round(opts.minutes * 60 / opts.window))):
+            cpu0 = cpu_seconds(pid)
+            measured = traffic.take(await load(opts.window))
+            cpu1 = cpu_seconds(pid)
+            stats = await asyncio.to_thread(get_json, base + "/admin/cache/stats", ADMIN)
+            state = process_state(pid, probe_out)
+            probe = state["probe"]
+            w = Window(
+                index=i + 1,
+                start=i * opts.window,
+                **measured,
+                cpu_ms_per_request=(cpu1 - cpu0) * 1000 / max(1, measured["requests"]),
+                rss_mb=state["rss_mb"],
+                fds=state["fds"],
+                threads=state["threads"],
+                tasks=probe.get("tasks"),
+                top_tasks=probe.get("top_tasks") or {},
+                entries=int(stats.get("entries", 0)),
+                store=probe.get("store") or {},
+                load=load_average(),
+            )
+            windows.append(w)
+            say(opts, row(w))
+    await asyncio.sleep(2.5)  # in-flight work settles; the probe writes once more
+    errors = probe_out.with_name("probe.json.error")
+    idle = {
+        "before": before,
+        **process_state(pid, probe_out),
+        "probe_errors": errors.read_text() if errors.exists() else "",
+    }
+    return windows, idle
 
 
 # --- the report -------------------------------------------------------------------------------
-
 
 HEADER = (
     f"{'window':>6} {'t (s)':>6} {'req':>6} {'err':>4} {'p50 ms':>7} {'p99 ms':>8}"
@@ -587,14 +512,9 @@ def say(opts: Options, text: str) -> None:
 
 
 def run(opts: Options) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="gateway-soak-") as tmp:
-        workdir = Path(tmp)
-        try:
-            import uvloop
-
-            windows, idle = uvloop.run(soak(opts, workdir))
-        except ImportError:
-            windows, idle = asyncio.run(soak(opts, workdir))
+    with tempfile.TemporaryDirectory(prefix="gateway-soak-") as tmp, ExitStack() as stack:
+        gateway, probe_out = start(stack, Path(tmp), opts)
+        windows, idle = uvloop.run(soak(opts, gateway, probe_out))
     return {"windows": windows, "idle": idle, "checks": verdict(windows, idle, opts)}
 
 
@@ -640,24 +560,7 @@ def summary(result: dict[str, Any], opts: Options) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--minutes", type=float, default=3.0)
-    p.add_argument("--rate", type=float, default=40.0, help="requests per second")
-    p.add_argument("--max-entries", type=int, default=1000)
-    p.add_argument("--embedder", choices=["minilm", "hash"], default="minilm")
-    p.add_argument("--window", type=float, default=30.0, help="seconds per sample")
-    p.add_argument("--warmup", type=float, default=15.0)
-    p.add_argument("--json", type=Path, dest="json_out")
-    a = p.parse_args(argv)
-    opts = Options(
-        minutes=a.minutes,
-        window=a.window,
-        warmup=a.warmup,
-        rate=a.rate,
-        max_entries=a.max_entries,
-        embedder=a.embedder,
-        json_out=a.json_out,
-    )
+    opts = parse_options(Options, argv, __doc__)
     print(
         f"soak: {opts.minutes:g} min at {opts.rate:g} req/s, max_entries {opts.max_entries},"
         f" embedder {opts.embedder}, windows of {opts.window:g} s, load {load_average()}",
