@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from gateway import wire
+from gateway.reply.stage import Stage
 
 Json = dict[str, Any]
 
@@ -59,6 +60,21 @@ def disclaimer_chunk(first: Json, disclaimer: str, choices: int) -> Json:
             for i in range(choices)
         ],
     }
+
+
+class Disclaimer(Stage):
+    """Levels 2 and 3: the answer begins with the disclaimer (a stream: in a chunk of its own
+    before the model's first)."""
+
+    def __init__(self, text: str, choices: int) -> None:
+        self._text = text
+        self._choices = choices
+
+    async def answer(self, completion: Json) -> Json:
+        return with_disclaimer(completion, self._text)
+
+    def opening(self, first: list[Json]) -> list[Json]:
+        return [disclaimer_chunk(first[0] if first else {}, self._text, self._choices), *first]
 
 
 def unavailable_completion(model: str, message: str, choices: int) -> Json:

@@ -8,18 +8,20 @@
     -> retrieve from the knowledge base: level 1 (grounded), 2 (too little), 3 (failed)
     -> upstreams: breakers, retries, fallbacks (a plain answer, or a stream whose first chunk
        has arrived); nothing answered -> level 4
-    -> check the answer's tool calls (repair them with the model, or strip them)
-    -> finish the answer for its level (sources, disclaimer); the cache keeps it once
-       complete: visible to lookups before the client has it all, durable in the background
+    -> the answer's stages, in order, for a plain answer and a stream alike (gateway/reply/):
+       check its tool calls (repair them with the model, or strip them)
+       -> finish it for its level (sources, disclaimer)
+       -> the cache keeps it once complete: visible to lookups before the client has it
+          all, durable in the background
+       -> account its usage (hidden from a client that did not ask for it)
 
 Authentication and rate limits happen before, in the HTTP middleware. Nothing in this module
-knows HTTP: it takes wire types and a RequestContext and returns JSON or a chunk stream.
+knows HTTP: it takes wire types and a RequestContext and returns a Reply (JSON or a stream).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from gateway import degradation, wire
@@ -30,11 +32,14 @@ from gateway.context import RequestContext
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.guard.conversation import ConversationGuard
 from gateway.guard.tool_guard import ToolCallGuard
-from gateway.rag.grounding import grounded_messages, sources_field
+from gateway.rag.grounding import Sources, grounded_messages, sources_field
 from gateway.rag.service import Grounding, Knowledge
 from gateway.reply import chunks
 from gateway.reply.headers import answer_headers, replayable
+from gateway.reply.reply import Reply
+from gateway.reply.stage import OnComplete, Stage
 from gateway.reply.stream import ChunkStream
+from gateway.reply.usage import UsageAccounting
 from gateway.resilience.executor import AllUpstreamsUnavailable, UpstreamExecutor
 from gateway.routing.router import Router
 from gateway.server.overload import sheds
@@ -42,7 +47,6 @@ from gateway.util.tokens import estimate_prompt_tokens
 from gateway.wire import ChatCompletionRequest, EmbeddingRequest
 
 Json = dict[str, Any]
-Store = Callable[[Json], None]
 
 
 class Pipeline:
@@ -64,9 +68,7 @@ class Pipeline:
         self.knowledge = knowledge
         self.cache = cache
 
-    async def chat(
-        self, ctx: RequestContext, request: ChatCompletionRequest, body: Json
-    ) -> Json | ChunkStream:
+    async def chat(self, ctx: RequestContext, request: ChatCompletionRequest, body: Json) -> Reply:
         policy = self.settings.policies.of(ctx)
         alias = policy.routing.aliases.get(request.model)
         route = ctx.route = self.resolve(self.router.first_tier(request.model, alias), "chat")
@@ -90,7 +92,7 @@ class Pipeline:
             time_left = self.executor.time_left(ctx, route)
             grounding = await self.knowledge.ground(ctx, knowledge_base, body, time_left)
         try:
-            reply = await self.executor.chat(
+            answer = await self.executor.chat(
                 ctx,
                 route,
                 _prompt(body, grounding),
@@ -99,24 +101,16 @@ class Pipeline:
             )
         except AllUpstreamsUnavailable as err:
             return await self._unavailable(ctx, request, body, err)
-        reply = await self._guard_tool_calls(ctx, route, body, reply)
-        store = self._store(ctx, plan, grounding)
-        if store is not None and ctx.fallback_model is None:  # a fallback's answer is not ours
-            if isinstance(reply, ChunkStream):
-                reply.on_complete(store)
-            else:
-                store(reply)
-        return self._finish(ctx, request, body, reply, grounding)
-
-    async def _guard_tool_calls(
-        self, ctx: RequestContext, route: ModelRoute, body: Json, reply: Json | ChunkStream
-    ) -> Json | ChunkStream:
-        if not self.tool_guard.applies(ctx, body):
-            return reply
-        if isinstance(reply, ChunkStream):
-            self.tool_guard.hold(ctx, route, body, reply)
-            return reply
-        return await self.tool_guard.review(ctx, route, body, reply)
+        # On a stream, sources and the disclaimer go into the first batch as the upstream
+        # sent it (Stage.opening), so the tool guard holds calls behind the disclaimer.
+        reply = (
+            Reply(answer)
+            .then(self.tool_guard.stage(ctx, route, body))
+            .then(self._for_level(ctx, request, body, grounding))
+            .then(self._cache_store(ctx, plan, grounding))
+            .then(UsageAccounting(ctx, request.wants_usage_in_stream))
+        )
+        return await reply.ready()
 
     async def _cache_plan(
         self, ctx: RequestContext, route: ModelRoute, body: Json, knowledge_base: str | None
@@ -130,15 +124,18 @@ class Pipeline:
             context = f"{knowledge_base or ''}\x00key:{ctx.byok_hash}"
         return await self.cache.prepare(ctx, route, body, ctx.cache_directive, context)
 
-    def _store(
+    def _cache_store(
         self, ctx: RequestContext, plan: CachePlan | None, grounding: Grounding | None
-    ) -> Store | None:
+    ) -> Stage | None:
         """What keeps a complete answer: only full-strength ones (no knowledge base, or level
-        1 with its sources), never a disclaimer answer that better retrieval would replace,
-        nor one whose tool calls the guard had to strip or let through broken (a stream's
-        calls are settled when it ends, so that is checked then)."""
+        1 with its sources) that our model gave (a fallback's is not ours), never a disclaimer
+        answer that better retrieval would replace, nor one whose tool calls the guard had to
+        strip or let through broken (a stream's calls are settled when it ends, so that is
+        checked then)."""
         cache = self.cache
         if cache is None or plan is None or (grounding is not None and grounding.level != 1):
+            return None
+        if ctx.fallback_model is not None:
             return None
         extra = {"sources": sources_field(grounding.passages)} if grounding else {}
 
@@ -147,34 +144,23 @@ class Pipeline:
                 # Its level, knowledge base and route go with it: a hit replays them.
                 cache.keep(ctx, plan, {**completion, **extra}, answer_headers(ctx))
 
-        return keep
+        return OnComplete(keep)
 
-    def _finish(
+    def _for_level(
         self,
         ctx: RequestContext,
         request: ChatCompletionRequest,
         body: Json,
-        reply: Json | ChunkStream,
         grounding: Grounding | None,
-    ) -> Json | ChunkStream:
+    ) -> Stage | None:
         """Sources with a grounded answer; a disclaimer before an ungrounded one."""
         if grounding is None:
-            return reply
+            return None
         if grounding.level == 1:
-            ctx.sources = len(grounding.passages)
-            sources = sources_field(grounding.passages)
-            if isinstance(reply, ChunkStream):
-                reply.annotate_first({"sources": sources})
-                return reply
-            return {**reply, "sources": sources}
+            return Sources(ctx, grounding.passages)
         texts = self.settings.policies.of(ctx).degradation.disclaimer
         disclaimer = degradation.localized(texts, last_user_text(body))
-        if isinstance(reply, ChunkStream):
-            reply.prepend(
-                lambda first: degradation.disclaimer_chunk(first, disclaimer, request.n or 1)
-            )
-            return reply
-        return degradation.with_disclaimer(reply, disclaimer)
+        return degradation.Disclaimer(disclaimer, request.n or 1)
 
     async def _unavailable(
         self,
@@ -182,7 +168,7 @@ class Pipeline:
         request: ChatCompletionRequest,
         body: Json,
         err: AllUpstreamsUnavailable,
-    ) -> Json | ChunkStream:
+    ) -> Reply:
         """Level 4: a well-formed answer saying so (or the 503, if the policy prefers)."""
         ctx.degradation_level = 4
         policy = self.settings.policies.of(ctx).degradation.unavailable
@@ -192,21 +178,15 @@ class Pipeline:
         ctx.error_code = err.code  # logged and counted; the client gets a normal answer
         text = degradation.localized(policy.message, last_user_text(body))
         completion = degradation.unavailable_completion(request.model, text, request.n or 1)
-        if request.stream:
-            replayed = chunks.replay(completion, request.wants_usage_in_stream)
-            return await ChunkStream.open(ctx, replayed, client_wants_usage=True)
-        return completion
+        return await _replayed(ctx, request, completion)
 
     async def _from_cache(
         self, ctx: RequestContext, request: ChatCompletionRequest, hit: CacheHit
-    ) -> Json | ChunkStream:
+    ) -> Reply:
         completion = {**hit.entry.response, "id": wire.completion_id(), "created": int(time.time())}
         ctx.saved_usage = completion.get("usage")
         ctx.replayed_headers = replayable(hit.entry.headers)
-        if request.stream:
-            replayed = chunks.replay(completion, request.wants_usage_in_stream)
-            return await ChunkStream.open(ctx, replayed, client_wants_usage=True)
-        return completion
+        return await _replayed(ctx, request, completion)
 
     async def embeddings(self, ctx: RequestContext, request: EmbeddingRequest, body: Json) -> Json:
         route = ctx.route = self.resolve(request.model, "embedding")
@@ -239,6 +219,16 @@ class Pipeline:
 
 # Tool-guard outcomes whose answer is the guard's stand-in, or still wrong: never reused.
 _NOT_KEPT = frozenset({"stripped", "passed", "failed"})
+
+
+async def _replayed(ctx: RequestContext, request: ChatCompletionRequest, completion: Json) -> Reply:
+    """A completion the gateway has in hand (a hit, level 4), as the request asked for it. A
+    replayed stream carries usage only when the client asked: nothing to hide."""
+    answer: Json | ChunkStream = completion
+    if request.stream:
+        replayed = chunks.replay(completion, request.wants_usage_in_stream)
+        answer = await ChunkStream.open(ctx, replayed)
+    return await Reply(answer).then(UsageAccounting(ctx, client_wants_usage=True)).ready()
 
 
 def _prompt(body: Json, grounding: Grounding | None) -> Json:

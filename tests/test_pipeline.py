@@ -6,11 +6,13 @@ from typing import Any
 
 import pytest
 
-from gateway.config import BreakerConfig, BreakerStorageConfig, build_settings, parse_config
+from gateway.config import BreakerConfig, build_settings, parse_config
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest, ModelNotFound, UpstreamError
 from gateway.pipeline import Pipeline
+from gateway.reply.reply import Reply
 from gateway.reply.stream import ChunkStream
+from gateway.reply.usage import UsageAccounting
 from gateway.resilience.breaker import Breakers
 from gateway.server.runtime import Runtime
 from gateway.wire import ChatCompletionRequest
@@ -29,7 +31,7 @@ SETTINGS = build_settings(parse_config(CONFIG), "<t>", {})
 
 @pytest.fixture
 def pipeline() -> Pipeline:
-    return Runtime.build(SETTINGS, Breakers(BreakerConfig(), BreakerStorageConfig())).pipeline
+    return Runtime.build(SETTINGS, Breakers(BreakerConfig())).pipeline
 
 
 def _ctx() -> RequestContext:
@@ -57,7 +59,7 @@ async def test_alias_resolves_and_upstream_sees_the_upstream_name(pipeline: Pipe
     body = {"model": "cheap", "messages": [{"role": "user", "content": "hi"}]}
     ctx = _ctx()
     reply = await pipeline.chat(ctx, ChatCompletionRequest.model_validate(body), body)
-    assert isinstance(reply, dict) and reply["model"] == "demo"
+    assert reply.completion is not None and reply.completion["model"] == "demo"
     assert ctx.route is not None and ctx.route.name == "cheap" and ctx.usage
 
 
@@ -77,8 +79,9 @@ USAGE = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
 @pytest.mark.parametrize("client_wants_usage", [True, False])
 async def test_usage_is_accounted_and_shown_only_when_asked(client_wants_usage: bool) -> None:
     ctx = _ctx()
-    stream = await ChunkStream.open(ctx, _source(dict(TEXT), dict(USAGE)), client_wants_usage)
-    async with aclosing(stream.relay()) as relay:
+    stream = await ChunkStream.open(ctx, _source(dict(TEXT), dict(USAGE)))
+    reply = await Reply(stream).then(UsageAccounting(ctx, client_wants_usage)).ready()
+    async with aclosing(reply.relay()) as relay:
         seen = [chunk async for batch in relay for chunk in batch]
     assert ctx.usage == USAGE["usage"]
     if client_wants_usage:
@@ -90,11 +93,11 @@ async def test_usage_is_accounted_and_shown_only_when_asked(client_wants_usage: 
 
 async def test_failure_before_the_first_chunk_raises_at_open() -> None:
     with pytest.raises(UpstreamError):
-        await ChunkStream.open(_ctx(), _source(fail=True), False)
+        await ChunkStream.open(_ctx(), _source(fail=True))
 
 
 async def test_failure_mid_stream_raises_from_relay() -> None:
-    stream = await ChunkStream.open(_ctx(), _source(dict(TEXT), fail=True), False)
-    async with aclosing(stream.relay()) as relay:
+    stream = await ChunkStream.open(_ctx(), _source(dict(TEXT), fail=True))
+    async with aclosing(stream.relay(())) as relay:
         with pytest.raises(UpstreamError):
             _ = [batch async for batch in relay]

@@ -6,6 +6,7 @@ their tool-call deltas held (guard/held_calls.py) and reviewed once complete."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.config import ModelRoute, Settings
@@ -14,7 +15,7 @@ from gateway.errors import GatewayError
 from gateway.guard.held_calls import HeldToolCalls
 from gateway.guard.repair import Settled, settle
 from gateway.guard.tools import ToolCatalog
-from gateway.reply.stream import ChunkStream
+from gateway.reply.stage import Stage
 from gateway.resilience.executor import UpstreamExecutor
 
 log = logging.getLogger("gateway.guard")
@@ -51,13 +52,19 @@ class ToolCallGuard:
             choice["finish_reason"] = settled.finish_reason
         return {**reply, "choices": [choice]}
 
-    def hold(self, ctx: RequestContext, route: ModelRoute, body: Json, stream: ChunkStream) -> None:
-        """A stream: content flows on; tool calls are sent once complete and settled."""
+    def stage(self, ctx: RequestContext, route: ModelRoute, body: Json) -> Stage | None:
+        """The guard as a reply stage, for requests it applies to: a plain answer is reviewed
+        whole; a stream's content flows on, its tool calls are sent once complete and settled."""
+        if not self.applies(ctx, body):
+            return None
+
+        async def review(reply: Json) -> Json:
+            return await self.review(ctx, route, body, reply)
 
         async def settle_message(message: Json) -> Settled:
             return await self._settle(ctx, route, body, message)
 
-        stream.set_filter(HeldToolCalls(settle_message))
+        return _ToolCallStage(review, HeldToolCalls(settle_message))
 
     async def _settle(
         self, ctx: RequestContext, route: ModelRoute, body: Json, message: Json
@@ -96,3 +103,18 @@ class ToolCallGuard:
                 "ascii", "replace"
             ).decode()
         return settled
+
+
+class _ToolCallStage(Stage):
+    def __init__(self, review: Callable[[Json], Awaitable[Json]], held: HeldToolCalls) -> None:
+        self._review = review
+        self._held = held
+
+    async def answer(self, completion: Json) -> Json:
+        return await self._review(completion)
+
+    def chunks(self, batch: list[Json]) -> list[Json]:
+        return [chunk for chunk in map(self._held.feed, batch) if chunk is not None]
+
+    async def finish(self) -> list[Json]:
+        return await self._held.finish()

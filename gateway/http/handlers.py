@@ -20,7 +20,6 @@ from gateway.http import render
 from gateway.http.keys import BREAKERS, CACHE, CTX, DRAIN, LIMITER, METRICS, RELOADER, RUNTIME
 from gateway.observability.metrics import CONTENT_TYPE
 from gateway.observability.redact import redacted
-from gateway.reply.stream import ChunkStream
 from gateway.state.shared import shared_parts
 from gateway.util import offload
 from gateway.util.jsondepth import too_deep
@@ -44,9 +43,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if runtime.settings.server.log_prompts:
         ctx.prompt = message_text(body["messages"][-1])
     reply = await runtime.pipeline.chat(ctx, chat, body)
-    if isinstance(reply, ChunkStream):
-        return await render.stream(request, ctx, reply)
-    return render.json(ctx, reply)
+    if reply.completion is not None:
+        return render.json(ctx, reply.completion)
+    return await render.stream(request, ctx, reply)
 
 
 async def embeddings(request: web.Request) -> web.StreamResponse:

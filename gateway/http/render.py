@@ -16,7 +16,7 @@ from gateway.errors import GatewayError, InternalError
 from gateway.http.keys import DRAIN
 from gateway.reply import sse
 from gateway.reply.headers import answer_headers
-from gateway.reply.stream import ChunkStream
+from gateway.reply.reply import Reply
 from gateway.server.shutdown import ShuttingDown
 
 log = logging.getLogger("gateway")
@@ -40,11 +40,9 @@ def error(ctx: RequestContext, err: GatewayError) -> web.Response:
     return response
 
 
-async def stream(
-    request: web.Request, ctx: RequestContext, chunks: ChunkStream
-) -> web.StreamResponse:
-    """Relay chunks as SSE. After prepare() the status is sent, so failures become an SSE error
-    event followed by [DONE]."""
+async def stream(request: web.Request, ctx: RequestContext, reply: Reply) -> web.StreamResponse:
+    """Relay a reply's chunks as SSE. After prepare() the status is sent, so failures become an
+    SSE error event followed by [DONE]."""
     response = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",
@@ -59,7 +57,7 @@ async def stream(
     if task is not None:
         drain.streams.add(task)
     try:
-        async with aclosing(chunks.relay()) as relay:
+        async with aclosing(reply.relay()) as relay:
             try:
                 async for batch in relay:
                     if batch:

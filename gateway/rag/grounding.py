@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.context import RequestContext
 from gateway.rag.base import Passage
+from gateway.reply.stage import Stage
 
 Json = dict[str, Any]
 
@@ -46,3 +48,22 @@ def sources_field(passages: list[Passage]) -> list[Json]:
         }
         for number, passage in enumerate(passages, 1)
     ]
+
+
+class Sources(Stage):
+    """The sources beside a grounded answer (a stream: in its first chunk)."""
+
+    def __init__(self, ctx: RequestContext, passages: list[Passage]) -> None:
+        self._ctx = ctx
+        self._count = len(passages)
+        self._sources = sources_field(passages)
+
+    async def answer(self, completion: Json) -> Json:
+        self._ctx.sources = self._count
+        return {**completion, "sources": self._sources}
+
+    def opening(self, first: list[Json]) -> list[Json]:
+        self._ctx.sources = self._count
+        if first:
+            first[0].update({"sources": self._sources})
+        return first

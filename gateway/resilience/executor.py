@@ -79,7 +79,7 @@ class UpstreamExecutor:
             provider: Provider, upstream_body: Json, key: SecretStr | None
         ) -> ChunkStream:
             if provider.settings.stream_usage and not wants_usage:
-                # Ask for usage anyway, for accounting; ChunkStream hides it from the client.
+                # Ask for usage anyway, for accounting; the usage stage hides it.
                 options = upstream_body.get("stream_options") or {}
                 upstream_body["stream_options"] = {**options, "include_usage": True}
             served = ctx.served_deployment
@@ -87,7 +87,6 @@ class UpstreamExecutor:
             return await ChunkStream.open(
                 ctx,
                 provider.stream(upstream_body, key),
-                wants_usage,
                 on_break=breaker.record_failure if breaker else None,
             )
 
