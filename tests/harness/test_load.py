@@ -125,3 +125,19 @@ async def test_the_open_loop_skips_rather_than_pile_up(slow: Slow) -> None:
         )
     assert slow.most_open <= 3
     assert result.skipped > 20 and result.count + result.skipped == 50
+
+
+async def test_a_paced_closed_loop_keeps_its_rate_with_at_most_n_open(slow: Slow) -> None:
+    async with session_for(8) as session:
+        result = await closed_loop(session, lambda i: Request(slow.url, b"x"), 8, count=10, rate=20)
+    # 8 workers could send 40 a second (0.2 s each); paced, request i leaves at i / 20 s.
+    assert result.count == 10 and slow.most_open <= 8
+    assert slow.arrivals[-1] - slow.arrivals[0] == pytest.approx(0.45, abs=0.1)
+
+
+async def test_a_paced_closed_loop_that_falls_behind_sends_at_once(slow: Slow) -> None:
+    async with session_for(2) as session:
+        result = await closed_loop(session, lambda i: Request(slow.url, b"x"), 2, count=6, rate=100)
+    # Due within 0.06 s, but two at a time for 0.2 s each: three waves, never more than two.
+    assert result.count == 6 and slow.most_open == 2
+    assert 0.5 < result.seconds < 1.5

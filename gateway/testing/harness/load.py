@@ -121,9 +121,12 @@ async def closed_loop(
     stop: asyncio.Event | None = None,
     ok: Check = status_200,
     observe: Observer | None = None,
+    rate: float = 0.0,
 ) -> LoadResult:
     """`concurrency` workers until `count` requests were sent, `seconds` passed or `stop` is
-    set, whichever comes first (at least one of the three must be given)."""
+    set, whichever comes first (at least one of the three must be given). With a `rate`,
+    request `i` is not sent before start + i / `rate`, and a worker that is late sends at once:
+    paced, but never more than `concurrency` in flight (clients with a pool that size)."""
     if count is None and seconds is None and stop is None:
         raise ValueError("closed_loop needs a count, a duration or a stop event")
     recorder = _Recorder(ok, observe)
@@ -138,6 +141,8 @@ async def closed_loop(
         nonlocal issued
         while more():
             index, issued = issued, issued + 1
+            if rate:
+                await asyncio.sleep(started + index / rate - time.perf_counter())
             recorder.record(await send(session, make(index), index))
 
     started = time.perf_counter()
