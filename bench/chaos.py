@@ -28,7 +28,6 @@ gateway has in hand before it sends them) is checked against the deadline, which
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import itertools
@@ -38,12 +37,10 @@ import os
 import random
 import re
 import secrets
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -52,12 +49,28 @@ from typing import Any
 
 import aiohttp
 import uvloop
-from procs import Server, cpu_seconds, fmt, free_port, http_ok, load_average, percentile, pythonpath
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from gateway.testing.harness.configs import write_config
+from gateway.testing.harness.load import Outcome, Request, closed_loop, send, session_for
+from gateway.testing.harness.options import option, parse_options
+from gateway.testing.harness.process import Server
+from gateway.testing.harness.procstat import cpu_seconds, load_average
+from gateway.testing.harness.replies import parse_reply
+from gateway.testing.harness.scrape import by_label, scrape
+from gateway.testing.harness.starters import (
+    FAKE_RETRIEVER,
+    REPO_ROOT,
+    ready,
+    start_fake_upstream,
+    start_gateway,
+)
+from gateway.testing.harness.stats import fmt, median, percentile
+from gateway.testing.harness.sync_http import get_json
+from gateway.testing.harness.tables import markdown_table
+
 Json = dict[str, Any]
-HEADERS = {"Content-Type": "application/json"}
 
 MODEL, BACKUP_MODEL, KB = "chat", "backup", "docs"
 PRIMARY_BREAKER, BACKUP_BREAKER, KB_BREAKER = (
@@ -68,7 +81,6 @@ PRIMARY_BREAKER, BACKUP_BREAKER, KB_BREAKER = (
 # The primary's cycle; the outage (both upstreams down) comes once, after the first cycle.
 PRIMARY_CYCLE = ("healthy", "failing", "healthy", "slow")
 RETRIEVER_CYCLE = ("healthy", "error", "healthy", "slow")
-BAD_PRIMARY = ("failing", "slow", "outage")
 
 # Questions the fake retriever's corpus answers (word overlap well above min_score 0.35: level 1
 # when retrieval works), and one it does not (level 2). A ticket number makes each one distinct.
@@ -82,32 +94,52 @@ OFF_TOPIC = "Write a short poem about autumn leaves and quiet rivers"
 OFF_TOPIC_EVERY = 5
 
 
-@dataclass(frozen=True)
+@dataclass
 class Options:
-    requests: int
-    concurrency: int
-    rate: float  # requests per second; 0: as fast as the workers go
-    stream_share: float
-    period: float
-    retriever_period: float
-    outage_seconds: float
-    deadline: float
-    slow_ms: float
-    slow_kind: str  # "latency": before the headers; "first-byte": streams, after them
-    read_timeout: float | None
-    attempt_timeout: float | None  # resilience.attempt_timeout_seconds; None: unset
-    primary_latency_ms: float
-    backup_latency_ms: float
-    kb_timeout: float
-    retriever_slow_ms: float
-    retry_attempts: int
-    breaker_failures: int
-    reset_seconds: float
-    poll_ms: float
-    max_seconds: float
-    seed: int
-    json_out: Path | None
-    keep: bool
+    requests: int = option(20_000, "requests to send")
+    concurrency: int = option(100, "at most this many in flight")
+    rate: float = option(
+        300.0,
+        "requests sent per second, at most `concurrency` in flight (0: unpaced); "
+        "paced so that a run spans several chaos cycles",
+    )
+    stream_share: float = option(0.0, "fraction streamed (0..1)")
+    period: float = option(3.0, "seconds per primary window")
+    retriever_period: float = option(2.3, "seconds per retriever window")
+    outage_seconds: float = option(1.5, "the one window with both upstreams failing")
+    deadline: float = option(2.5, "the model's deadline_seconds")
+    slow_ms: float | None = option(
+        None, "primary latency in slow windows (default: deadline + 1.5 s)"
+    )
+    slow_kind: str = option(
+        "latency",
+        "slow windows delay the response headers, or (streams only) the first chunk",
+        choices=("latency", "first-byte"),
+    )
+    read_timeout: float | None = option(
+        None, "the primary provider's timeouts.read (default: unset, 60 s)"
+    )
+    attempt_timeout: float | None = option(
+        0.8,
+        "resilience.attempt_timeout_seconds, one attempt's bound to the first byte (below "
+        "the deadline; 0: unset, an attempt may use the rest of it)",
+    )
+    primary_latency_ms: float = option(20.0)
+    backup_latency_ms: float = option(40.0)
+    kb_timeout: float = option(0.3, "the knowledge base's timeout_seconds")
+    retriever_slow_ms: float = option(600.0, "retriever latency in its slow windows")
+    retry_attempts: int = option(2)
+    breaker_failures: int = option(5)
+    reset_seconds: float = option(2.0)
+    poll_ms: float = option(50.0, "how often /admin/breakers is read")
+    max_seconds: float = option(300.0, "stop sending after this long, whatever is left")
+    seed: int = option(1, "which requests are streamed")
+    json_out: Path | None = option(None, "also write the summary and windows here", flag="--json")
+    keep: bool = option(False, "keep the servers' logs and config")
+
+    def __post_init__(self) -> None:
+        self.slow_ms = self.slow_ms or (self.deadline + 1.5) * 1000
+        self.attempt_timeout = self.attempt_timeout or None  # 0: unset
 
 
 # --- servers ---------------------------------------------------------------------------------
@@ -119,77 +151,74 @@ class Setup:
     backup: str
     retriever: str
     gateway: str
-    gateway_pid: int
     admin_key: str
-    gateway_log: Path
+    server: Server  # the gateway's process
 
 
-def gateway_yaml(opts: Options, port: int, primary: str, backup: str, retriever: str) -> str:
-    read = f", timeouts: {{read: {opts.read_timeout}}}" if opts.read_timeout else ""
-    backoff = "initial_backoff_ms: 20, max_backoff_ms: 100, max_retry_after_seconds: 1"
-    attempt = f"\n  attempt_timeout_seconds: {opts.attempt_timeout}" if opts.attempt_timeout else ""
-    breaker = f"{{failures: {opts.breaker_failures}, reset_seconds: {opts.reset_seconds}}}"
-    return f"""\
-server: {{host: 127.0.0.1, port: {port}, access_log: false}}
-auth: {{admin_key_env: GATEWAY_ADMIN_KEY}}
-providers:
-  primary: {{type: openai, base_url: "{primary}/v1"{read}}}
-  backup: {{type: openai, base_url: "{backup}/v1"}}
-models:
-  - name: {MODEL}
-    provider: primary
-    upstream_model: chat-primary
-    fallbacks: [{BACKUP_MODEL}]
-    deadline_seconds: {opts.deadline}
-    cache: {{enabled: false}}
-  - name: {BACKUP_MODEL}
-    provider: backup
-    upstream_model: chat-backup
-    deadline_seconds: {opts.deadline}
-    cache: {{enabled: false}}
-resilience:
-  retry: {{attempts: {opts.retry_attempts}, {backoff}}}
-  breaker: {breaker}
-  deadline_seconds: {opts.deadline}{attempt}
-degradation:
-  unavailable: {{mode: answer, retry_after_seconds: 2}}
-knowledge_bases:
-  {KB}:
-    type: http
-    url: "{retriever}/search"
-    timeout_seconds: {opts.kb_timeout}
-    breaker: {breaker}
-    attach: {{models: [{MODEL}]}}
-"""
+def gateway_config(opts: Options, primary: str, backup: str, retriever: str) -> Json:
+    breaker = {"failures": opts.breaker_failures, "reset_seconds": opts.reset_seconds}
+    primary_provider: Json = {"type": "openai", "base_url": f"{primary}/v1"}
+    if opts.read_timeout:
+        primary_provider["timeouts"] = {"read": opts.read_timeout}
+    resilience: Json = {
+        "retry": {
+            "attempts": opts.retry_attempts,
+            "initial_backoff_ms": 20,
+            "max_backoff_ms": 100,
+            "max_retry_after_seconds": 1,
+        },
+        "breaker": breaker,
+        "deadline_seconds": opts.deadline,
+    }
+    if opts.attempt_timeout:
+        resilience["attempt_timeout_seconds"] = opts.attempt_timeout
+    model = {"deadline_seconds": opts.deadline, "cache": {"enabled": False}}
+    return {
+        "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
+        "auth": {"admin_key_env": "GATEWAY_ADMIN_KEY"},
+        "providers": {
+            "primary": primary_provider,
+            "backup": {"type": "openai", "base_url": f"{backup}/v1"},
+        },
+        "models": [
+            {"name": MODEL, "provider": "primary", "upstream_model": "chat-primary"}
+            | {"fallbacks": [BACKUP_MODEL], **model},
+            {"name": BACKUP_MODEL, "provider": "backup", "upstream_model": "chat-backup", **model},
+        ],
+        "resilience": resilience,
+        "degradation": {"unavailable": {"mode": "answer", "retry_after_seconds": 2}},
+        "knowledge_bases": {
+            KB: {
+                "type": "http",
+                "url": f"{retriever}/search",
+                "timeout_seconds": opts.kb_timeout,
+                "breaker": breaker,
+                "attach": {"models": [MODEL]},
+            }
+        },
+    }
 
 
-def start_servers(opts: Options, workdir: Path, servers: list[Server]) -> Setup:
-    env = {"PYTHONPATH": pythonpath(ROOT)}
-
-    def fake(name: str, module: str) -> str:
-        server = Server(name, [sys.executable, "-m", module, "--port", "0"], workdir, env)
-        servers.append(server)
-        return server.wait_ready(server.log_url, 30)
-
-    primary = fake("primary", "gateway.testing.fake_upstream")
-    backup = fake("backup", "gateway.testing.fake_upstream")
-    retriever = fake("retriever", "gateway.testing.fake_retriever")
-    port = free_port()
-    config = workdir / "gateway.yaml"
-    config.write_text(gateway_yaml(opts, port, primary, backup, retriever))
-    admin_key = secrets.token_urlsafe(24)
-    gateway = Server(
-        "gateway",
-        [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(port)],
-        workdir,
-        {**env, "GATEWAY_ADMIN_KEY": admin_key},
+def start_servers(opts: Options, workdir: Path, stack: contextlib.ExitStack) -> Setup:
+    primary, backup = (
+        stack.enter_context(start_fake_upstream(workdir, name=name))
+        for name in ("primary", "backup")
     )
-    servers.append(gateway)
-    base = f"http://127.0.0.1:{port}"
-    gateway.wait_ready(lambda: base if http_ok(base + "/readyz") else None, 90)
-    for server in servers:
-        print(f"  {server.name}: pid {server.proc.pid}, log {server.log_path}")
-    return Setup(primary, backup, retriever, base, gateway.proc.pid, admin_key, gateway.log_path)
+    retriever = stack.enter_context(
+        start_fake_upstream(workdir, name="retriever", module=FAKE_RETRIEVER)
+    )
+    config = gateway_config(opts, primary.url, backup.url, retriever.url)
+    admin_key = secrets.token_urlsafe(24)
+    gateway = start_gateway(
+        workdir,
+        write_config(workdir, config, name="gateway.yaml"),
+        env={"GATEWAY_ADMIN_KEY": admin_key},
+        timeout=90,
+    )
+    stack.enter_context(ready(gateway, 90))
+    for server in (primary, backup, retriever, gateway):
+        print(f"  {server.name}: pid {server.pid}, log {server.log_path}")
+    return Setup(primary.url, backup.url, retriever.url, gateway.url, admin_key, gateway)
 
 
 # --- chaos -----------------------------------------------------------------------------------
@@ -351,72 +380,35 @@ def prompt(i: int) -> str:
     return f"{ON_TOPIC[i % len(ON_TOPIC)]} (ticket {i})"
 
 
-def request_body(i: int, stream: bool) -> bytes:
+def chat_request(url: str, i: int, stream: bool) -> Request:
     body: Json = {"model": MODEL, "messages": [{"role": "user", "content": prompt(i)}]}
     if stream:
         body["stream"] = True
-    return json.dumps(body).encode()
+    return Request(url, json.dumps(body).encode())
 
 
-def valid_completion(data: bytes) -> bool:
-    try:
-        obj = json.loads(data)
-        content = obj["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return False
-    return obj.get("object") == "chat.completion" and isinstance(content, str) and bool(content)
-
-
-def valid_stream(data: bytes) -> bool:
-    """SSE chunks with text, no error event, ending with [DONE] and nothing after it."""
-    text, done = [], False
-    for line in data.split(b"\n"):
-        line = line.rstrip(b"\r")
-        if not line.startswith(b"data:"):
-            continue
-        payload = line[5:].strip()
-        if done:
-            return False
-        if payload == b"[DONE]":
-            done = True
-            continue
-        try:
-            event = json.loads(payload)
-        except ValueError:
-            return False
-        if not isinstance(event, dict) or "error" in event:
-            return False
-        for choice in event.get("choices") or []:
-            text.append((choice.get("delta") or {}).get("content") or "")
-    return done and bool("".join(text))
-
-
-async def one_request(session: aiohttp.ClientSession, url: str, i: int, stream: bool) -> Record:
-    started, t0 = time.time(), time.perf_counter()
-    record = Record(i, started, 0.0, math.nan, stream)
-    try:
-        async with session.post(url, data=request_body(i, stream), headers=HEADERS) as resp:
-            record.headers = time.perf_counter() - t0
-            data = await resp.read()
-            record.status = resp.status
-            h = resp.headers
-            record.level = h.get("x-gateway-level")
-            record.degraded = h.get("x-gateway-degraded")
-            record.fallback = h.get("x-gateway-fallback")
-            attempts = h.get("x-gateway-attempts")
-            record.attempts_header = attempts is not None
-            attempts = attempts or "1"
-            record.attempts = int(attempts) if attempts.isdigit() else -1  # -1: malformed
-    except TimeoutError:
-        record.error = "client_timeout"
-    except aiohttp.ClientError as exc:
-        record.error = type(exc).__name__
-    record.latency = time.perf_counter() - t0
-    if record.status:
-        ok_body = valid_stream(data) if stream else valid_completion(data)
-        record.valid = 200 <= record.status < 300 and ok_body
-        if not record.valid:
-            record.detail = data[:300].decode(errors="replace")
+def record_of(outcome: Outcome, stream: bool) -> Record:
+    """What the client got, checked: status, headers, and a valid completion or stream."""
+    sent = time.time() - (time.perf_counter() - outcome.started)
+    headers = outcome.first_byte_s or math.nan
+    record = Record(outcome.index, sent, outcome.latency_s, headers, stream)
+    record.error = "client_timeout" if outcome.error == "timeout" else outcome.error
+    if outcome.error is not None:
+        return record  # no (whole) answer: status 0
+    record.status = outcome.status
+    h = outcome.headers
+    record.level = h.get("x-gateway-level")
+    record.degraded = h.get("x-gateway-degraded")
+    record.fallback = h.get("x-gateway-fallback")
+    attempts = h.get("x-gateway-attempts")
+    record.attempts_header = attempts is not None
+    attempts = attempts or "1"
+    record.attempts = int(attempts) if attempts.isdigit() else -1  # -1: malformed
+    reply = parse_reply(outcome.body, stream)
+    ok_body = reply.valid_stream if stream else reply.valid_completion
+    record.valid = 200 <= outcome.status < 300 and ok_body
+    if not record.valid:
+        record.detail = outcome.body[:300].decode(errors="replace")
     return record
 
 
@@ -424,33 +416,31 @@ async def run_load(
     session: aiohttp.ClientSession, url: str, opts: Options, streamed: list[bool]
 ) -> tuple[list[Record], float]:
     records: list[Record] = []
-    issued = 0
-    stop_at = time.monotonic() + opts.max_seconds
     report_every = max(1, opts.requests // 10)
 
-    async def worker() -> None:
-        nonlocal issued
-        while issued < opts.requests and time.monotonic() < stop_at:
-            i = issued
-            issued += 1
-            if opts.rate:
-                # Request i is due at t0 + i / rate; a worker that is late sends at once.
-                await asyncio.sleep(t0 + i / opts.rate - time.monotonic())
-            records.append(await one_request(session, url, i, streamed[i]))
-            if len(records) % report_every == 0:
-                print(f"  {len(records):6d} done, {time.monotonic() - t0:5.1f} s", flush=True)
+    def observe(outcome: Outcome) -> None:
+        records.append(record_of(outcome, streamed[outcome.index]))
+        if len(records) % report_every == 0:
+            print(f"  {len(records):6d} done, {time.monotonic() - t0:5.1f} s", flush=True)
 
     t0 = time.monotonic()
-    await asyncio.gather(*(worker() for _ in range(opts.concurrency)))
-    return records, time.monotonic() - t0
+    run = await closed_loop(
+        session,
+        lambda i: chat_request(url, i, streamed[i]),
+        opts.concurrency,
+        count=opts.requests,
+        seconds=opts.max_seconds,
+        observe=observe,
+        rate=opts.rate,
+    )
+    return records, run.seconds
 
 
 async def check_setup(session: aiohttp.ClientSession, url: str) -> None:
     """Before any chaos: an on-topic question is grounded (level 1) on the primary, an
     off-topic one is level 2; otherwise the windows would not mean what they say."""
-    on = await one_request(session, url, 0, False)
-    off = await one_request(session, url, OFF_TOPIC_EVERY - 1, True)
-    for record, level in ((on, "1"), (off, "2")):
+    for i, level in ((0, "1"), (OFF_TOPIC_EVERY - 1, "2")):
+        record = record_of(await send(session, chat_request(url, i, i > 0), i), i > 0)
         if not record.valid or record.level != level or record.fallback:
             raise RuntimeError(f"setup check failed (expected level {level}): {record}")
 
@@ -556,8 +546,8 @@ def group_stats(rs: list[Record]) -> Json:
     lat = [r.latency for r in rs]
     return {
         "requests": len(rs),
-        "p50_ms": percentile(lat, 50),
-        "p99_ms": percentile(lat, 99),
+        "p50_ms": percentile(lat, 50) * 1000,
+        "p99_ms": percentile(lat, 99) * 1000,
         "max_ms": max(lat) * 1000,
         "fallback_share": sum(1 for r in rs if r.fallback) / len(rs),
         "level4_share": sum(1 for r in rs if r.level == "4") / len(rs),
@@ -596,10 +586,6 @@ def deadline_check(answered: list[Record], deadline: float) -> Json:
         "headers_over_deadline_plus_100ms": sum(1 for h in heads if h > deadline + 0.1),
         "headers_over_deadline_plus_250ms": sum(1 for h in heads if h > deadline + 0.25),
     }
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values) if values else math.nan
 
 
 def summarize(
@@ -667,8 +653,8 @@ def summarize(
             # The same, without the retriever's faults: requests sent while it was healthy.
             calm = [r for r in rs if retriever_kind(r) == "healthy"]
             lat = [r.latency for r in calm]
-            latency[kind]["kb_healthy_p50_ms"] = percentile(lat, 50)
-            latency[kind]["kb_healthy_p99_ms"] = percentile(lat, 99)
+            latency[kind]["kb_healthy_p50_ms"] = percentile(lat, 50) * 1000
+            latency[kind]["kb_healthy_p99_ms"] = percentile(lat, 99) * 1000
     healthy = latency.get("healthy", {})
     for kind in ("failing", "slow"):
         if kind in latency and healthy:
@@ -743,6 +729,7 @@ def print_report(summary: Json, opts: Options) -> None:
         f"\n{total} requests ({s['streamed']} streamed) at c={opts.concurrency} "
         f"in {s['seconds']:.1f} s: {s['rps']:.0f} req/s\n"
     )
+    d = s["deadline_check"]
     rows = [
         (
             "answered (2xx, valid chat completion, any level)",
@@ -752,15 +739,12 @@ def print_report(summary: Json, opts: Options) -> None:
             "... by a model (levels 1-3)",
             f"{s['answered_by_a_model']} ({pct(s['answered_by_a_model'])})",
         ),
-        ("5xx responses (target 0)", str(s["status_5xx"])),
-        ("other non-2xx responses", str(s["other_non_2xx"] - s["status_5xx"])),
-        ("2xx with an invalid body", str(s["invalid_2xx"])),
-        ("no response (client timeout / connection error)", str(sum(s["client_errors"].values()))),
+        ("5xx responses (target 0)", s["status_5xx"]),
+        ("other non-2xx responses", s["other_non_2xx"] - s["status_5xx"]),
+        ("2xx with an invalid body", s["invalid_2xx"]),
+        ("no response (client timeout / connection error)", sum(s["client_errors"].values())),
         ("answered by the fallback model", f"{s['fallbacks']} ({pct(s['fallbacks'])})"),
         ("more than one attempt (x-gateway-attempts > 1)", f"{s['retried']} ({pct(s['retried'])})"),
-    ]
-    d = s["deadline_check"]
-    rows += [
         (
             f"max time to headers / plain latency, answered (deadline {d['deadline_s']:g} s)",
             f"{d['max_headers_s']:.3f} s / {d['max_plain_latency_s']:.3f} s",
@@ -771,66 +755,61 @@ def print_report(summary: Json, opts: Options) -> None:
             f" / {d['headers_over_deadline_plus_250ms']}",
         ),
     ]
-    for level, name in (
-        ("1", "grounded"),
-        ("2", "general knowledge"),
-        ("3", "retrieval unavailable"),
-        ("4", "unavailable answer"),
-    ):
+    names = {"1": "grounded", "2": "general knowledge", "3": "retrieval unavailable"}
+    for level, name in (names | {"4": "unavailable answer"}).items():
         n = levels.get(level, 0)
         rows.append((f"level {level} ({name})", f"{n} ({pct(n)})"))
     if levels.get("none"):
-        rows.append(("no x-gateway-level header", str(levels["none"])))
-    print("| measure | value |\n|---|---|")
-    for name, value in rows:
-        print(f"| {name} | {value} |")
+        rows.append(("no x-gateway-level header", levels["none"]))
+    print(markdown_table(("measure", "value"), rows))
 
     print("\nLatency by the primary's window (requests by when they were sent):\n")
-    print(
-        "| window | windows | requests | p50 ms | p99 ms | max ms | p50 / healthy "
-        "| p99 / healthy | retriever healthy too: p50 ms | p99 ms | p50 / healthy "
-        "| p99 / healthy | fallback | level 4 |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    head = ("window", "windows", "requests", "p50 ms", "p99 ms", "max ms", "p50 / healthy")
+    head += ("p99 / healthy", "retriever healthy too: p50 ms", "p99 ms", "p50 / healthy")
+    head += ("p99 / healthy", "fallback", "level 4")
+    table = []
     for kind, row in s["latency_by_primary_window"].items():
-        cells = [
-            kind,
-            str(row["windows"]),
-            str(row["requests"]),
-            fmt(row["p50_ms"], ".1f"),
-            fmt(row["p99_ms"], ".1f"),
-            fmt(row["max_ms"], ".0f"),
-            fmt(row.get("p50_vs_healthy", math.nan), ".2f"),
-            fmt(row.get("p99_vs_healthy", math.nan), ".2f"),
-            fmt(row["kb_healthy_p50_ms"], ".1f"),
-            fmt(row["kb_healthy_p99_ms"], ".1f"),
-            fmt(row.get("kb_healthy_p50_vs_healthy", math.nan), ".2f"),
-            fmt(row.get("kb_healthy_p99_vs_healthy", math.nan), ".2f"),
-            f"{100 * row['fallback_share']:.1f} %",
-            f"{100 * row['level4_share']:.1f} %",
-        ]
-        print("| " + " | ".join(cells) + " |")
+        table.append(
+            (
+                kind,
+                row["windows"],
+                row["requests"],
+                *(fmt(row[k], ".1f") for k in ("p50_ms", "p99_ms")),
+                fmt(row["max_ms"], ".0f"),
+                *(fmt(row.get(f"{k}_vs_healthy", math.nan)) for k in ("p50", "p99")),
+                *(fmt(row[k], ".1f") for k in ("kb_healthy_p50_ms", "kb_healthy_p99_ms")),
+                *(fmt(row.get(f"kb_healthy_{k}_vs_healthy", math.nan)) for k in ("p50", "p99")),
+                f"{100 * row['fallback_share']:.1f} %",
+                f"{100 * row['level4_share']:.1f} %",
+            )
+        )
+    print(markdown_table(head, table))
 
     print("\nLevels by the retriever's window:\n")
-    print("| retriever | requests | level 1 | level 2 | level 3 | level 4 |")
-    print("|---|---|---|---|---|---|")
-    for kind, counts in s["levels_by_retriever_window"].items():
-        n = sum(counts.values())
-        by_level = " | ".join(str(counts.get(level, 0)) for level in "1234")
-        print(f"| {kind} | {n} | {by_level} |")
+    table = [
+        (kind, sum(counts.values()), *(counts.get(level, 0) for level in "1234"))
+        for kind, counts in s["levels_by_retriever_window"].items()
+    ]
+    head = ("retriever", "requests", "level 1", "level 2", "level 3", "level 4")
+    print(markdown_table(head, table))
 
     print(
         f"\nCircuit breakers (polled every {opts.poll_ms:.0f} ms: median gap "
         f"{fmt(s['polls']['gap_median_ms'], '.0f')} ms, max {fmt(s['polls']['gap_max_ms'], '.0f')}"
         " ms; open times from the breaker's own opened_at):\n"
     )
-    print("| breaker | event | n | median s | max s | skipped |\n|---|---|---|---|---|---|")
-    for b in s["breakers"]:
-        print(
-            f"| {b['breaker']} | {b['event']} | {b['n']} | {fmt(b['median_s'], '.2f')} "
-            f"| {fmt(b['max_s'], '.2f')} "
-            f"| {', '.join(f'{n} {why}' for why, n in b['skipped'].items()) or '-'} |"
+    table = [
+        (
+            b["breaker"],
+            b["event"],
+            b["n"],
+            fmt(b["median_s"]),
+            fmt(b["max_s"]),
+            ", ".join(f"{n} {why}" for why, n in b["skipped"].items()) or "-",
         )
+        for b in s["breakers"]
+    ]
+    print(markdown_table(("breaker", "event", "n", "median s", "max s", "skipped"), table))
     outage = s["after_outage"]
     if outage:
         print(
@@ -860,107 +839,13 @@ def print_report(summary: Json, opts: Options) -> None:
 # --- main ------------------------------------------------------------------------------------
 
 
-def parse_args(argv: list[str] | None) -> Options:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--requests", type=int, default=20_000)
-    p.add_argument("--concurrency", type=int, default=100)
-    p.add_argument(
-        "--rate",
-        type=float,
-        default=300,
-        help="requests sent per second, at most `concurrency` in flight (0: unpaced); "
-        "paced so that a run spans several chaos cycles",
-    )
-    p.add_argument("--stream-share", type=float, default=0.0, help="fraction streamed (0..1)")
-    p.add_argument("--period", type=float, default=3.0, help="seconds per primary window")
-    p.add_argument(
-        "--retriever-period", type=float, default=2.3, help="seconds per retriever window"
-    )
-    p.add_argument(
-        "--outage-seconds",
-        type=float,
-        default=1.5,
-        help="the one window with both upstreams failing",
-    )
-    p.add_argument("--deadline", type=float, default=2.5, help="the model's deadline_seconds")
-    p.add_argument(
-        "--slow-ms", type=float, help="primary latency in slow windows (default: deadline + 1.5 s)"
-    )
-    p.add_argument(
-        "--slow-kind",
-        choices=("latency", "first-byte"),
-        default="latency",
-        help="slow windows delay the response headers, or (streams only) the first chunk",
-    )
-    p.add_argument(
-        "--read-timeout",
-        type=float,
-        help="the primary provider's timeouts.read (default: unset, 60 s)",
-    )
-    p.add_argument(
-        "--attempt-timeout",
-        type=float,
-        default=0.8,
-        metavar="SECONDS",
-        help="resilience.attempt_timeout_seconds, one attempt's bound to the first byte "
-        "(default 0.8, below the deadline; 0: unset, an attempt may use the rest of it)",
-    )
-    p.add_argument("--primary-latency-ms", type=float, default=20)
-    p.add_argument("--backup-latency-ms", type=float, default=40)
-    p.add_argument("--kb-timeout", type=float, default=0.3)
-    p.add_argument("--retriever-slow-ms", type=float, default=600)
-    p.add_argument("--retry-attempts", type=int, default=2)
-    p.add_argument("--breaker-failures", type=int, default=5)
-    p.add_argument("--reset-seconds", type=float, default=2.0)
-    p.add_argument("--poll-ms", type=float, default=50)
-    p.add_argument(
-        "--max-seconds",
-        type=float,
-        default=300,
-        help="stop sending after this long, whatever is left",
-    )
-    p.add_argument("--seed", type=int, default=1, help="which requests are streamed")
-    p.add_argument("--json", type=Path, help="also write the summary and windows here")
-    p.add_argument("--keep", action="store_true", help="keep the servers' logs and config")
-    a = p.parse_args(argv)
-    return Options(
-        requests=a.requests,
-        concurrency=a.concurrency,
-        rate=a.rate,
-        stream_share=a.stream_share,
-        period=a.period,
-        retriever_period=a.retriever_period,
-        outage_seconds=a.outage_seconds,
-        deadline=a.deadline,
-        slow_ms=a.slow_ms or (a.deadline + 1.5) * 1000,
-        slow_kind=a.slow_kind,
-        read_timeout=a.read_timeout,
-        attempt_timeout=a.attempt_timeout or None,
-        primary_latency_ms=a.primary_latency_ms,
-        backup_latency_ms=a.backup_latency_ms,
-        kb_timeout=a.kb_timeout,
-        retriever_slow_ms=a.retriever_slow_ms,
-        retry_attempts=a.retry_attempts,
-        breaker_failures=a.breaker_failures,
-        reset_seconds=a.reset_seconds,
-        poll_ms=a.poll_ms,
-        max_seconds=a.max_seconds,
-        seed=a.seed,
-        json_out=a.json,
-        keep=a.keep,
-    )
-
-
 async def bench(setup: Setup, opts: Options) -> tuple[list[Record], float, Chaos, list[Poll], int]:
     rng = random.Random(opts.seed)
     streamed = [rng.random() < opts.stream_share for _ in range(opts.requests)]
     url = setup.gateway + "/v1/chat/completions"
-    connector = aiohttp.TCPConnector(limit=opts.concurrency)
     # A request that outlives its deadline by this much is a hang, not a slow answer.
-    timeout = aiohttp.ClientTimeout(total=opts.deadline + 15)
-    jar = aiohttp.DummyCookieJar()
     async with (
-        aiohttp.ClientSession(connector=connector, timeout=timeout, cookie_jar=jar) as load,
+        session_for(opts.concurrency, timeout_s=opts.deadline + 15) as load,
         aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as control,
     ):
         chaos = Chaos(control, setup, opts)
@@ -997,7 +882,7 @@ async def bench(setup: Setup, opts: Options) -> tuple[list[Record], float, Chaos
 def code_measured() -> str:
     def git(*args: str) -> str:
         return subprocess.run(
-            ["git", "-C", str(ROOT), *args], capture_output=True, check=True, text=True
+            ["git", "-C", str(REPO_ROOT), *args], capture_output=True, check=True, text=True
         ).stdout.strip()
 
     try:
@@ -1011,14 +896,10 @@ def code_measured() -> str:
 def upstream_failures(gateway: str) -> Json:
     """gateway_upstream_failures_total from /metrics: "deployment reason" -> count."""
     try:
-        text = urllib.request.urlopen(gateway + "/metrics", timeout=5).read().decode()
-    except OSError as exc:
+        found = scrape(gateway, "gateway_upstream_failures_total", timeout=5)
+    except (OSError, RuntimeError) as exc:
         return {"unavailable": str(exc)}
-    out: Json = {}
-    pattern = r'^gateway_upstream_failures_total\{deployment="([^"]*)",reason="([^"]*)"\} (\S+)'
-    for match in re.finditer(pattern, text, re.MULTILINE):
-        out[f"{match[1]} {match[2]}"] = float(match[3])
-    return out
+    return by_label(found, "deployment", "reason")
 
 
 def log_problems(path: Path) -> Json:
@@ -1037,7 +918,7 @@ def log_problems(path: Path) -> Json:
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts = parse_args(argv)
+    opts = parse_options(Options, argv, __doc__)
     print(
         f"chaos bench: {opts.requests} requests at c={opts.concurrency}, "
         f"{f'{opts.rate:g} req/s' if opts.rate else 'unpaced'}, stream share "
@@ -1051,7 +932,6 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  code measured: {code_measured()}; {os.cpu_count()} cpus, load average {load_average()}"
     )
-    servers: list[Server] = []
     wall = time.monotonic()
     with contextlib.ExitStack() as stack:
         if opts.keep:
@@ -1059,33 +939,30 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  logs and config kept in {tmp}")
         else:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="chaos-bench-"))
-        try:
+        with contextlib.ExitStack() as servers:
             setup = start_servers(opts, Path(tmp), servers)
-            cpu_before = cpu_seconds(setup.gateway_pid)
+            cpu_before = cpu_seconds(setup.server.pid)
             records, seconds, chaos, polls, failed_polls = uvloop.run(bench(setup, opts))
-            gateway_cpu = cpu_seconds(setup.gateway_pid) - cpu_before
-            upstream_stats = {
-                name: json.loads(urllib.request.urlopen(url + "/_fake/stats", timeout=5).read())
+            gateway_cpu = cpu_seconds(setup.server.pid) - cpu_before
+            upstream_calls = {
+                name: get_json(url + "/_fake/stats", timeout=5)["requests"]
                 for name, url in (("primary", setup.primary), ("backup", setup.backup))
             }
             failures = upstream_failures(setup.gateway)
-            alive = servers[-1].proc.poll() is None
-        finally:
-            for server in reversed(servers):
-                server.stop()
-        problems = log_problems(setup.gateway_log)
+            alive = setup.server.running
+        problems = log_problems(setup.server.log_path)
     summary = summarize(records, seconds, chaos, polls, opts)
     summary["failed_polls"] = failed_polls
     summary["gateway_cpu_ms_per_request"] = gateway_cpu * 1000 / max(1, len(records))
     summary["gateway_alive_at_end"] = alive
     summary["gateway_log"] = problems
-    summary["upstream_requests"] = {k: v["requests"] for k, v in upstream_stats.items()}
+    summary["upstream_requests"] = upstream_calls
     summary["upstream_failures"] = failures
     print(f"\ndone in {time.monotonic() - wall:.0f} s; load average {load_average()}")
     print_report(summary, opts)
     print(
         f"gateway CPU {summary['gateway_cpu_ms_per_request']:.2f} ms/request; upstream calls "
-        f"{summary['upstream_requests']}; gateway log {problems}; failed polls {failed_polls}"
+        f"{upstream_calls}; gateway log {problems}; failed polls {failed_polls}"
     )
     print(
         f"upstream failures (gateway metrics): {failures}; level-4 answers by "
