@@ -44,7 +44,8 @@ weight 1). `word-problems`: every text weighs 1.
    (ties: the smaller mix, then fewer neighbours). With a mix of 0 nothing votes, so the
    profile's `neighbours` stays. Printed per domain as well, beside the hand-set scorer (the
    prior weights with the prior exemplar mix, as shipped before any fit).
-3. Probe prompts (written here, in no data set): scores under the hand-set and fitted scorers.
+3. Probe prompts (bench/data/routing_probes.yaml, in no data set): scores under the hand-set and
+   fitted scorers.
 4. Diff check: the refit, rounded to 2 decimals as written, against the profile in scorer.py.
 
     python bench/fit_routing_weights.py [--profile general|word-problems] [--write]
@@ -62,30 +63,33 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run as a script from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from check_routing_dev import DEV, load, problems  # noqa: E402  (beside this file)
+from check_routing_dev import DEV, load, problems
+from routing_quality import body, score_all
 
-from gateway.cache.factory import new_embedder  # noqa: E402
-from gateway.config import EmbedderConfig  # noqa: E402
-from gateway.config.routing import ProfileName, ScoringConfig  # noqa: E402
-from gateway.routing.exemplars import load_exemplars  # noqa: E402
-from gateway.routing.features import SCORED, extract  # noqa: E402
-from gateway.routing.scorer import (  # noqa: E402
+from gateway.cache.factory import new_embedder
+from gateway.config import EmbedderConfig
+from gateway.config.routing import ProfileName, ScoringConfig
+from gateway.routing.exemplars import load_exemplars
+from gateway.routing.features import SCORED, extract
+from gateway.routing.scorer import (
     BIAS,
     FEATURES_PART,
     PROFILES,
     ComplexityScorer,
     Profile,
 )
+from gateway.testing.harness.stats import fmt
+from gateway.testing.harness.tables import markdown_table
 
+REPO = Path(__file__).resolve().parents[1]
 DEV_GENERAL = DEV.parent / "routing_dev_general.yaml"
+PROBES: dict[str, str] = yaml.safe_load((DEV.parent / "routing_probes.yaml").read_text("utf-8"))
 WORD_PROBLEM = "word-problem"  # the domain of math word problems (exemplars and routing_dev)
 EXEMPLARS, WORD_PROBLEMS, GENERAL = "exemplars", "word problems", "general"  # the sources
 SEED = 0
@@ -142,41 +146,6 @@ PROCEDURES: dict[ProfileName, Procedure] = {
 }
 assert set(PROCEDURES) == set(PROFILES), "a profile without a procedure, or the reverse"
 
-_ARTICLE = (
-    "The Ashford town council has approved a plan to repair the old stone bridge over the river"
-    " Wend, which has been closed to cars since cracks were found in two of its arches last"
-    " winter. Engineers say the bridge is safe for people on foot but cannot carry the weight of"
-    " traffic until the arches are strengthened. The work will cost about 1.2 million pounds, of"
-    " which the county will pay two thirds, and is expected to take nine months. During the"
-    " repairs the footpath will stay open except for four weekends, when a free shuttle bus will"
-    " run between the two banks. Shop owners on Bridge Street say the closure has already cut"
-    " their trade by a quarter, because drivers from the villages to the north now shop in the"
-    " retail park instead, and some asked the council to start the work sooner. The council"
-    " said it could not begin before the spring, because the river is too high in winter for"
-    " the scaffolding to be put up safely. It also promised a temporary car park on the north"
-    " bank and signs on the main road to tell drivers that the shops are still open. Local"
-    " historians welcomed the decision to repair rather than replace the bridge, which was"
-    " built in 1790 and is one of the oldest in the county. The repaired arches will be faced"
-    " with stone from the original quarry, which reopened briefly for the project. A public"
-    " meeting about the timetable will be held in the town hall next Thursday at 7 pm, and the"
-    " plans can be seen in the library until the end of the month. Residents can send comments"
-    " to the council by email or by post, and the council says every comment will be answered"
-    " before the work begins."
-)
-PROBES = {
-    "long summary request": f"Summarize this article in three sentences:\n\n{_ARTICLE}",
-    "short proof": "Prove that there are infinitely many primes of the form 4k + 3.",
-    "code-block bug hunt": (
-        "Two workers sometimes print the same job id. Find the bug.\n\n```python\nimport threading"
-        "\n\nnext_id = 0\nlock = threading.Lock()\n\n\ndef take_id():\n    global next_id\n"
-        "    with lock:\n        current = next_id\n    next_id = current + 1\n    return current\n"
-        "\n\ndef worker(name):\n    for _ in range(1000):\n        print(name, take_id())\n\n\n"
-        "threads = [threading.Thread(target=worker, args=(n,)) for n in 'ab']\n"
-        "for t in threads:\n    t.start()\n```"
-    ),
-    "greeting": "hello!",
-}
-
 
 @dataclass(frozen=True)
 class Data:
@@ -199,10 +168,6 @@ class Data:
         return math
 
 
-def body(text: str) -> dict[str, Any]:
-    return {"messages": [{"role": "user", "content": text}]}
-
-
 def difficulty(steps: int) -> float:
     return min(0.9, 0.1 + 0.1 * steps)
 
@@ -212,6 +177,9 @@ def squashed(texts: list[str]) -> np.ndarray:
     unit = ComplexityScorer(ScoringConfig(weights={**dict.fromkeys(SCORED, 1.0), BIAS: 0.0}))
     parts = [unit.score(extract(body(t))).parts for t in texts]
     return np.array([[p.get(name, 0.0) for name in SCORED] for p in parts])
+
+
+GENERAL_FIELDS = ("text", "language", "domain", "difficulty", "why")
 
 
 def general_problems(entry: object) -> list[str]:
@@ -228,9 +196,6 @@ def general_problems(entry: object) -> list[str]:
     if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
         found.append(f"difficulty {value!r}, not in [0, 1]")
     return found
-
-
-GENERAL_FIELDS = ("text", "language", "domain", "difficulty", "why")
 
 
 def load_data(with_general: bool) -> Data:
@@ -251,20 +216,16 @@ def load_data(with_general: bool) -> Data:
         + [difficulty(len(e["steps"])) for e in dev]
         + [float(e["difficulty"]) for e in general]
     )
+    sources = [EXEMPLARS] * len(exemplars) + [WORD_PROBLEMS] * len(dev) + [GENERAL] * len(general)
+    domains = [e.domain for e in exemplars] + [WORD_PROBLEM] * len(dev)
     x = squashed(texts)
     occurs = [bool(x[:, j].any()) for j in range(x.shape[1])]
     return Data(
         texts=texts,
         x=x[:, np.array(occurs)],
         y=np.array(y),
-        source=np.array(
-            [EXEMPLARS] * len(exemplars) + [WORD_PROBLEMS] * len(dev) + [GENERAL] * len(general)
-        ),
-        domain=np.array(
-            [e.domain for e in exemplars]
-            + [WORD_PROBLEM] * len(dev)
-            + [e["domain"] for e in general]
-        ),
+        source=np.array(sources),
+        domain=np.array(domains + [e["domain"] for e in general]),
         language=[""] * len(exemplars) + [e["language"] for e in (*dev, *general)],
         names=tuple(n for n, o in zip(SCORED, occurs, strict=True) if o),
     )
@@ -539,8 +500,8 @@ async def choose_mix(
         }
         hand_set = ComplexityScorer(ScoringConfig(weights=PRIOR, **PRIOR_MIX))
         await hand_set.prepare(embedder)
-        hand_scores = _score(hand_set, texts, vectors)
-        hand_features = _score(
+        hand_scores = score_all(hand_set, texts, vectors)
+        hand_features = score_all(
             ComplexityScorer(ScoringConfig(weights=PRIOR, exemplar_weight=0)), texts, vectors
         )
         for k in range(FOLDS):
@@ -554,7 +515,7 @@ async def choose_mix(
                     ScoringConfig(weights=w, exemplar_weight=mix, neighbours=n)
                 )
                 await scorer.prepare(embedder)
-                held[mix, n][rows] = _score(scorer, [texts[j] for j in rows], vectors[rows])
+                held[mix, n][rows] = score_all(scorer, [texts[j] for j in rows], vectors[rows])
         best = max(held, key=lambda m: criterion.key(m, held[m]))
         probe_texts = list(PROBES.values())
         probe_vectors = await embedder.embed_many(probe_texts)
@@ -577,12 +538,6 @@ async def choose_mix(
     return MixResult(best, held, hand_scores, hand_features, probes), criterion
 
 
-def _score(scorer: ComplexityScorer, texts: list[str], vectors: np.ndarray) -> np.ndarray:
-    return np.array(
-        [scorer.score(extract(body(t)), v).value for t, v in zip(texts, vectors, strict=True)]
-    )
-
-
 # ---------------------------------------------------------------- writing the profile
 
 
@@ -594,8 +549,8 @@ def profile_block(name: ProfileName, profile: Profile) -> str:
         f"            neighbours={profile.neighbours},",
         "            weights=MappingProxyType(",
         "                {",
-        f"                    BIAS: {_number(profile.weights[BIAS])},",
-        *(f'                    "{n}": {_number(profile.weights[n])},' for n in SCORED),
+        f"                    BIAS: {_rounded(profile.weights[BIAS])!r},",
+        *(f'                    "{n}": {_rounded(profile.weights[n])!r},' for n in SCORED),
         "                }",
         "            ),",
         "        ),",
@@ -612,10 +567,6 @@ def write_profile(name: ProfileName, profile: Profile) -> None:
     SCORER_PY.write_text(new, "utf-8")
 
 
-def _number(x: float) -> str:
-    return repr(_rounded(x))
-
-
 def _rounded(x: float) -> float:
     return round(x, 2) + 0.0  # + 0.0: no "-0.0"
 
@@ -626,9 +577,8 @@ def diff_check(name: ProfileName, refit: Profile) -> list[str]:
     committed = PROFILES[name]
     print(
         f"\n4. diff check: the refit, rounded as --write writes it, against PROFILES[{name!r}] "
-        f"in {SCORER_PY.relative_to(REPO)}"
+        f"in {SCORER_PY.relative_to(REPO)}\n"
     )
-    print(f"   {'':<20} {'committed':>10} {'refit':>8} {'unrounded':>11}")
     rows: list[tuple[str, float, float, str]] = [
         (n, committed.weights[n], _rounded(refit.weights[n]), f"{refit.weights[n]:.5f}")
         for n in (BIAS, *SCORED)
@@ -637,34 +587,34 @@ def diff_check(name: ProfileName, refit: Profile) -> list[str]:
         ("exemplar_weight", committed.exemplar_weight, refit.exemplar_weight, ""),
         ("neighbours", committed.neighbours, refit.neighbours, ""),
     ]
-    differ = []
-    for n, old, new, unrounded in rows:
-        same = old == new
-        differ += [] if same else [n]
-        print(f"   {n:<20} {old:>10g} {new:>8g} {unrounded:>11}   {'ok' if same else 'DIFFERS'}")
+    differ = [n for n, old, new, _ in rows if old != new]
+    cells = [
+        (n, f"{old:g}", f"{new:g}", raw, "DIFFERS" if n in differ else "ok")
+        for n, old, new, raw in rows
+    ]
+    print(markdown_table(["", "committed", "refit", "unrounded", ""], cells))
     if differ:
-        print(f"   diff check: {len(differ)} of {len(rows)} differ: {', '.join(differ)}")
+        print(f"diff check: {len(differ)} of {len(rows)} differ: {', '.join(differ)}")
     else:
-        print(f"   diff check: all {len(rows)} numbers equal the committed profile {name!r}")
+        print(f"diff check: all {len(rows)} numbers equal the committed profile {name!r}")
     return differ
 
 
 # ---------------------------------------------------------------- report
 
 
-def _rho(x: float) -> str:
-    return "    -" if np.isnan(x) else f"{x:5.2f}"
+def _counts(counter: Counter[str]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counter.items()))
 
 
 def report_data(d: Data, p: Procedure) -> None:
     s = p.sample_weights(d.math)
+    count = Counter(d.source)
     print(
-        f"data: {int((d.source == EXEMPLARS).sum())} exemplars, "
-        f"{int((d.source == WORD_PROBLEMS).sum())} word problems (routing_dev.yaml), "
-        f"{int((d.source == GENERAL).sum())} general prompts (routing_dev_general.yaml)"
+        f"data: {count[EXEMPLARS]} exemplars, {count[WORD_PROBLEMS]} word problems "
+        f"(routing_dev.yaml), {count[GENERAL]} general prompts (routing_dev_general.yaml)"
     )
-    dev_languages = Counter(lang for lang, dev in zip(d.language, d.dev, strict=True) if dev)
-    print(f"   dev languages: {', '.join(f'{k} {v}' for k, v in sorted(dev_languages.items()))}")
+    print(f"   dev languages: {_counts(Counter(np.array(d.language)[d.dev]))}")
     if p.balanced:
         print(
             f"   balance: {int(d.math.sum())} math word problems weigh {s[d.math][0]:.3f} each, "
@@ -672,63 +622,10 @@ def report_data(d: Data, p: Procedure) -> None:
         )
     else:
         print(f"   unweighted: each of the {len(s)} texts weighs 1")
-    general = Counter(d.domain[d.source == GENERAL])
-    if general:
-        print(f"   general by domain: {', '.join(f'{k} {v}' for k, v in sorted(general.items()))}")
+    if count[GENERAL]:
+        print(f"   general by domain: {_counts(Counter(d.domain[d.source == GENERAL]))}")
     missing = [n for n in SCORED if n not in d.names]
     print(f"   features never in the data (prior kept): {', '.join(missing) or 'none'}\n")
-
-
-def report_mix(d: Data, result: MixResult, criterion: Criterion) -> None:
-    dev = np.flatnonzero(d.dev)
-    y, math, domain = d.y[dev], d.math[dev], d.domain[dev]
-    print(
-        f"\n2. exemplar mix, {FOLDS}-fold CV on the {len(dev)} dev prompts (weights refitted per "
-        f"fold; exemplars.yaml votes): {criterion.name}"
-    )
-    print("   exemplar_weight  " + "  ".join(f"k={n:<4}" for n in NEIGHBOURS))
-    for m in EXEMPLAR_WEIGHTS:
-        cells = [
-            f"{criterion(result.held[m, n]):.3f}{'*' if (m, n) == result.best else ' '}"
-            for n in NEIGHBOURS
-        ]
-        print(f"   {m:<16} " + "  ".join(cells))
-    print(
-        f"   (* best; the hand-set scorer, prior weights with exemplar_weight "
-        f"{PRIOR_MIX['exemplar_weight']} and {PRIOR_MIX['neighbours']} neighbours: "
-        f"{criterion(result.hand_set):.3f})"
-    )
-
-    features_only = result.held[0.0, NEIGHBOURS[0]]
-    chosen = result.held[result.best]
-    columns = [
-        ("hand-set, features", result.hand_set_features),
-        (f"hand-set, mix {PRIOR_MIX['exemplar_weight']}", result.hand_set),
-        ("fitted, features", features_only),
-    ]
-    if result.best[0] != 0:
-        columns.append((f"fitted, mix {result.best[0]} k {result.best[1]}", chosen))
-    print("\n   held-out Spearman by domain (dev prompts; pooled over the folds)")
-    print(
-        f"   {'domain':<16} {'n':>4} {'difficulty':>11}  "
-        + "  ".join(f"{c:>18}" for c, _ in columns)
-    )
-    rows: list[tuple[str, np.ndarray]] = [
-        (name, domain == name) for name in sorted(set(domain[~math]))
-    ]
-    rows += [
-        (f"{WORD_PROBLEM}s", math),
-        ("ALL general", ~math),
-        ("ALL dev (pooled)", np.ones(len(dev), dtype=bool)),
-    ]
-    for name, where in rows:
-        if not where.any():
-            continue
-        spread = f"{y[where].min():.2f}-{y[where].max():.2f}"
-        line = "  ".join(f"{_rho(spearman(v[where], y[where])):>18}" for _, v in columns)
-        print(f"   {name:<16} {int(where.sum()):>4} {spread:>11}  {line}")
-    line = "  ".join(f"{criterion(v):>18.2f}" for _, v in columns)
-    print(f"   {'CRITERION':<16} {'':>4} {'':>11}  {line}")
 
 
 def report_lambda(
@@ -736,42 +633,112 @@ def report_lambda(
 ) -> None:
     kind = "sign-constrained" if p.signs else "unconstrained"
     print(
-        f"1. penalty strength, {FOLDS}-fold CV on all {len(d.y)} texts (seed {SEED}; {kind} fits)"
+        f"1. penalty strength, {FOLDS}-fold CV on all {len(d.y)} texts (seed {SEED}; {kind} fits)\n"
     )
-    print("   lam      held-out weighted CE (SE)        Spearman: word problems   others")
-    for key, r in by_lam.items():
-        label = "prior" if key == 0.0 else f"{key:<6g}"
-        note = {lowest: "  <- lowest", lam: "  <- chosen"}.get(key, "")
-        print(
-            f"   {label:<8} {r.ce:.4f} ({r.se:.4f}){note:<13}"
-            f"          {r.rho_math:.3f}    {_rho(r.rho_rest).strip():>5}"
+    rows = [
+        (
+            "prior" if key == 0.0 else f"{key:g}",
+            f"{r.ce:.4f} ({r.se:.4f})",
+            {lowest: "lowest", lam: "chosen"}.get(key, ""),
+            f"{r.rho_math:.3f}",
+            fmt(r.rho_rest),
         )
+        for key, r in by_lam.items()
+    ]
+    header = ["lam", "held-out weighted CE (SE)", "", "Spearman: word problems", "others"]
+    print(markdown_table(header, rows))
     if p.one_se:
         print(
-            f"   chosen: the largest lam within one SE of the lowest CE "
+            f"chosen: the largest lam within one SE of the lowest CE "
             f"({by_lam[lowest].ce:.4f} + {by_lam[lowest].se:.4f})"
         )
     else:
-        print("   chosen: the lam with the lowest CE")
+        print("chosen: the lam with the lowest CE")
 
 
 def report_weights(d: Data, p: Procedure, lam: float, w: np.ndarray, residual: float) -> None:
-    s = p.sample_weights(d.math)
     fitted = weights_dict(w, d.names)
-    print(f"\n   weights (lam {lam:g}, all data; KKT residual {residual:.1e})")
-    print(
-        f"   {'':<20} {'prior':>8} {'fitted':>8}" + (f" {'without signs':>14}" if p.signs else "")
-    )
-    unconstrained = weights_dict(fit(d.x, d.y, s, prior(d.names), lam), d.names) if p.signs else {}
+    free = {}
+    if p.signs:
+        s = p.sample_weights(d.math)
+        free = weights_dict(fit(d.x, d.y, s, prior(d.names), lam), d.names)
+    print(f"\nweights (lam {lam:g}, all data; KKT residual {residual:.1e})\n")
+    rows = []
     for name in (BIAS, *SCORED):
         if name != BIAS and name not in d.names:
-            note = "   (not in the data)"
+            note = "(not in the data)"
         elif name != BIAS and fitted[name] == 0 and p.signs:
-            note = "   (held at 0 by its sign)"
+            note = "(held at 0 by its sign)"
         else:
             note = ""
-        free = f" {unconstrained[name]:>14.2f}" if p.signs else ""
-        print(f"   {name:<20} {PRIOR[name]:>8.2f} {fitted[name]:>8.2f}{free}{note}")
+        unconstrained = [f"{free[name]:.2f}"] if p.signs else []
+        rows.append((name, f"{PRIOR[name]:.2f}", f"{fitted[name]:.2f}", *unconstrained, note))
+    print(markdown_table(["", "prior", "fitted", *(["without signs"] * p.signs), ""], rows))
+
+
+def report_mix(d: Data, result: MixResult, criterion: Criterion) -> None:
+    dev = np.flatnonzero(d.dev)
+    y, math, domain = d.y[dev], d.math[dev], d.domain[dev]
+    print(
+        f"\n2. exemplar mix, {FOLDS}-fold CV on the {len(dev)} dev prompts (weights refitted per "
+        f"fold; exemplars.yaml votes): {criterion.name}\n"
+    )
+    grid = [
+        (
+            m,
+            *(
+                f"{criterion(result.held[m, n]):.3f}{'*' * ((m, n) == result.best)}"
+                for n in NEIGHBOURS
+            ),
+        )
+        for m in EXEMPLAR_WEIGHTS
+    ]
+    print(markdown_table(["exemplar_weight", *(f"k={n}" for n in NEIGHBOURS)], grid))
+    print(
+        f"(* best; the hand-set scorer, prior weights with exemplar_weight "
+        f"{PRIOR_MIX['exemplar_weight']} and {PRIOR_MIX['neighbours']} neighbours: "
+        f"{criterion(result.hand_set):.3f})"
+    )
+    columns = [
+        ("hand-set, features", result.hand_set_features),
+        (f"hand-set, mix {PRIOR_MIX['exemplar_weight']}", result.hand_set),
+        ("fitted, features", result.held[0.0, NEIGHBOURS[0]]),
+    ]
+    if result.best[0] != 0:
+        columns.append(
+            (f"fitted, mix {result.best[0]} k {result.best[1]}", result.held[result.best])
+        )
+    groups: list[tuple[str, np.ndarray]] = [(n, domain == n) for n in sorted(set(domain[~math]))]
+    groups += [
+        (f"{WORD_PROBLEM}s", math),
+        ("ALL general", ~math),
+        ("ALL dev (pooled)", np.ones(len(dev), dtype=bool)),
+    ]
+    rows = [
+        (
+            name,
+            int(where.sum()),
+            f"{y[where].min():.2f}-{y[where].max():.2f}",
+            *(fmt(spearman(v[where], y[where])) for _, v in columns),
+        )
+        for name, where in groups
+        if where.any()
+    ]
+    rows.append(("CRITERION", "", "", *(f"{criterion(v):.2f}" for _, v in columns)))
+    print("\nheld-out Spearman by domain (dev prompts; pooled over the folds)\n")
+    print(markdown_table(["domain", "n", "difficulty", *(c for c, _ in columns)], rows))
+
+
+def report_probes(result: MixResult, mix: float) -> None:
+    print(
+        f"\n3. probe prompts: hand-set (mix {PRIOR_MIX['exemplar_weight']}) and fitted "
+        f"(mix {mix}); in brackets the feature part alone (the score without an embedding)\n"
+    )
+    rows = [
+        (probe, f"{by_hand:.2f} ({by_hand_features:.2f})", f"{new:.2f} ({new_features:.2f})")
+        for probe, (by_hand, by_hand_features, new, new_features) in result.probes.items()
+    ]
+    print(markdown_table(["probe", "hand-set", "fitted"], rows))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -805,17 +772,8 @@ def main(argv: list[str] | None = None) -> int:
     mix, neighbours = result.best
     if mix == 0:  # no vote: the count of voters changes nothing, so the profile's stays
         neighbours = PROFILES[name].neighbours
-    print(f"   chosen: exemplar_weight {mix}, neighbours {neighbours}")
-
-    print(
-        f"\n3. probe prompts: hand-set (mix {PRIOR_MIX['exemplar_weight']}) and fitted "
-        f"(mix {mix}); in brackets the feature part alone (the score without an embedding)"
-    )
-    for probe, (by_hand, by_hand_features, new, new_features) in result.probes.items():
-        print(
-            f"   {probe:<22} hand-set {by_hand:.2f} ({by_hand_features:.2f})   "
-            f"fitted {new:.2f} ({new_features:.2f})"
-        )
+    print(f"chosen: exemplar_weight {mix}, neighbours {neighbours}")
+    report_probes(result, mix)
 
     refit = Profile(exemplar_weight=mix, neighbours=neighbours, weights=fitted)
     differ = diff_check(name, refit)

@@ -1,5 +1,5 @@
 """What the gateway sends validates against OpenAI's own schemas
-(shared/openai/openapi-subset.json).
+(tests/data/openai/openapi-subset.json).
 
 Bodies are read raw (aiohttp), not through the SDK, so nothing is coerced on the way: the
 exact JSON and every SSE chunk is checked, for each provider kind, with and without tools.

@@ -2,7 +2,7 @@
 no JSON library will (NaN, duplicate keys, lone surrogates, bytes that are not UTF-8), and
 mutations of a valid body into the ways clients get requests wrong.
 
-`schema_strategy` turns a component schema of shared/openai/openapi-subset.json into a
+`schema_strategy` turns a component schema of tests/data/openai/openapi-subset.json into a
 strategy: `$ref`, `allOf` (merged), `anyOf`/`oneOf`, `enum`, `type` (lists too), object
 properties with `required`, `additionalProperties`, array and string length bounds, numeric
 bounds. It aims at the schema without promising every draw validates (a draw of one `oneOf`
@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from hypothesis import strategies as st
 
-from tests.e2e.helpers import _openapi
+from tests.e2e.helpers import openapi_document
 
 Json = dict[str, Any]
 MAX_DEPTH = 128  # gateway/http/handlers.py MAX_JSON_DEPTH
@@ -114,7 +114,7 @@ def acceptable_json_object(raw: bytes) -> bool:
 
 
 def components() -> Json:
-    schemas: Json = _openapi()["components"]["schemas"]
+    schemas: Json = openapi_document()["components"]["schemas"]
     return schemas
 
 

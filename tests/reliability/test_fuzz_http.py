@@ -1,7 +1,7 @@
 """Property-based fuzzing of a real gateway process over raw sockets.
 
 Bodies for /v1/chat/completions and /v1/embeddings are drawn from OpenAI's own request schemas
-(shared/openai/openapi-subset.json, tests/reliability/jsonfuzz.py), then mutated: wrong types,
+(tests/data/openai/openapi-subset.json, tests/reliability/jsonfuzz.py), then mutated: wrong types,
 missing and extra fields, huge strings, nesting up to and past 128 levels, numbers out of
 range, NaN/Infinity, unicode edge cases, lone surrogates as escapes, bytes that are not UTF-8,
 truncated JSON, empty bodies, the wrong content type. Headers, admin routes and HTTP framing
