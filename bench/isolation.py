@@ -52,30 +52,43 @@ is missed.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import json
 import random
 import re
 import secrets
-import shutil
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import uvloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cache_questions (also for tests)
+
+from cache_questions import FILLER, PAIRS
+
+from gateway.testing.fake_upstream import FakeUpstream, Knobs, Received, ScriptedReply
+from gateway.testing.harness.configs import write_config
+from gateway.testing.harness.gateways import embedder_loaded, start_gateways
+from gateway.testing.harness.load import Outcome, Request, send, session_for
+from gateway.testing.harness.nginx import balancers, start_nginx
+from gateway.testing.harness.options import option, parse_options
+from gateway.testing.harness.process import Server
+from gateway.testing.harness.procstat import load_average
+from gateway.testing.harness.redis_server import RedisServer
+from gateway.testing.harness.replies import parse_reply
+from gateway.testing.harness.starters import listening, python_server
+from gateway.testing.harness.stats import fmt, percentile
+from gateway.testing.harness.sync_http import get_json
+from gateway.testing.harness.tables import markdown_table
+
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # importable from tests: `procs` and `cache_questions` beside it
-    sys.path.insert(0, str(HERE))
-
-from cache_questions import FILLER, PAIRS  # noqa: E402
-from procs import Server, fmt, free_port, load_average, percentile, pythonpath  # noqa: E402
-
 ADMIN_KEY = "isolation-bench-admin-key"
 TARGETS = ("single", "replicas")
 HUNG_GRACE = 5.0  # a request not finished within its deadline + this is hung
@@ -134,83 +147,75 @@ class Faults:
     stays_wrong: float = 0.15  # repairs: still an undeclared name
 
 
+class FaultInjector:
+    """The fake upstream's fault hook: draws this request's faults, counts each in `stats`
+    (read back from /_fake/stats as injected_<fault>)."""
+
+    def __init__(self, faults: Faults, seed: int, stats: dict[str, int]) -> None:
+        self.faults, self.rng, self.stats = faults, random.Random(seed), stats
+        stats.update({f"injected_{name}": 0 for name in asdict(faults)})
+
+    def __call__(self, received: Received) -> Knobs:
+        faults, rng, body = self.faults, self.rng, received.body
+        update: dict[str, Any] = {}
+        r = rng.random()
+        if r < faults.error_500:
+            update["status"] = self.count("error_500", 500)
+        elif r < faults.error_500 + faults.too_slow:
+            update["latency_ms"] = self.count("too_slow", 12_000)
+        elif r < faults.error_500 + faults.too_slow + faults.slow:
+            update["latency_ms"] = self.count("slow", 1_500)
+        if "status" not in update:
+            r = rng.random()
+            if body.get("stream"):
+                if r < faults.stream_cut:
+                    update["cut_after"] = self.count("stream_cut", 2)
+                elif r < faults.stream_cut + faults.stream_error:
+                    update["stream_error_after"] = self.count("stream_error", 2)
+            elif r < faults.malformed:
+                update["malformed"] = self.count("malformed", True)
+        if body.get("tools"):
+            reply = self.tool_reply(body)
+            if reply is not None:
+                update["replies"] = [reply]
+        return received.knobs.model_copy(update=update)
+
+    def count(self, fault: str, value: Any) -> Any:
+        self.stats[f"injected_{fault}"] += 1
+        return value
+
+    def tool_reply(self, body: dict[str, Any]) -> ScriptedReply | None:
+        faults, rng = self.faults, self.rng
+        messages = body.get("messages") or []
+        repair = any(m.get("role") == "tool" for m in messages)
+        if not repair and rng.random() < faults.tool_text:
+            return self.count("tool_text", None)  # the default echo, as text
+        last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+        echo = f"Echo[{body.get('user')}]: {last_user.get('content')}"
+        name, arguments = "lookup", {"query": echo}
+        r = rng.random()
+        if repair:
+            if r < faults.stays_wrong:
+                name = self.count("stays_wrong", rng.choice(HALLUCINATED))
+        elif r < faults.hallucinate:
+            name = self.count("hallucinate", rng.choice(HALLUCINATED))
+        elif r < faults.hallucinate + faults.bad_arguments:
+            name, arguments = (
+                self.count("bad_arguments", "convert"),
+                {"query": echo, "unit": "yards"},
+            )
+        return ScriptedReply(tool_calls=[{"name": name, "arguments": arguments}])
+
+
 def serve_fake(faults_json: str, seed: int) -> None:
     """Run the faulty fake upstream until killed (prints its URL like the stock fake)."""
-    from aiohttp import web
-
     from gateway.testing.cli import run_fake
-    from gateway.testing.fake_upstream import FakeUpstream, Knobs, ScriptedReply
-
-    faults = Faults(**json.loads(faults_json))
-    rng = random.Random(seed)
-
-    class FaultyUpstream(FakeUpstream):
-        def __init__(self, host: str, port: int) -> None:
-            super().__init__(host, port, history=50)
-            self.defaults = Knobs(echo_user=True)
-            self.stats.update({f"injected_{name}": 0 for name in asdict(faults)})
-
-        async def _receive(self, request: web.Request) -> tuple[dict[str, Any], Knobs]:
-            body, knobs = await super()._receive(request)
-            return body, self._inject(body, knobs)
-
-        def _count(self, name: str) -> None:
-            self.stats[f"injected_{name}"] += 1
-
-        def _inject(self, body: dict[str, Any], knobs: Knobs) -> Knobs:
-            update: dict[str, Any] = {}
-            r = rng.random()
-            if r < faults.error_500:
-                update["status"] = 500
-                self._count("error_500")
-            elif r < faults.error_500 + faults.too_slow:
-                update["latency_ms"] = 12_000
-                self._count("too_slow")
-            elif r < faults.error_500 + faults.too_slow + faults.slow:
-                update["latency_ms"] = 1_500
-                self._count("slow")
-            if "status" not in update:
-                r = rng.random()
-                if body.get("stream"):
-                    if r < faults.stream_cut:
-                        update["cut_after"] = 2
-                        self._count("stream_cut")
-                    elif r < faults.stream_cut + faults.stream_error:
-                        update["stream_error_after"] = 2
-                        self._count("stream_error")
-                elif r < faults.malformed:
-                    update["malformed"] = True
-                    self._count("malformed")
-            if body.get("tools"):
-                reply = self._tool_reply(body)
-                if reply is not None:
-                    update["replies"] = [reply]
-            return knobs.model_copy(update=update) if update else knobs
-
-        def _tool_reply(self, body: dict[str, Any]) -> ScriptedReply | None:
-            messages = body.get("messages") or []
-            repair = any(m.get("role") == "tool" for m in messages)
-            if not repair and rng.random() < faults.tool_text:
-                self._count("tool_text")
-                return None  # the default echo, as text
-            last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
-            echo = f"Echo[{body.get('user')}]: {last_user.get('content')}"
-            name, arguments = "lookup", {"query": echo}
-            r = rng.random()
-            if repair:
-                if r < faults.stays_wrong:
-                    name = rng.choice(HALLUCINATED)
-                    self._count("stays_wrong")
-            elif r < faults.hallucinate:
-                name = rng.choice(HALLUCINATED)
-                self._count("hallucinate")
-            elif r < faults.hallucinate + faults.bad_arguments:
-                name, arguments = "convert", {"query": echo, "unit": "yards"}
-                self._count("bad_arguments")
-            return ScriptedReply(tool_calls=[{"name": name, "arguments": arguments}])
 
     async def start(host: str, port: int) -> str:
-        fake = await FaultyUpstream(host, port).start()
+        fake = FakeUpstream(host, port, history=50)
+        fake.defaults = Knobs(echo_user=True)
+        fake.inject(FaultInjector(Faults(**json.loads(faults_json)), seed, fake.stats))
+        await fake.start()
         return f"fake upstream listening on http://{fake.host}:{fake.port}"
 
     sys.argv = [sys.argv[0], "--port", "0"]
@@ -222,19 +227,24 @@ def serve_fake(faults_json: str, seed: int) -> None:
 
 @dataclass
 class Options:
-    clients: int = 200
-    tenants: int = 20
-    requests: int = 20_000
-    questions: int = 60  # the pool each tenant draws from
-    embedder: str = "minilm"  # or "hash"
-    target: str = "both"
-    replicas: int = 3
-    deadline: float = 10.0
-    seed: int = 1
-    faults: Faults = field(default_factory=Faults)
-    json_out: Path | None = None
-    quiet: bool = False
-    workdir: Path | None = None  # default: a fresh temporary directory, removed afterwards
+    target: str = option("both", "where the load goes", choices=("single", "replicas", "both"))
+    clients: int = option(200, "concurrent clients (client i is tenant i mod --tenants)")
+    tenants: int = option(20, "tenants, at most --clients")
+    requests: int = option(20_000, "requests per target")
+    questions: int = option(60, "the pool each tenant draws from (at most 200)")
+    embedder: str = option("minilm", "the cache's embedder", choices=("minilm", "hash"))
+    replicas: int = option(3, "gateway replicas behind nginx (--target replicas)")
+    deadline: float = option(10.0, "x-gateway-timeout, seconds")
+    seed: int = option(1, "the request plan and the faults")
+    faults: Faults = field(default_factory=Faults, metadata={"cli": False})
+    json_out: Path | None = option(None, "also write the report here", flag="--json")
+    quiet: bool = option(False, cli=False)
+    # Default: a fresh temporary directory, removed afterwards.
+    workdir: Path | None = option(None, "keep logs and stores in this directory", flag="--keep")
+
+    def __post_init__(self) -> None:
+        if self.tenants > self.clients:
+            raise ValueError("--tenants must not exceed --clients")
 
     def targets(self) -> list[str]:
         return list(TARGETS) if self.target == "both" else [self.target]
@@ -343,233 +353,118 @@ def request_body(spec: Spec) -> bytes:
 # --- the processes ----------------------------------------------------------------------------
 
 
-@dataclass
-class Stack:
-    dir: Path
-    servers: list[Server] = field(default_factory=list)
-    fake: str = ""  # base URL, no /v1
-    gateways: list[str] = field(default_factory=list)
-    entry: str = ""  # where clients send: the gateway, or nginx
-    redis_url: str = ""
-    keys: dict[str, str] = field(default_factory=dict)  # tenant -> key
-
-    def python(self, name: str, *argv: str, env: dict[str, str] | None = None) -> Server:
-        env = {"PYTHONPATH": pythonpath(HERE.parent), **(env or {})}
-        server = Server(name, [sys.executable, *argv], self.dir, env)
-        self.servers.append(server)
-        return server
-
-    def stop(self) -> None:
-        for server in reversed(self.servers):
-            server.stop()
-
-
 def key_env(tenant: str) -> str:
     return f"ISO_KEY_{tenant.upper()}"
 
 
-def write_policies(directory: Path, tenants: list[str]) -> None:
-    directory.mkdir(exist_ok=True)
-    (directory / "even-tenants.yaml").write_text(
-        "description: even tenants - a stricter similarity bar, per-tenant metrics\n"
-        "match: {tenants: ['t?[02468]']}\n"
-        "cache: {similarity_threshold: 0.97}\n"
-        "metrics: {per_tenant: true}\n"
-    )
-    (directory / "odd-tenants.yaml").write_text(
-        "description: odd tenants - tool calls cached, one repair attempt\n"
-        "match: {tenants: ['t?[13579]']}\n"
-        "cache: {cache_tool_calls: true}\n"
-        "guard: {tools: {repair_attempts: 1}}\n"
-    )
-    (directory / "limited.yaml").write_text(
-        f"description: one tenant limited to 3 requests at once\n"
-        f"match: {{tenants: [{tenants[-1]}]}}\n"
-        "rate_limit: {concurrent: 3}\n"
-    )
+def policies(tenants: list[str]) -> dict[str, dict[str, Any]]:
+    return {
+        "even-tenants": {
+            "description": "even tenants - a stricter similarity bar, per-tenant metrics",
+            "match": {"tenants": ["t?[02468]"]},
+            "cache": {"similarity_threshold": 0.97},
+            "metrics": {"per_tenant": True},
+        },
+        "odd-tenants": {
+            "description": "odd tenants - tool calls cached, one repair attempt",
+            "match": {"tenants": ["t?[13579]"]},
+            "cache": {"cache_tool_calls": True},
+            "guard": {"tools": {"repair_attempts": 1}},
+        },
+        "limited": {
+            "description": "one tenant limited to 3 requests at once",
+            "match": {"tenants": [tenants[-1]]},
+            "rate_limits": {"concurrent": 3},
+        },
+    }
 
 
-def gateway_config(stack: Stack, opts: Options, shared: bool) -> Path:
-    tenants = tenant_names(opts.tenants)
-    keys = "".join(f"    - {{env: {key_env(t)}, tenant: {t}}}\n" for t in tenants)
-    embedder = "{type: hash}" if opts.embedder == "hash" else "{}"
-    if shared:
-        namespace = f"iso-{secrets.token_hex(4)}"
-        store = f"{{type: redis, url: '{stack.redis_url}', namespace: {namespace}}}"
-        breakers = f"{{type: redis, url: '{stack.redis_url}', namespace: {namespace}}}"
-        limits = f"storage: {{type: redis, url: '{stack.redis_url}', namespace: {namespace}}}"
+def gateway_config(fake: str, redis_url: str | None, opts: Options) -> dict[str, Any]:
+    """Every feature on; with `redis_url`, the cache, breakers and rate limits shared there."""
+    if redis_url:
+        shared = {"type": "redis", "url": redis_url, "namespace": f"iso-{secrets.token_hex(4)}"}
+        store, breakers = shared, shared
     else:
-        store = "{type: sqlite, path: cache.sqlite3, max_entries: 100000}"
-        breakers = "{type: memory}"
-        limits = "storage: {type: memory}"
-    write_policies(stack.dir / "policies", tenants)
-    path = stack.dir / "gateway.yaml"
-    path.write_text(
-        f"""
-server: {{host: 127.0.0.1, port: 0, access_log: false}}
-auth:
-  admin_key_env: GATEWAY_ADMIN_KEY
-  keys:
-{keys}
-providers:
-  fake:
-    type: openai
-    base_url: "{stack.fake}/v1"
-    timeouts: {{connect: 2, read: 5, total: 20}}
-    max_connections: 1000
-models:
-  - {{name: small, provider: fake, upstream_model: small-up}}
-  - {{name: large, provider: fake, upstream_model: large-up, fallbacks: [small]}}
-routing:
-  aliases:
-    auto:
-      tiers:
-        - {{model: small, max_score: 0.5}}
-        - {{model: large}}
-      escalate: {{tools: 1}}
-      sticky: true
-cache:
-  store: {store}
-  embedder: {embedder}
-  defaults: {{enabled: true}}
-resilience:
-  retry: {{attempts: 3, initial_backoff_ms: 50, max_backoff_ms: 500}}
-  breaker: {{failures: 5, reset_seconds: 5}}
-  breaker_storage: {breakers}
-  deadline_seconds: {opts.deadline}
-guard:
-  tools: {{enabled: true, repair_attempts: 2, on_failure: strip}}
-degradation:
-  unavailable: {{mode: answer, retry_after_seconds: 5}}
-rate_limits:
-  {limits}
-policies: {{dir: policies}}
-"""
-    )
-    return path
+        store = {"type": "sqlite", "path": "cache.sqlite3", "max_entries": 100000}
+        breakers = shared = {"type": "memory"}
+    tiers = [{"model": "small", "max_score": 0.5}, {"model": "large"}]
+    return {
+        "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
+        "auth": {
+            "admin_key_env": "GATEWAY_ADMIN_KEY",
+            "keys": [{"env": key_env(t), "tenant": t} for t in tenant_names(opts.tenants)],
+        },
+        "providers": {
+            "fake": {
+                "type": "openai",
+                "base_url": f"{fake}/v1",
+                "timeouts": {"connect": 2, "read": 5, "total": 20},
+                "max_connections": 1000,
+            }
+        },
+        "models": [
+            {"name": "small", "provider": "fake", "upstream_model": "small-up"},
+            {"name": "large", "provider": "fake", "upstream_model": "large-up"}
+            | {"fallbacks": ["small"]},
+        ],
+        "routing": {
+            "aliases": {"auto": {"tiers": tiers, "escalate": {"tools": 1}, "sticky": True}}
+        },
+        "cache": {
+            "store": store,
+            "embedder": {"type": "hash"} if opts.embedder == "hash" else {},
+            "defaults": {"enabled": True},
+        },
+        "resilience": {
+            "retry": {"attempts": 3, "initial_backoff_ms": 50, "max_backoff_ms": 500},
+            "breaker": {"failures": 5, "reset_seconds": 5},
+            "breaker_storage": breakers,
+            "deadline_seconds": opts.deadline,
+        },
+        "guard": {"tools": {"enabled": True, "repair_attempts": 2, "on_failure": "strip"}},
+        "degradation": {"unavailable": {"mode": "answer", "retry_after_seconds": 5}},
+        "rate_limits": {"storage": shared},
+        "policies": {"dir": "policies"},
+    }
 
 
-def http_json(url: str, data: object | None = None, admin: bool = False) -> Any:
-    headers = {"Content-Type": "application/json"}
-    if admin:
-        headers["Authorization"] = f"Bearer {ADMIN_KEY}"
-    body = None if data is None else json.dumps(data).encode()
-    request = urllib.request.Request(url, data=body, headers=headers)
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        return json.loads(resp.read())
+@dataclass
+class Stack:
+    """The processes of one target: where clients send, the fake's URL, the tenants' keys."""
+
+    entry: str
+    fake: str
+    keys: dict[str, str]
+    gateways: list[Server]
 
 
-def ready(base: str) -> str | None:
-    """`base` once /readyz says ready with the semantic tier on (the embedder loaded)."""
-    try:
-        body = http_json(base + "/readyz")
-    except (OSError, ValueError):
-        return None
-    cache = body.get("cache") or {}
-    return base if body.get("status") == "ready" and cache.get("semantic") else None
-
-
-def start_fake(stack: Stack, opts: Options) -> None:
+def start_stack(stack: ExitStack, workdir: Path, opts: Options, target: str) -> Stack:
+    """The faulty fake, then one gateway (SQLite store), or redis-server, the replicas sharing
+    it and nginx in front of them; all stopped with `stack`."""
     faults = json.dumps(asdict(opts.faults))
     argv = [str(HERE / "isolation.py"), "--serve-fake", faults, "--seed", str(opts.seed)]
-    server = stack.python("fake-upstream", *argv)
-    stack.fake = server.wait_ready(server.log_url, 30)
-
-
-def start_redis(stack: Stack) -> None:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not installed (apt-get install -y redis-server)")
-    port = free_port()
-    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    argv += ["--appendonly", "no", "--dir", str(stack.dir)]
-    server = Server("redis", argv, stack.dir)
-    stack.servers.append(server)
-    stack.redis_url = f"redis://127.0.0.1:{port}/0"
-
-    def probe() -> str | None:
-        with contextlib.suppress(OSError):
-            import socket
-
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-                sock.sendall(b"PING\r\n")
-                if sock.recv(16).startswith(b"+PONG"):
-                    return stack.redis_url
-        return None
-
-    server.wait_ready(probe, 15)
-
-
-def start_gateways(stack: Stack, opts: Options, count: int, shared: bool) -> None:
-    config = gateway_config(stack, opts, shared)
-    env = {"GATEWAY_ADMIN_KEY": ADMIN_KEY}
-    for tenant in tenant_names(opts.tenants):
-        stack.keys[tenant] = f"sk-iso-{tenant}-{secrets.token_hex(8)}"
-        env[key_env(tenant)] = stack.keys[tenant]
-    argv = ["-m", "gateway", "serve", "--config", str(config), "--port", "0"]
-    started = [stack.python(f"gateway-{n}", *argv, env=env) for n in range(1, count + 1)]
-    for server in started:
-        base = server.wait_ready(server.log_url, 120)
-        stack.gateways.append(server.wait_ready(lambda b=base: ready(b), 600))
-
-
-def start_nginx(stack: Stack) -> None:
-    binary = shutil.which("nginx", path="/usr/sbin:/usr/local/sbin:/usr/bin:/usr/local/bin")
-    if binary is None:
-        raise SystemExit("nginx is not installed (apt-get install -y nginx)")
-    port, d = free_port(), stack.dir
-    members = "".join(f"    server {g.removeprefix('http://')};\n" for g in stack.gateways)
-    (d / "nginx.conf").write_text(
-        "worker_processes 1;\n"
-        f"pid {d}/nginx.pid;\n"
-        f"error_log {d}/nginx-error.log warn;\n"
-        "events { worker_connections 4096; }\n"
-        "http {\n"
-        "  access_log off;\n"
-        f"  client_body_temp_path {d}/nginx-client-body;\n"
-        f"  proxy_temp_path {d}/nginx-proxy;\n"
-        f"  fastcgi_temp_path {d}/nginx-fastcgi;\n"
-        f"  uwsgi_temp_path {d}/nginx-uwsgi;\n"
-        f"  scgi_temp_path {d}/nginx-scgi;\n"
-        "  keepalive_requests 1000000;\n"
-        f"  upstream gateways {{\n{members}    keepalive 256;\n  }}\n"
-        "  server {\n"
-        f"    listen 127.0.0.1:{port};\n"
-        "    location / {\n"
-        "      proxy_pass http://gateways;\n"
-        "      proxy_http_version 1.1;\n"
-        '      proxy_set_header Connection "";\n'
-        "      proxy_buffering off;\n"
-        "      proxy_read_timeout 120s;\n"
-        "      add_header X-Upstream-Addr $upstream_addr always;\n"
-        "    }\n"
-        "  }\n"
-        "}\n"
+    fake = stack.enter_context(listening(python_server("fake-upstream", workdir, argv), 30))
+    redis_url = None
+    if target == "replicas":
+        redis = RedisServer(workdir).start(15)
+        stack.callback(redis.stop)
+        redis_url = redis.url
+    tenants = tenant_names(opts.tenants)
+    config = write_config(
+        workdir, gateway_config(fake.url, redis_url, opts), policies(tenants), name="gateway.yaml"
     )
-    argv = [binary, "-c", str(d / "nginx.conf"), "-p", str(d), "-g", "daemon off;"]
-    server = Server("nginx", argv, d)
-    stack.servers.append(server)
-    base = f"http://127.0.0.1:{port}"
-    stack.entry = server.wait_ready(lambda: base if _healthy(base) else None, 15)
-
-
-def _healthy(base: str) -> bool:
-    try:
-        with urllib.request.urlopen(base + "/healthz", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
-def start_stack(stack: Stack, opts: Options, target: str) -> None:
-    start_fake(stack, opts)
-    if target == "single":
-        start_gateways(stack, opts, 1, shared=False)
-        stack.entry = stack.gateways[0]
-    else:
-        start_redis(stack)
-        start_gateways(stack, opts, opts.replicas, shared=True)
-        start_nginx(stack)
+    keys = {t: f"sk-iso-{t}-{secrets.token_hex(8)}" for t in tenants}
+    env = {"GATEWAY_ADMIN_KEY": ADMIN_KEY, **{key_env(t): k for t, k in keys.items()}}
+    count = opts.replicas if redis_url else 1
+    named = [(f"gateway-{n}", config) for n in range(1, count + 1)]
+    gateways = [stack.enter_context(g) for g in start_gateways(workdir, named, env=env)]
+    for gateway in gateways:
+        embedder_loaded(gateway, 600)
+    entry = gateways[0].url
+    if redis_url:
+        nginx = start_nginx(workdir, balancers([g.url for g in gateways]), keepalive=256)
+        entry = stack.enter_context(nginx).url
+    return Stack(entry, fake.url, keys, gateways)
 
 
 # --- the load ---------------------------------------------------------------------------------
@@ -590,50 +485,7 @@ class Result:
     replica: str = ""
 
 
-def parse_answer(raw: bytes, stream: bool, result: Result) -> None:
-    if not stream:
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            result.error = "unparsable body"
-            return
-        if result.status != 200:
-            error = data.get("error") if isinstance(data, dict) else None
-            result.error_code = str((error or {}).get("code") or (error or {}).get("type"))
-            return
-        message = ((data.get("choices") or [{}])[0]).get("message") or {}
-        result.texts.append(message.get("content") or "")
-        for call in message.get("tool_calls") or []:
-            result.texts.append((call.get("function") or {}).get("arguments") or "")
-        return
-    content: list[str] = []
-    calls: dict[int, list[str]] = {}
-    for line in raw.split(b"\n"):
-        if not line.startswith(b"data: ") or line == b"data: [DONE]":
-            continue
-        try:
-            event = json.loads(line[6:])
-        except ValueError:
-            result.stream_errors.append("unparsable_event")
-            continue
-        if "error" in event:
-            error = event["error"] or {}
-            result.stream_errors.append(str(error.get("code") or error.get("type")))
-            continue
-        for choice in event.get("choices") or []:
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                content.append(delta["content"])
-            for call in delta.get("tool_calls") or []:
-                args = (call.get("function") or {}).get("arguments") or ""
-                calls.setdefault(int(call.get("index") or 0), []).append(args)
-    result.texts.append("".join(content))
-    result.texts += ["".join(parts) for _, parts in sorted(calls.items())]
-
-
-async def send(session: Any, url: str, key: str, spec: Spec, deadline: float) -> Result:
-    import aiohttp
-
+def request_for(url: str, key: str, spec: Spec, deadline: float) -> Request:
     headers = {
         "Content-Type": "application/json",
         "Authorization": f"Bearer {key}",
@@ -641,37 +493,36 @@ async def send(session: Any, url: str, key: str, spec: Spec, deadline: float) ->
     }
     if spec.bypass:
         headers["x-gateway-cache"] = "bypass"
-    result = Result()
-    started = time.perf_counter()
-    try:
-        timeout = aiohttp.ClientTimeout(total=deadline + HUNG_GRACE + 20)
-        async with session.post(
-            url, data=request_body(spec), headers=headers, timeout=timeout
-        ) as resp:
-            raw = await resp.read()
-            result.status = resp.status
-            h = resp.headers
-            result.cache = h.get("x-gateway-cache", "-")
-            route = h.get("x-gateway-route", "")
-            found = re.search(r"model=([^;]+)", route)
-            result.served = found.group(1) if found else spec.model
-            result.guard = h.get("x-gateway-tool-guard", "")
-            result.degraded = h.get("x-gateway-level") == "4"
-            result.replica = h.get("X-Upstream-Addr", "")
-            parse_answer(raw, spec.stream and resp.status == 200, result)
-    except TimeoutError:
-        result.error = "timeout"
-    except aiohttp.ClientError as err:
-        result.error = type(err).__name__
-    result.elapsed = time.perf_counter() - started
+    return Request(url, request_body(spec), headers, timeout_s=deadline + HUNG_GRACE + 20)
+
+
+def result_of(outcome: Outcome, spec: Spec) -> Result:
+    result = Result(elapsed=outcome.latency_s)
+    if outcome.error is not None:
+        result.error = outcome.error
+        return result
+    result.status = outcome.status
+    h = outcome.headers
+    result.cache = h.get("x-gateway-cache", "-")
+    found = re.search(r"model=([^;]+)", h.get("x-gateway-route", ""))
+    result.served = found.group(1) if found else spec.model
+    result.guard = h.get("x-gateway-tool-guard", "")
+    result.degraded = h.get("x-gateway-level") == "4"
+    result.replica = h.get("X-Upstream-Addr", "")
+    reply = parse_reply(outcome.body, spec.stream and outcome.status == 200)
+    if reply.unparsable and not spec.stream:
+        result.error = "unparsable body"
+    elif outcome.status != 200:
+        result.error_code = str(reply.error_code)
+    else:
+        result.texts, result.stream_errors = reply.texts, reply.stream_errors
     return result
 
 
 async def run_load(
     stack: Stack, opts: Options, specs: list[list[Spec]]
 ) -> tuple[dict[int, Result], float]:
-    import aiohttp
-
+    """Each client sends its requests one after the other; all clients at once."""
     url = stack.entry + "/v1/chat/completions"
     results: dict[int, Result] = {}
     total = sum(len(s) for s in specs)
@@ -679,21 +530,19 @@ async def run_load(
 
     async def client(mine: list[Spec]) -> None:
         for spec in mine:
-            results[spec.rid] = await send(
-                session, url, stack.keys[spec.tenant], spec, opts.deadline
-            )
+            request = request_for(url, stack.keys[spec.tenant], spec, opts.deadline)
+            results[spec.rid] = result_of(await send(session, request), spec)
 
     async def progress() -> None:
         while True:
             await asyncio.sleep(10)
-            done = len(results)
-            rate = done / (time.perf_counter() - started)
-            say(opts, f"    {done}/{total} requests, {rate:.0f} req/s, load {load_average()}")
+            rate = len(results) / (time.perf_counter() - started)
+            say(
+                opts,
+                f"    {len(results)}/{total} requests, {rate:.0f} req/s, load {load_average()}",
+            )
 
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    async with aiohttp.ClientSession(
-        connector=connector, cookie_jar=aiohttp.DummyCookieJar()
-    ) as session:
+    async with session_for(0) as session:
         ticker = asyncio.create_task(progress())
         try:
             await asyncio.gather(*(client(mine) for mine in specs))
@@ -877,8 +726,8 @@ def analyse(
         verdicts=dict(verdicts),
         cache=dict(cache),
         hit_rate=hits / lookups if lookups else 0.0,
-        p50_ms=percentile(latencies, 50),
-        p99_ms=percentile(latencies, 99),
+        p50_ms=percentile(latencies, 50) * 1000,
+        p99_ms=percentile(latencies, 99) * 1000,
         max_s=max((r.elapsed for r in results.values()), default=0.0),
         stream_errors=dict(stream_errors),
         tool_guard=dict(guard),
@@ -899,27 +748,24 @@ def say(opts: Options, text: str) -> None:
         print(text, flush=True)
 
 
-async def run_target_async(target: str, opts: Options, workdir: Path) -> Report:
-    stack = Stack(workdir)
-    try:
+def run_target(target: str, opts: Options, workdir: Path) -> Report:
+    with ExitStack() as stack:
         say(opts, f"[{target}] starting processes in {workdir} (load {load_average()})")
-        await asyncio.to_thread(start_stack, stack, opts, target)
-        say(opts, f"[{target}] ready: {len(stack.gateways)} gateway(s), entry {stack.entry}")
+        processes = start_stack(stack, workdir, opts, target)
+        count = len(processes.gateways)
+        say(opts, f"[{target}] ready: {count} gateway(s), entry {processes.entry}")
         specs = plan(opts)
-        results, seconds = await run_load(stack, opts, specs)
+        results, seconds = uvloop.run(run_load(processes, opts, specs))
         injected = {
             k.removeprefix("injected_"): v
-            for k, v in (await asyncio.to_thread(http_json, stack.fake + "/_fake/stats")).items()
+            for k, v in get_json(processes.fake + "/_fake/stats").items()
             if k.startswith("injected_") or k == "requests"
         }
         report = analyse(target, opts, specs, results, seconds, injected)
         if report.status_500 or report.internal_stream_errors:
-            for server in stack.servers:
-                if server.name.startswith("gateway"):
-                    say(opts, f"[{target}] {server.name} log tail:\n{server.tail(40)}")
+            for server in processes.gateways:
+                say(opts, f"[{target}] {server.name} log tail:\n{server.tail(40)}")
         return report
-    finally:
-        stack.stop()
 
 
 def run(opts: Options) -> list[Report]:
@@ -929,43 +775,33 @@ def run(opts: Options) -> list[Report]:
         if opts.workdir is not None:
             workdir = opts.workdir / target
             workdir.mkdir(parents=True, exist_ok=True)
-            reports.append(_run_target(target, opts, workdir))
+            reports.append(run_target(target, opts, workdir))
         else:
             with tempfile.TemporaryDirectory(prefix=f"gateway-isolation-{target}-") as tmp:
-                reports.append(_run_target(target, opts, Path(tmp)))
+                reports.append(run_target(target, opts, Path(tmp)))
     return reports
 
 
-def _run_target(target: str, opts: Options, workdir: Path) -> Report:
-    try:
-        import uvloop
-
-        return uvloop.run(run_target_async(target, opts, workdir))
-    except ImportError:
-        return asyncio.run(run_target_async(target, opts, workdir))
-
-
 def table(reports: list[Report]) -> str:
-    rows: list[tuple[str, ...]] = [
-        ("", *(r.target for r in reports)),
-        ("requests", *(str(r.requests) for r in reports)),
-        ("seconds", *(f"{r.seconds:.1f}" for r in reports)),
-        ("requests/s", *(f"{r.rps:.0f}" for r in reports)),
-        ("contaminations", *(str(r.contamination_total) for r in reports)),
+    def row(name: str, cell: Any) -> tuple[str, ...]:
+        return (name, *(str(cell(r)) for r in reports))
+
+    rows = [
+        row("requests", lambda r: r.requests),
+        row("seconds", lambda r: f"{r.seconds:.1f}"),
+        row("requests/s", lambda r: f"{r.rps:.0f}"),
+        row("contaminations", lambda r: r.contamination_total),
+        *(row(f"  {name}", lambda r, n=name: r.contaminations[n]) for name in CONTAMINATIONS),
+        row("status 500", lambda r: r.status_500),
+        row("internal errors in streams", lambda r: r.internal_stream_errors),
+        row("hung (> deadline + 5 s)", lambda r: r.hung),
+        row("slowest request (s)", lambda r: f"{r.max_s:.2f}"),
+        row("latency p50 (ms)", lambda r: fmt(r.p50_ms, ".1f")),
+        row("latency p99 (ms)", lambda r: fmt(r.p99_ms, ".1f")),
+        row("cache hit rate", lambda r: f"{r.hit_rate:.1%}"),
     ]
-    for name in CONTAMINATIONS:
-        rows.append((f"  {name}", *(str(r.contaminations[name]) for r in reports)))
-    rows += [
-        ("status 500", *(str(r.status_500) for r in reports)),
-        ("internal errors in streams", *(str(r.internal_stream_errors) for r in reports)),
-        ("hung (> deadline + 5 s)", *(str(r.hung) for r in reports)),
-        ("slowest request (s)", *(f"{r.max_s:.2f}" for r in reports)),
-        ("latency p50 (ms)", *(fmt(r.p50_ms, ".1f") for r in reports)),
-        ("latency p99 (ms)", *(fmt(r.p99_ms, ".1f") for r in reports)),
-        ("cache hit rate", *(f"{r.hit_rate:.1%}" for r in reports)),
-    ]
-    keys = sorted({k for r in reports for k in r.statuses})
-    rows += [(f"status {k}", *(str(r.statuses.get(k, 0)) for r in reports)) for k in keys]
+    for k in sorted({k for r in reports for k in r.statuses}):
+        rows.append(row(f"status {k}", lambda r, k=k: r.statuses.get(k, 0)))
     for title, attr in (
         ("cache", "cache"),
         ("answer", "verdicts"),
@@ -975,54 +811,11 @@ def table(reports: list[Report]) -> str:
         ("transport error", "transport_errors"),
         ("injected", "injected"),
     ):
-        names = sorted({k for r in reports for k in getattr(r, attr)})
-        rows += [
-            (f"{title}: {k}", *(str(getattr(r, attr).get(k, 0)) for r in reports)) for k in names
-        ]
-    rows += [
-        ("replicas that answered", *(str(len(r.replicas_answering)) for r in reports)),
-        ("targets met", *("yes" if r.met else "NO" for r in reports)),
-    ]
-    width = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for n, row in enumerate(rows):
-        lines.append(
-            "  ".join(c.ljust(width[0]) if i == 0 else c.rjust(width[i]) for i, c in enumerate(row))
-        )
-        if n == 0:
-            lines.append("-" * len(lines[0]))
-    return "\n".join(lines)
-
-
-def parse_args(argv: list[str] | None = None) -> Options:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--target", choices=["single", "replicas", "both"], default="both")
-    p.add_argument("--clients", type=int, default=200)
-    p.add_argument("--tenants", type=int, default=20)
-    p.add_argument("--requests", type=int, default=20_000)
-    p.add_argument("--questions", type=int, default=60, help="pool size (at most 200)")
-    p.add_argument("--embedder", choices=["minilm", "hash"], default="minilm")
-    p.add_argument("--replicas", type=int, default=3)
-    p.add_argument("--deadline", type=float, default=10.0, help="x-gateway-timeout, seconds")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--json", type=Path, dest="json_out", help="also write the report here")
-    p.add_argument("--keep", type=Path, help="keep logs and stores in this directory")
-    a = p.parse_args(argv)
-    if a.tenants > a.clients:
-        p.error("--tenants must not exceed --clients")
-    return Options(
-        clients=a.clients,
-        tenants=a.tenants,
-        requests=a.requests,
-        questions=a.questions,
-        embedder=a.embedder,
-        target=a.target,
-        replicas=a.replicas,
-        deadline=a.deadline,
-        seed=a.seed,
-        json_out=a.json_out,
-        workdir=a.keep,
-    )
+        for k in sorted({k for r in reports for k in getattr(r, attr)}):
+            rows.append(row(f"{title}: {k}", lambda r, a=attr, k=k: getattr(r, a).get(k, 0)))
+    rows.append(row("replicas that answered", lambda r: len(r.replicas_answering)))
+    rows.append(row("targets met", lambda r: "yes" if r.met else "NO"))
+    return markdown_table(("", *(r.target for r in reports)), rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1031,7 +824,7 @@ def main(argv: list[str] | None = None) -> int:
         seed = int(args[args.index("--seed") + 1]) if "--seed" in args else 1
         serve_fake(args[1], seed)
         return 0
-    opts = parse_args(args)
+    opts = parse_options(Options, args, __doc__)
     print(
         f"isolation: {opts.clients} clients, {opts.tenants} tenants, {opts.requests} requests"
         f" per target, embedder {opts.embedder}, deadline {opts.deadline:g} s,"
