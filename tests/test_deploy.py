@@ -23,6 +23,9 @@ def test_the_scaleout_config_shares_everything_through_redis() -> None:
     assert file.resilience.breaker_storage.type == "redis"
     assert file.rate_limits.storage.type == "redis"
     assert file.server.drain_seconds > 0
+    # One server for all three, set once (no per-part url: that form is deprecated).
+    assert {t.url for t in file.shared_redis().targets.values()} == {"redis://redis:6379/0"}
+    assert file.shared_redis().moved == ()
 
 
 def test_compose_replicas_are_balanced_and_scraped() -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config import BreakerConfig, BreakerStorageConfig, build_settings, parse_config
+from gateway.config import BreakerConfig, build_settings, parse_config
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest, ModelNotFound, UpstreamError
 from gateway.pipeline import Pipeline
@@ -31,7 +31,7 @@ SETTINGS = build_settings(parse_config(CONFIG), "<t>", {})
 
 @pytest.fixture
 def pipeline() -> Pipeline:
-    return Runtime.build(SETTINGS, Breakers(BreakerConfig(), BreakerStorageConfig())).pipeline
+    return Runtime.build(SETTINGS, Breakers(BreakerConfig())).pipeline
 
 
 def _ctx() -> RequestContext:

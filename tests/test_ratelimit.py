@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from gateway.config.rate_limits import RateLimitConfig, RateLimitStorageConfig
 from gateway.ratelimit import RateLimited, RateLimiter
-from gateway.ratelimit.limiter import tokens_wait
+from gateway.ratelimit.window import tokens_wait
 
 
 class Clock:

@@ -12,16 +12,17 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.config.rate_limits import RateLimitConfig, RateLimitStorageConfig
+from gateway.config.rate_limits import RateLimitConfig
+from gateway.config.redis import RedisTarget
 from gateway.ratelimit import RateLimited, RateLimiter
 from tests.e2e.helpers import closed_port
 from tests.redis_server import redis_server, redis_server_path
 from tests.test_ratelimit import admitted
 
 
-def storage(url: str) -> RateLimitStorageConfig:
+def storage(url: str) -> RedisTarget:
     """Each test its own keys in the session's Redis."""
-    return RateLimitStorageConfig(type="redis", url=url, namespace=f"rl-{uuid.uuid4().hex[:12]}")
+    return RedisTarget(url, namespace=f"rl-{uuid.uuid4().hex[:12]}")
 
 
 @pytest.fixture

@@ -106,9 +106,10 @@ providers:
 cache:
   store: {type: memory}
 resilience:
-  breaker_storage: {type: redis, url: "redis://:redis-password@r.example:6379/0"}
+  breaker_storage: {type: memory, url: "redis://:redis-password@r.example:6379/0"}
 rate_limits:
-  storage: {type: redis, url: "rediss://user:rl-password@r.example:6380/0"}
+  storage: {type: redis}
+redis: {url: "rediss://user:rl-password@r.example:6380/0"}
 knowledge_bases:
   kb:
     type: http

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from gateway.cache.embedded_store import EmbeddedStore
 from gateway.cache.service import SemanticCache
 from gateway.cache.store import CacheStore
-from gateway.config import CacheConfig, EmbedderConfig, ModelRoute, Settings
+from gateway.config import CacheConfig, EmbedderConfig, ModelRoute, RedisTarget, Settings
 from gateway.config.policy_set import Policy
 
 if TYPE_CHECKING:
@@ -18,10 +18,15 @@ _shared: dict[EmbedderConfig, Embedder] = {}
 
 
 def build_cache(
-    config: CacheConfig, routes: Iterable[ModelRoute], policies: Iterable[Policy] = ()
+    config: CacheConfig,
+    routes: Iterable[ModelRoute],
+    policies: Iterable[Policy] = (),
+    *,
+    shared: RedisTarget | None = None,
 ) -> SemanticCache | None:
     """The cache, or None when neither a model nor a policy turns it on (then no store is
-    opened, no model loaded)."""
+    opened, no model loaded). `shared`: where a `type: redis` store keeps its entries
+    (ConfigFile.shared_redis)."""
     enabled = [route.cache for route in routes if route.cache.enabled]
     by_policy = _enabling(policies)
     if not enabled and not by_policy:
@@ -30,9 +35,11 @@ def build_cache(
     if config.store.type == "redis":
         from gateway.cache.redis_store import RedisStore
 
+        if shared is None:
+            raise ValueError("a redis cache store needs its Redis (ConfigFile.shared_redis)")
         store = RedisStore(
-            config.store.url,
-            config.store.namespace,
+            shared.url,
+            shared.namespace,
             max_entries=config.store.max_entries,
             approximate_above=config.store.approximate_above,
         )

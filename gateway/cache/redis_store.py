@@ -35,15 +35,13 @@ from typing import Any
 
 import numpy as np
 import orjson
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from gateway.cache.index import IndexesByEmbedder
 from gateway.cache.store import CacheEntry, Commits, StoreStats
 from gateway.observability.logthrottle import ThrottledWarnings
 from gateway.observability.redact import without_credentials
+from gateway.state.redis import SharedClient, Timeouts
 
 log = logging.getLogger("gateway.cache")
 
@@ -112,6 +110,8 @@ end
 return n
 """
 
+_SCRIPTS = {"put": _PUT, "evict": _EVICT, "delete": _DELETE}
+
 
 @dataclass(slots=True)
 class _Meta:
@@ -133,21 +133,10 @@ class RedisStore:
         self._lru, self._exp = f"{namespace}:lru", f"{namespace}:exp"
         self._next_id, self._events = f"{namespace}:next_id", f"{namespace}:events"
         self._max_stream = str(max(10_000, 2 * max_entries))
-        # One immediate retry on a fresh connection: after a Redis restart every pooled
-        # connection is stale once, and that must not cost a miss.
-        options: dict[str, Any] = {"retry": Retry(NoBackoff(), 1), "health_check_interval": 0}
-        # Any: redis-py's annotations mix bytes and str; replies here are always bytes.
-        self._redis: Any = aioredis.from_url(
-            url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT, **options
-        )
-        # Its own connection: XREAD blocks longer than lookups may wait.
-        self._follower_redis: Any = aioredis.from_url(
-            url, socket_timeout=FOLLOW_BLOCK_MS / 1000 + 2, socket_connect_timeout=1, **options
-        )
-        self._scripts: dict[str, Any] = {
-            name: self._redis.register_script(text)
-            for name, text in (("put", _PUT), ("evict", _EVICT), ("delete", _DELETE))
-        }
+        self._client = SharedClient(url, Timeouts(SOCKET_TIMEOUT, SOCKET_TIMEOUT))
+        # Its own pool: XREAD blocks longer than lookups may wait.
+        self._follower_client = SharedClient(url, Timeouts(FOLLOW_BLOCK_MS / 1000 + 2, 1))
+        self._scripts: dict[str, Any] = {}  # registered on first use, with the client
         self._meta: dict[int, _Meta] = {}
         self._by_exact: dict[str, int] = {}
         self._indexes = IndexesByEmbedder(approximate_above)
@@ -163,6 +152,33 @@ class RedisStore:
 
     def __len__(self) -> int:
         return len(self._meta) - len(self._pending)
+
+    # --- shared state (gateway/state/shared.py) ---------------------------------------------
+
+    shared = True
+
+    @property
+    def redis_up(self) -> bool:
+        """Reaches Redis, and the local index has caught up with it."""
+        return self.synced
+
+    async def probe_redis(self) -> None:
+        """Nothing to do: the follower reconnects (and resynchronises) on its own."""
+
+    # Any: redis-py's annotations mix bytes and str; replies here are always bytes.
+    @property
+    def _redis(self) -> Any:
+        return self._client.redis
+
+    @property
+    def _follower_redis(self) -> Any:
+        return self._follower_client.redis
+
+    def _script(self, name: str) -> Any:
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self._redis.register_script(_SCRIPTS[name])
+        return script
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -185,8 +201,8 @@ class RedisStore:
             # A cancellation that lands inside redis-py's reconnect can be lost; the flag
             # then ends the loop at its next turn, and close() never waits forever.
             await asyncio.wait([self._follower], timeout=FOLLOW_BLOCK_MS / 1000 + 5)
-        await self._redis.aclose()
-        await self._follower_redis.aclose()
+        await self._client.aclose()
+        await self._follower_client.aclose()
 
     # --- the interface -----------------------------------------------------------------------
 
@@ -277,7 +293,7 @@ class RedisStore:
             orjson.dumps(entry.headers),
         ]
         try:
-            id_ = int(await self._scripts["put"](keys=keys, args=args))
+            id_ = int(await self._script("put")(keys=keys, args=args))
         except BaseException:
             if temp is not None:
                 self._remove(temp)  # not in Redis: not served here either
@@ -305,7 +321,7 @@ class RedisStore:
             self._max_stream,
             repr(time.time()),
         ]
-        return int(await self._scripts["evict"](keys=keys, args=args))
+        return int(await self._script("evict")(keys=keys, args=args))
 
     async def purge(self, tenant: str | None = None, model: str | None = None) -> int:
         doomed: list[str] = []
@@ -320,7 +336,7 @@ class RedisStore:
             chunk = doomed[start : start + _SCAN_BATCH]
             keys = [self._lru, self._exp, self._events]
             args = [self._prefix, self._max_stream, repr(time.time()), *chunk]
-            purged += int(await self._scripts["delete"](keys=keys, args=args))
+            purged += int(await self._script("delete")(keys=keys, args=args))
             for exact in chunk:
                 if exact in self._by_exact:
                     self._remove(self._by_exact[exact])

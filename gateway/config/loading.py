@@ -3,6 +3,7 @@ by its file, dotted path and line. Nothing else in the gateway parses YAML."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from gateway.config.policy_set import Policy, PolicyProblem, PolicySet, validate
 from gateway.config.settings import Settings, build_settings
 
 DEFAULT_CONFIG_PATH = Path("config.yaml")
+log = logging.getLogger("gateway.config")
 
 
 class ConfigError(Exception):
@@ -35,9 +37,12 @@ def parse_config(text: str, source: str = "<config>") -> ConfigFile:
     if not isinstance(data, dict):
         raise ConfigError(source, ["the top level must be a mapping"])
     try:
-        return ConfigFile.model_validate(data)
+        file = ConfigFile.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(source, [_describe(err, root) for err in exc.errors()]) from None
+    for warning in file.shared_redis().moved:  # accepted, but say what replaces them
+        log.warning("%s: %s", source, warning)
+    return file
 
 
 def load_settings(path: Path | str = DEFAULT_CONFIG_PATH) -> Settings:

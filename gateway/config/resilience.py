@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from gateway.config.base import Strict
+from gateway.config.redis import MOVED, check_url
 
 
 class RetryConfig(Strict):
@@ -34,13 +35,19 @@ class BreakerStorageConfig(Strict):
     type: Literal["memory", "redis"] = Field(
         "memory", description="redis: replicas share breaker state (pybreaker's Redis storage)."
     )
-    url: str = "redis://127.0.0.1:6379/0"
-    namespace: str = Field("gateway", min_length=1, max_length=64)
+    url: str | None = Field(None, description="Moved: redis.url.", json_schema_extra=MOVED)
+    namespace: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="Moved: redis.namespace.",
+        json_schema_extra=MOVED,
+    )
 
     @model_validator(mode="after")
     def _redis_url(self) -> BreakerStorageConfig:
-        if self.type == "redis" and not self.url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("url must start with redis://, rediss:// or unix://")
+        if self.type == "redis" and self.url is not None:
+            check_url(self.url)
         return self
 
 

@@ -17,10 +17,18 @@ from gateway.cache.service import Directive, SemanticCache
 from gateway.config.policy_set import Policy
 from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
 from gateway.http import render
-from gateway.http.keys import BREAKERS, CACHE, CTX, DRAIN, LIMITER, METRICS, RELOADER, RUNTIME
+from gateway.http.keys import (
+    BREAKERS,
+    CACHE,
+    CTX,
+    DRAIN,
+    METRICS,
+    RELOADER,
+    RUNTIME,
+    SHARED_STATE,
+)
 from gateway.observability.metrics import CONTENT_TYPE
 from gateway.observability.redact import redacted
-from gateway.state.shared import shared_parts
 from gateway.util import offload
 from gateway.util.jsondepth import too_deep
 from gateway.util.tokens import message_text
@@ -137,10 +145,7 @@ async def readyz(request: web.Request) -> web.StreamResponse:
         raise GatewayError(
             "No model is servable: every provider is disabled.", status=503, code="not_ready"
         )
-    app = request.app
-    shared = {
-        name: up() for name, up in shared_parts(app[CACHE], app[BREAKERS], app[LIMITER]).items()
-    }
+    shared = request.app[SHARED_STATE].states()
     return render.json(
         request[CTX],
         {

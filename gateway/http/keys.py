@@ -13,6 +13,7 @@ from gateway.resilience.breaker import Breakers
 from gateway.server.reload import Reloader
 from gateway.server.runtime import Runtime, RuntimeRef
 from gateway.server.shutdown import Drain
+from gateway.state.shared import SharedState
 
 RUNTIME_REF = web.AppKey("runtime_ref", RuntimeRef)
 METRICS = web.AppKey("metrics", Metrics)
@@ -21,6 +22,7 @@ CACHE: web.AppKey[SemanticCache | None] = web.AppKey("cache")  # None: no model 
 BREAKERS = web.AppKey("breakers", Breakers)  # per process: survive config reloads
 RELOADER = web.AppKey("reloader", Reloader)
 LIMITER = web.AppKey("limiter", RateLimiter)  # per process; budgets outlive reloads
+SHARED_STATE = web.AppKey("shared_state", SharedState)  # per process: /readyz, redis_up
 DRAIN = web.AppKey("drain", Drain)  # set on SIGTERM (gateway/server/shutdown.py)
 CTX = web.RequestKey("ctx", RequestContext)
 RUNTIME = web.RequestKey("runtime", Runtime)  # the runtime this request started with

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Iterable, Iterator
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -26,6 +27,9 @@ from gateway import __version__
 from gateway.config import Pricing
 from gateway.context import RequestContext
 from gateway.resilience.breaker import STATE_VALUES, Breaker
+
+if TYPE_CHECKING:
+    from gateway.state.shared import SharedState
 
 # Millisecond resolution at the low end (cache hits, overhead), minutes at the top (long streams).
 LATENCY_BUCKETS = (
@@ -425,6 +429,11 @@ class Metrics:
     def breaker_changed(self, breaker: str, state: str) -> None:
         self._child(self.breaker_transitions, breaker, state).inc()
 
+    def watch_shared_state(self, shared: SharedState) -> None:
+        """Export, at scrape time, whether each part sharing state at start reaches Redis."""
+        for component in shared.components():
+            self.redis_up.labels(component).set_function(partial(_up, shared, component))
+
     def watch_breakers(self, breakers: Iterable[Breaker]) -> None:
         """Export each breaker's state at scrape time (0 closed, 1 half-open, 2 open)."""
         self.registry.register(_BreakerStates(breakers))
@@ -490,3 +499,7 @@ def _estimated_usage(ctx: RequestContext) -> dict[str, Any] | None:
 
 def _count(value: object) -> int:
     return value if isinstance(value, int) and value > 0 else 0
+
+
+def _up(shared: SharedState, component: str) -> float:
+    return float(shared.up(component))

@@ -9,6 +9,7 @@ per (sliding) minute, kept in memory or in Redis shared by replicas.
 A request is admitted only if every limit admits it, and a refused one consumes nothing.
 """
 
-from gateway.ratelimit.limiter import Permit, RateLimited, RateLimiter, Refusal
+from gateway.ratelimit.backend import Refusal
+from gateway.ratelimit.limiter import Permit, RateLimited, RateLimiter
 
 __all__ = ["Permit", "RateLimited", "RateLimiter", "Refusal"]

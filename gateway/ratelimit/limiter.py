@@ -7,28 +7,20 @@ import math
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Literal, Protocol
 
-from gateway.config.rate_limits import RateLimitConfig, RateLimitStorageConfig
+from gateway.config.rate_limits import RateLimitConfig
+from gateway.config.redis import RedisTarget
 from gateway.errors import GatewayError
-
-LimitName = Literal["requests_per_second", "concurrent", "tokens_per_minute"]
+from gateway.ratelimit.backend import Backend, LimitName
+from gateway.ratelimit.memory import MemoryBackend
+from gateway.ratelimit.redis_backend import RedisBackend
 
 _LABELS: dict[LimitName, str] = {
     "requests_per_second": "requests per second",
     "concurrent": "concurrent requests",
     "tokens_per_minute": "tokens per minute",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """Which limit refused a request, and in how many seconds it would admit it."""
-
-    limit: LimitName
-    retry_after: float
 
 
 class RateLimited(GatewayError):
@@ -50,22 +42,6 @@ class RateLimited(GatewayError):
         self.tenant = tenant
         self.limit = limit
         self.retry_after = seconds
-
-
-class Backend(Protocol):
-    """Where the counters live. `acquire` checks every limit set in `limits` and, only if all
-    admit the request, consumes from each (one token, the concurrency `slot` when given, and
-    `tokens` of the minute's budget); otherwise it changes nothing."""
-
-    async def acquire(
-        self, tenant: str, limits: RateLimitConfig, tokens: int, slot: str | None
-    ) -> Refusal | None: ...
-
-    async def release(self, tenant: str, slot: str) -> None: ...
-
-    async def record_tokens(self, tenant: str, tokens: int) -> None: ...
-
-    async def aclose(self) -> None: ...
 
 
 class Permit:
@@ -119,42 +95,38 @@ class RateLimiter:
 
     def __init__(
         self,
-        storage: RateLimitStorageConfig | None = None,
+        storage: RedisTarget | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
         slot_ttl_seconds: float = 600.0,
     ) -> None:
-        """`clock` (memory only: Redis uses its own TIME) is injectable for tests.
+        """`storage`: where replicas share the counters (None: this process keeps them).
+        `clock` (memory only: Redis uses its own TIME) is injectable for tests.
         `slot_ttl_seconds` (Redis only) bounds how long a concurrency slot outlives a replica
         that crashed holding it; it must exceed the longest request."""
-        self.storage = storage or RateLimitStorageConfig()
         self._backend: Backend
-        if self.storage.type == "redis":
-            from gateway.ratelimit.redis_backend import RedisBackend
-
-            self._backend = RedisBackend(
-                self.storage.url, self.storage.namespace, slot_ttl_seconds=slot_ttl_seconds
+        self._redis: RedisBackend | None = None
+        if storage is not None:
+            self._backend = self._redis = RedisBackend(
+                storage.url, storage.namespace, slot_ttl_seconds=slot_ttl_seconds
             )
         else:
-            from gateway.ratelimit.memory import MemoryBackend
-
             self._backend = MemoryBackend(clock)
 
     @property
-    def shared_up(self) -> bool | None:
-        """With Redis storage, whether Redis answered lately (else limits are not enforced);
-        None with memory storage."""
-        from gateway.ratelimit.redis_backend import RedisBackend
+    def shared(self) -> bool:
+        """Whether the counters are in Redis, shared with other replicas."""
+        return self._redis is not None
 
-        backend = self._backend
-        return backend.up if isinstance(backend, RedisBackend) else None
+    @property
+    def redis_up(self) -> bool:
+        """With Redis storage, whether Redis answered lately (else limits are not enforced)."""
+        return self._redis is not None and self._redis.up
 
-    async def probe_shared(self) -> None:
+    async def probe_redis(self) -> None:
         """With Redis storage marked unreachable: ask Redis whether it is back."""
-        from gateway.ratelimit.redis_backend import RedisBackend
-
-        if isinstance(self._backend, RedisBackend) and not self._backend.up:
-            await self._backend.ping()
+        if self._redis is not None and not self._redis.up:
+            await self._redis.ping()
 
     async def acquire(
         self, tenant: str, limits: RateLimitConfig, estimated_tokens: int = 0
@@ -174,34 +146,3 @@ class RateLimiter:
 
     async def aclose(self) -> None:
         await self._backend.aclose()
-
-
-# --- the arithmetic both backends share (redis_backend.py has it again, in Lua) -------------
-
-WINDOW_SECONDS = 60.0
-CONCURRENT_RETRY_SECONDS = 1.0  # nobody knows when a slot frees up: a short wait
-
-
-def roll_window(
-    window: int | None, current: float, previous: float, index: int
-) -> tuple[float, float]:
-    """(current, previous) minute counters as of minute `index`, from those of `window`."""
-    if window == index:
-        return current, previous
-    if window == index - 1:
-        return 0.0, current
-    return 0.0, 0.0
-
-
-def tokens_wait(previous: float, current: float, elapsed: float, need: int, limit: int) -> float:
-    """Seconds until `need` more tokens fit in the sliding minute (0: they fit now), `elapsed`
-    seconds into the current minute. The sliding minute holds `previous` weighted by the part
-    of the previous minute it still covers, plus `current`. A request larger than the whole
-    limit is checked as exactly the limit, so it goes once the minute is empty."""
-    need = max(1, min(need, limit))
-    if previous * (1 - elapsed / WINDOW_SECONDS) + current + need <= limit:
-        return 0.0
-    if current + need <= limit:  # fits once enough of the previous minute slides out
-        return (previous + current + need - limit) * WINDOW_SECONDS / previous - elapsed
-    # Only after this minute ends, and enough of it slides out in the next one.
-    return WINDOW_SECONDS - elapsed + (current + need - limit) * WINDOW_SECONDS / current

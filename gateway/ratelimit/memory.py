@@ -7,13 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.config.rate_limits import RateLimitConfig
-from gateway.ratelimit.limiter import (
-    CONCURRENT_RETRY_SECONDS,
-    WINDOW_SECONDS,
-    Refusal,
-    roll_window,
-    tokens_wait,
-)
+from gateway.ratelimit.backend import CONCURRENT_RETRY_SECONDS, Refusal
+from gateway.ratelimit.window import WINDOW_SECONDS, roll_window, tokens_wait
 
 
 @dataclass(slots=True)

@@ -18,16 +18,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from gateway.config.rate_limits import RateLimitConfig
-from gateway.ratelimit.limiter import LimitName, Refusal
+from gateway.ratelimit.backend import LimitName, Refusal
 from gateway.state.health import RedisHealth
+from gateway.state.redis import SharedClient, Timeouts
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+    from redis.commands.core import AsyncScript
 
 log = logging.getLogger("gateway.ratelimit")
 
@@ -35,7 +37,7 @@ SOCKET_TIMEOUT = 0.25
 
 _LIMITS: dict[int, LimitName] = {1: "requests_per_second", 2: "concurrent", 3: "tokens_per_minute"}
 
-# roll() and tokens_wait() are limiter.roll_window() and limiter.tokens_wait().
+# roll() and tokens_wait() are window.roll_window() and window.tokens_wait().
 _WINDOW = """
 local function now_seconds()
   local t = redis.call('TIME')
@@ -131,21 +133,23 @@ return 1
 
 class RedisBackend:
     def __init__(self, url: str, namespace: str, *, slot_ttl_seconds: float) -> None:
-        # One immediate retry, on a fresh connection: after a Redis restart each pooled
-        # connection is stale once, and that must not count as an outage. No backoff: a
-        # failed call fails open at once.
-        self._redis = aioredis.Redis.from_url(
-            url,
-            socket_timeout=SOCKET_TIMEOUT,
-            socket_connect_timeout=SOCKET_TIMEOUT,
-            retry=Retry(NoBackoff(), 1),
-        )
+        # A failed call fails open at once (the shared client retries once, without backoff).
+        self._client = SharedClient(url, Timeouts(SOCKET_TIMEOUT, SOCKET_TIMEOUT))
         self._namespace = namespace
         self._slot_ttl = slot_ttl_seconds
-        self._acquire = self._redis.register_script(ACQUIRE)
-        self._record = self._redis.register_script(RECORD)
+        self._scripts: dict[str, AsyncScript] = {}  # registered on first use, with the client
         self.health = RedisHealth(log, "rate limits", "admitting requests unlimited")
         self._pending: set[asyncio.Task[None]] = set()
+
+    @property
+    def _redis(self) -> aioredis.Redis:
+        return self._client.redis
+
+    def _script(self, text: str) -> AsyncScript:
+        script = self._scripts.get(text)
+        if script is None:
+            script = self._scripts[text] = self._redis.register_script(text)
+        return script
 
     def keys(self, tenant: str) -> tuple[str, str, str]:
         base = f"{self._namespace}:ratelimit:{{{tenant}}}"
@@ -166,7 +170,7 @@ class RedisBackend:
             tokens,
         )
         # Shielded: if the caller is cancelled meanwhile, a slot the script took is released.
-        task = asyncio.ensure_future(self._acquire(keys=self.keys(tenant), args=args))
+        task = asyncio.ensure_future(self._script(ACQUIRE)(keys=self.keys(tenant), args=args))
         try:
             result = await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -194,13 +198,13 @@ class RedisBackend:
     async def record_tokens(self, tenant: str, tokens: int) -> None:
         keys = [self.keys(tenant)[2]]
         await asyncio.shield(
-            self._call("record tokens", lambda: self._record(keys=keys, args=[tokens]))
+            self._call("record tokens", lambda: self._script(RECORD)(keys=keys, args=[tokens]))
         )
 
     async def aclose(self) -> None:
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
-        await self._redis.aclose()
+        await self._client.aclose()
 
     async def _call(
         self, what: str, call: Callable[[], Awaitable[Any]], *, always: bool = False

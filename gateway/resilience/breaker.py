@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 
 import pybreaker
 
-from gateway.config import BreakerConfig, BreakerStorageConfig
+from gateway.config import BreakerConfig, RedisTarget
 from gateway.errors import GatewayError
 from gateway.resilience.shared_storage import SharedStorage
 from gateway.state.health import RedisHealth
+from gateway.state.redis import CONNECTIONS, Timeouts
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway.breaker")
 
 
+# Short: an unreachable Redis must not stall requests (the breakers then work on local state).
+REDIS_TIMEOUTS = Timeouts(socket=0.25, connect=0.25)
 CLOSED, OPEN, HALF_OPEN = pybreaker.STATE_CLOSED, pybreaker.STATE_OPEN, pybreaker.STATE_HALF_OPEN
 STATE_VALUES = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}  # the metric's encoding
 
@@ -204,12 +207,13 @@ class Breakers:
     def __init__(
         self,
         config: BreakerConfig,
-        storage: BreakerStorageConfig,
+        storage: RedisTarget | None = None,
         on_change: Callable[[str, str], None] | None = None,
     ) -> None:
+        """`storage`: where replicas share breaker state (None: in this process only)."""
         self._config = config
         self._on_change = on_change
-        self._storage_config = storage
+        self._target = storage
         self._redis: Redis | None = None
         # meaningful with Redis storage only
         self.redis_health = RedisHealth(log, "circuit breaker storage", "breakers on local state")
@@ -231,11 +235,12 @@ class Breakers:
             self._own_config.add(name)
         return breaker
 
-    def configure(self, config: BreakerConfig, storage: BreakerStorageConfig) -> None:
+    def configure(self, config: BreakerConfig, storage: RedisTarget | None) -> None:
         """A reload: new thresholds apply to every default breaker; a storage change rebuilds
         them (their state lives in the old storage)."""
-        if storage != self._storage_config:
-            self._storage_config, self._redis = storage, None
+        if storage != self._target:
+            self.close()
+            self._target = storage
             self._breakers.clear()
             self._own_config.clear()
         self._config = config
@@ -244,9 +249,9 @@ class Breakers:
                 breaker.configure(config)
 
     def close(self) -> None:
-        if self._redis is not None:
-            self._redis.close()
-            self._redis = None
+        redis, self._redis = self._redis, None
+        if redis is not None:
+            CONNECTIONS.release_sync(redis)
 
     def find(self, name: str) -> Breaker | None:
         return self._breakers.get(name)
@@ -258,23 +263,12 @@ class Breakers:
         return iter(list(self._breakers.values()))
 
     def _storage(self, name: str) -> pybreaker.CircuitBreakerStorage | None:
-        config = self._storage_config
-        if config.type == "memory":
+        target = self._target
+        if target is None:
             return None
         if self._redis is None:
-            import redis
-            from redis.backoff import NoBackoff
-            from redis.retry import Retry
-
-            # Short timeouts: an unreachable Redis must not stall requests; pybreaker then
-            # treats every breaker as closed.
-            self._redis = redis.Redis.from_url(
-                config.url,
-                socket_timeout=0.25,
-                socket_connect_timeout=0.25,
-                retry=Retry(NoBackoff(), 1),  # a connection gone stale: once more, fresh
-            )
-        return SharedStorage(self._redis, f"{config.namespace}:{name}", self.redis_health)
+            self._redis = CONNECTIONS.sync_client(target.url, REDIS_TIMEOUTS)
+        return SharedStorage(self._redis, f"{target.namespace}:{name}", self.redis_health)
 
     async def probe_redis(self) -> None:
         """While shared state is unreachable, see whether Redis is back (off the loop)."""
@@ -283,4 +277,10 @@ class Breakers:
 
     @property
     def shared(self) -> bool:
-        return self._storage_config.type == "redis"
+        """Whether breaker state is in Redis, shared with other replicas."""
+        return self._target is not None
+
+    @property
+    def redis_up(self) -> bool:
+        """With Redis storage, whether Redis answered lately (else breakers are local)."""
+        return self.shared and self.redis_health.up

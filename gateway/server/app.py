@@ -21,6 +21,7 @@ from gateway.http.keys import (
     METRICS,
     RELOADER,
     RUNTIME_REF,
+    SHARED_STATE,
 )
 from gateway.http.middleware import gateway_middleware
 from gateway.observability.accesslog import AccessLog
@@ -30,8 +31,7 @@ from gateway.resilience.breaker import Breakers
 from gateway.server.reload import Reloader
 from gateway.server.runtime import Runtime, RuntimeRef
 from gateway.server.shutdown import Drain
-from gateway.state import shared as shared_state
-from gateway.state.shared import shared_parts
+from gateway.state.shared import SharedState
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -58,25 +58,28 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     malformed.install()  # requests aiohttp refuses before routing get OpenAI error bodies too
     # Bodies are read and limited by the handlers against the live config, not by aiohttp.
     app = web.Application(middlewares=[gateway_middleware], client_max_size=2**40)
+    redis = settings.file.shared_redis()
     cache = app[CACHE] = build_cache(
-        settings.file.cache, settings.routes.values(), settings.policies.policies
+        settings.file.cache,
+        settings.routes.values(),
+        settings.policies.policies,
+        shared=redis.target("cache"),
     )
     metrics = app[METRICS] = Metrics()
-    resilience = settings.resilience
     breakers = app[BREAKERS] = Breakers(
-        resilience.breaker, resilience.breaker_storage, on_change=metrics.breaker_changed
+        settings.resilience.breaker, redis.target("breakers"), on_change=metrics.breaker_changed
     )
     metrics.watch_breakers(breakers)
     ref = app[RUNTIME_REF] = RuntimeRef(Runtime.build(settings, breakers, cache))
     app[RELOADER] = Reloader(ref, breakers, cache, on_result=metrics.config_reloaded)
-    app[LIMITER] = RateLimiter(settings.file.rate_limits.storage)
+    limiter = app[LIMITER] = RateLimiter(redis.target("rate_limits"))
     app[ACCESS_LOG] = access_log or AccessLog(enabled=settings.server.access_log)
     app[DRAIN] = Drain()
     metrics.in_flight.set_function(lambda: ref.in_flight)  # read when scraped
     if cache is not None:
         metrics.cache_entries.set_function(lambda: len(cache.store))
-    for component, up in shared_parts(cache, breakers, app[LIMITER]).items():
-        metrics.redis_up.labels(component).set_function(_as_float(up))
+    shared = app[SHARED_STATE] = SharedState.of(cache, breakers, limiter)
+    metrics.watch_shared_state(shared)
     app.cleanup_ctx.append(_cache_lifetime)
     app.cleanup_ctx.append(_runtime_lifetime)
     app.cleanup_ctx.append(_config_watch)
@@ -85,10 +88,6 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
         for verb in ("GET", "HEAD") if method == "GET" else (method,):  # as add_get does
             app.router.add_route(verb, path, handler, expect_handler=malformed.expect_handler)
     return app
-
-
-def _as_float(check: Callable[[], bool]) -> Callable[[], float]:
-    return lambda: float(check())
 
 
 async def _cache_lifetime(app: web.Application) -> AsyncIterator[None]:
@@ -116,17 +115,8 @@ async def _config_watch(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _shared_state_watch(app: web.Application) -> AsyncIterator[None]:
-    parts = shared_parts(app[CACHE], app[BREAKERS], app[LIMITER])
-    task = None
-    if "breakers" in parts or "rate_limits" in parts:
-        task = asyncio.get_running_loop().create_task(
-            shared_state.watch(app[BREAKERS], app[LIMITER])
-        )
-    yield
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    async with app[SHARED_STATE].watching():
+        yield
 
 
 async def _runtime_lifetime(app: web.Application) -> AsyncIterator[None]:

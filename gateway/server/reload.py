@@ -91,7 +91,7 @@ class Reloader:
             log.warning("the cache was off at start: turning it on takes effect at a restart")
         try:
             self.breakers.configure(
-                settings.resilience.breaker, settings.resilience.breaker_storage
+                settings.resilience.breaker, settings.file.shared_redis().target("breakers")
             )
             new = Runtime.build(settings, self.breakers, self.cache)
             await new.start()
@@ -141,11 +141,18 @@ def _same(a: Settings, b: Settings) -> bool:
 
 
 def _warn_about_restart_only_changes(old: Settings, new: Settings) -> None:
-    if old.file.cache.store != new.file.cache.store or (
-        old.file.cache.embedder != new.file.cache.embedder
+    was, now = old.file.shared_redis(), new.file.shared_redis()
+    if (
+        old.file.cache.store != new.file.cache.store
+        or old.file.cache.embedder != new.file.cache.embedder
+        or was.target("cache") != now.target("cache")
     ):
-        log.warning("cache store or embedder changes take effect at the next restart")
-    if old.file.rate_limits.storage != new.file.rate_limits.storage:
-        log.warning("rate_limits.storage changes take effect at the next restart")
+        log.warning(
+            "cache store (or its redis) or embedder changes take effect at the next restart"
+        )
+    if old.file.rate_limits.storage != new.file.rate_limits.storage or (
+        was.target("rate_limits") != now.target("rate_limits")
+    ):
+        log.warning("rate_limits.storage (or its redis) changes take effect at the next restart")
     if old.server != new.server:
         log.warning("server settings (host, port, ...) take effect at the next restart")

@@ -1,44 +1,91 @@
-"""What lives in Redis when replicas share state (the cache store, breaker state, rate-limit
-counters), and whether each part can reach it right now. Unreachable is degraded, never down:
-every part falls back to local state and resynchronises by itself (docs/DEPLOY.md)."""
+"""Which parts of this process share state through Redis (the cache store, breaker state,
+rate-limit counters) and whether each can reach it right now: one object per process that
+/readyz and the `gateway_redis_up` gauge both read. Unreachable is degraded, never down: every
+part falls back to local state and resynchronises by itself (docs/DEPLOY.md)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Protocol
 
 from gateway.cache.service import SemanticCache
 from gateway.ratelimit import RateLimiter
 from gateway.resilience.breaker import Breakers
 
-
-def shared_parts(
-    cache: SemanticCache | None, breakers: Breakers, limiter: RateLimiter
-) -> dict[str, Callable[[], bool]]:
-    """Component -> a check that its Redis is reachable (and, for the cache, synchronised),
-    for the components configured to share state through Redis."""
-    from gateway.cache.redis_store import RedisStore
-
-    parts: dict[str, Callable[[], bool]] = {}
-    if cache is not None and isinstance(cache.store, RedisStore):
-        store = cache.store
-        parts["cache"] = lambda: store.synced
-    if breakers.shared:
-        parts["breakers"] = lambda: breakers.redis_health.up
-    if limiter.shared_up is not None:
-        parts["rate_limits"] = lambda: bool(limiter.shared_up)
-    return parts
-
-
 WATCH_SECONDS = 1.0
 
 
-async def watch(breakers: Breakers, limiter: RateLimiter) -> None:
-    """Once a second, ask Redis directly for the parts that report it unreachable: they
-    otherwise learn it is back only when a request happens to call it, so an idle replica (or
-    one serving cache hits) would report degraded long after Redis returned. The cache's
-    follower reconnects on its own."""
-    while True:
-        await asyncio.sleep(WATCH_SECONDS)
-        await breakers.probe_redis()
-        await limiter.probe_shared()
+class SharedPart(Protocol):
+    """A part that may keep its state in Redis."""
+
+    @property
+    def shared(self) -> bool:
+        """Configured to share through Redis (the breakers' storage may change on reload)."""
+        ...
+
+    @property
+    def redis_up(self) -> bool:
+        """Reaches Redis now (the cache: and its local index has caught up)."""
+        ...
+
+    async def probe_redis(self) -> None:
+        """While marked unreachable, ask Redis whether it is back."""
+        ...
+
+
+class SharedState:
+    """Component name ("cache", "breakers", "rate_limits") -> its part, built once per process;
+    only the parts configured to share are reported."""
+
+    def __init__(self, parts: Mapping[str, SharedPart]) -> None:
+        self._parts = dict(parts)
+
+    @classmethod
+    def of(
+        cls, cache: SemanticCache | None, breakers: Breakers, limiter: RateLimiter
+    ) -> SharedState:
+        from gateway.cache.redis_store import RedisStore
+
+        parts: dict[str, SharedPart] = {}
+        if cache is not None and isinstance(cache.store, RedisStore):
+            parts["cache"] = cache.store
+        parts["breakers"] = breakers
+        parts["rate_limits"] = limiter
+        return cls(parts)
+
+    def components(self) -> list[str]:
+        """The components that share state now, in the order /readyz lists them."""
+        return [name for name, part in self._parts.items() if part.shared]
+
+    def up(self, component: str) -> bool:
+        return self._parts[component].redis_up
+
+    def states(self) -> dict[str, bool]:
+        """Component -> whether it reaches Redis, for the sharing components."""
+        return {name: self.up(name) for name in self.components()}
+
+    async def watch(self) -> None:
+        """Once a second, ask Redis directly for the parts that report it unreachable: they
+        otherwise learn it is back only when a request happens to call it, so an idle replica
+        (or one serving cache hits) would report degraded long after Redis returned. The
+        cache's follower reconnects on its own."""
+        while True:
+            await asyncio.sleep(WATCH_SECONDS)
+            for name in self.components():
+                await self._parts[name].probe_redis()
+
+    @contextlib.asynccontextmanager
+    async def watching(self) -> AsyncIterator[None]:
+        """`watch` in the background while the block runs (when anything shares at all)."""
+        task = None
+        if self.components():
+            task = asyncio.get_running_loop().create_task(self.watch())
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task

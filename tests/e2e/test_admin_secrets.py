@@ -50,6 +50,7 @@ SECRETS = {
     "rate-limit Redis password": "redis-rl-secret-FFFF6666",
     "breaker Redis password": "redis-br-secret-GGGG7777",
     "cache Redis password": "redis-cache-secret-HHHH8888",
+    "shared Redis password": "redis-shared-secret-KKKK1212",
     "gateway key": "sk-gw-secret-IIII9999",
     "admin key": "admin-secret-JJJJ0000",
 }
@@ -119,6 +120,7 @@ resilience:
     url: "redis://breaker:{SECRETS["breaker Redis password"]}@127.0.0.1:6379/1"
 degradation:
   unavailable: {{mode: error}}
+redis: {{url: "redis://:{SECRETS["shared Redis password"]}@127.0.0.1:6379/3"}}
 """
 
 
@@ -270,6 +272,7 @@ def test_admin_routes_never_show_a_secret(
     assert file["knowledge_bases"]["docs"]["headers"] == {"X-Kb-Token": "<redacted>"}
     assert file["rate_limits"]["storage"]["url"] == "redis://<redacted>@127.0.0.1:6379/0"
     assert file["resilience"]["breaker_storage"]["url"] == "redis://<redacted>@127.0.0.1:6379/1"
+    assert file["redis"]["url"] == "redis://<redacted>@127.0.0.1:6379/3"
     assert file["auth"]["admin_key_env"] == "SECRETS_ADMIN_KEY"
     assert [p["name"] for p in config["policies"]] == ["team"]
     assert_no_secret(secured.seen, "an admin response")

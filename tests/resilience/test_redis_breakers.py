@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config import BreakerConfig, BreakerStorageConfig
+from gateway.config import BreakerConfig, RedisTarget
 from gateway.errors import UpstreamError
 from gateway.resilience.breaker import CLOSED, OPEN, BreakerOpen, Breakers
 from gateway.resilience.shared_storage import STATE_SECONDS
@@ -46,13 +46,12 @@ def unique_namespace(prefix: str) -> str:
 
 @pytest.fixture
 def replicas(redis_url: str) -> Iterator[tuple[Breakers, Breakers]]:
-    storage = BreakerStorageConfig(type="redis", url=redis_url, namespace=unique_namespace("unit"))
+    storage = RedisTarget(redis_url, unique_namespace("unit"))
     config = BreakerConfig(failures=2, reset_seconds=30)
     pair = Breakers(config, storage), Breakers(config, storage)
     yield pair
     for breakers in pair:
-        if breakers._redis is not None:  # each replica's own connection pool
-            breakers._redis.close()
+        breakers.close()  # gives the shared connection pool back
 
 
 def fail(breakers: Breakers) -> None:
@@ -100,15 +99,15 @@ def test_an_unreachable_redis_leaves_the_breakers_closed() -> None:
     """What the storage promises: Redis down is not an outage of the gateway. Making a breaker
     (at start-up, for every deployment) must not fail either."""
     url = f"redis://127.0.0.1:{closed_port()}/0"
-    breakers = Breakers(BreakerConfig(failures=1), BreakerStorageConfig(type="redis", url=url))
+    breakers = Breakers(BreakerConfig(failures=1), RedisTarget(url, "gateway"))
     breaker = breakers.get(NAME)
     assert breaker.state == CLOSED
     ran = False
     with breaker.attempt():
         ran = True
     assert ran
-    assert breakers._redis is not None
-    breakers._redis.close()
+    assert not breakers.redis_up
+    breakers.close()
 
 
 # --- two gateway processes -------------------------------------------------------------------

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from gateway.config import BreakerConfig, BreakerStorageConfig
+from gateway.config import BreakerConfig, RedisTarget
 from gateway.resilience.breaker import Breakers
 from gateway.state.health import PAUSE_AFTER_FAILURE
 from tests.redis_server import redis_server, redis_server_path
@@ -17,7 +17,7 @@ CONFIG = BreakerConfig(failures=2, reset_seconds=30)
 
 
 def _breakers(url: str, namespace: str) -> Breakers:
-    return Breakers(CONFIG, BreakerStorageConfig(type="redis", url=url, namespace=namespace))
+    return Breakers(CONFIG, RedisTarget(url, namespace))
 
 
 def _fail(breakers: Breakers, name: str, times: int) -> None:
