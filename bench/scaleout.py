@@ -46,22 +46,19 @@ other processes to go quiet, and the table shows how many cores they used meanwh
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import bisect
 import contextlib
 import json
 import math
 import os
 import random
 import re
-import shutil
-import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
-from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,38 +67,42 @@ import aiohttp
 import orjson
 import redis
 import uvloop
-from cache_questions import FILLER, PAIRS
-from procs import (
-    Server,
-    cpu_seconds,
-    fmt,
-    free_port,
-    http_ok,
-    load_average,
-    percentile,
-    pythonpath,
-)
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from cache_questions import FILLER, PAIRS
+
+from gateway.testing.harness.configs import write_config
+from gateway.testing.harness.gateways import embedder_loaded, start_gateways
+from gateway.testing.harness.load import (
+    LoadResult,
+    Outcome,
+    Request,
+    closed_loop,
+    send,
+    session_for,
+)
+from gateway.testing.harness.nginx import INSTALL_HINT as NGINX_MISSING
+from gateway.testing.harness.nginx import Balancer, balancers, nginx_path, start_nginx
+from gateway.testing.harness.options import option, parse_options
+from gateway.testing.harness.process import Server
+from gateway.testing.harness.procstat import children, cpu_seconds, load_average, machine_busy
+from gateway.testing.harness.redis_server import INSTALL_HINT as REDIS_MISSING
+from gateway.testing.harness.redis_server import RedisServer, redis_server_path
+from gateway.testing.harness.scrape import by_label, scrape
+from gateway.testing.harness.starters import python_server, start_fake_upstream
+from gateway.testing.harness.stats import fmt, median, percentile, ratio
+from gateway.testing.harness.sync_http import post_json
+from gateway.testing.harness.tables import markdown_table
+
 MODEL = "bench-model"
 LAG_MODEL = "lag-model"
 LOAD_MODEL = "load-model"
 SYSTEM = "You are a concise assistant."
 ADMIN_KEY = "scaleout-bench-admin-key"
-HEADERS = {"Content-Type": "application/json"}
-ADMIN_HEADERS = {**HEADERS, "Authorization": f"Bearer {ADMIN_KEY}"}
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 POOL_NS, LAG_NS = "scaleout:pool", "scaleout:lag"
 UPSTREAM, DIRECT = "upstream", "gw1-direct"
-NGINX_INSTALL = (
-    "nginx is not installed. Install it with your package manager, e.g.\n"
-    "  Debian/Ubuntu: sudo apt-get install -y nginx\n"
-    "  Fedora/RHEL:   sudo dnf install -y nginx\n"
-    "  macOS:         brew install nginx\n"
-    "The bench runs its own nginx (generated config, temporary directory); no service is used."
-)
-REDIS_INSTALL = (
-    "redis-server is not installed (Debian/Ubuntu: sudo apt-get install -y redis-server)."
-)
 
 # An external follower of the cache's event streams: for every event, the time from its write
 # (the writer's clock, in the event) to its arrival here. Lines "write_ts lag_seconds".
@@ -127,26 +128,54 @@ with open(out, "a") as f:
 """
 
 
-@dataclass(frozen=True)
+def comma_ints(text: str) -> tuple[int, ...]:
+    return tuple(int(c) for c in text.split(","))
+
+
+@dataclass
 class Options:
-    quick: bool
-    rounds: int
-    seconds: float
-    warmup_seconds: float
-    concurrency: tuple[int, ...]
-    latency_ms: float
-    pool: int
-    pool_requests: int
-    pool_concurrency: int
-    lag_probes: int
-    lag_timeout: float
-    lag_load_concurrency: int
-    nginx_workers: int
-    breakers: str
-    exact_only: bool
-    quiet_wait: float
-    workloads: str
-    json_out: Path | None
+    """Counts left at None take their --quick or full default."""
+
+    quick: bool = option(False, "small counts, one round (smoke)")
+    rounds: int | None = option(None, "rounds over every cell (default 3)")
+    seconds: float | None = option(None, "measured seconds per cell (default 4)")
+    warmup: float | None = option(None, "warm-up seconds per cell (default 1)")
+    concurrency: tuple[int, ...] = option((16, 64), "comma-separated", parse=comma_ints)
+    latency_ms: float = option(20.0, "fake upstream latency")
+    pool: int | None = option(None, "(b) distinct questions (default 200)")
+    pool_requests: int | None = option(None, "(b) requests (default 10 x pool)")
+    pool_concurrency: int = option(16, "(b) clients")
+    lag_probes: int | None = option(None, "(c) entries per condition (default 100)")
+    lag_timeout: float = option(3.0, "(c) give up after (s)")
+    lag_load: int = option(16, "(c) clients loading W and R (half each)")
+    nginx_workers: int = option(1, "nginx worker_processes")
+    breakers: str = option(
+        "redis",
+        "what-if: breaker storage of the pool replicas (redis: shared)",
+        choices=("redis", "memory"),
+    )
+    exact_only: bool = option(
+        False, "what-if: pool replicas without the semantic tier (no embedding, no search)"
+    )
+    quiet_wait: float | None = option(
+        None,
+        "before each measurement, wait up to this many seconds for other processes on the "
+        "machine to go quiet (default 60, with --quick 10; 0: do not wait)",
+    )
+    workloads: str = option("abc", "which of (a) (b) (c) to run")
+    json_out: Path | None = option(None, "also write every sample to this file", flag="--json")
+
+    def __post_init__(self) -> None:
+        quick = self.quick
+        self.rounds = self.rounds or (1 if quick else 3)
+        self.seconds = self.seconds or (1.5 if quick else 4.0)
+        self.warmup = self.warmup if self.warmup is not None else (0.5 if quick else 1.0)
+        pool = self.pool or (60 if quick else 200)
+        self.pool = min(pool, len(FILLER) + len(PAIRS))
+        self.pool_requests = self.pool_requests or 10 * pool
+        self.lag_probes = self.lag_probes or (20 if quick else 100)
+        if self.quiet_wait is None:
+            self.quiet_wait = 10 if quick else 60
 
 
 # --- processes -------------------------------------------------------------------------------
@@ -154,280 +183,139 @@ class Options:
 
 @dataclass
 class Stack:
-    """Every process of the run, the URLs to reach them and the pids whose CPU is counted."""
+    """Every process of the run, and the pids whose CPU is counted."""
 
     dir: Path
-    servers: list[Server]
-    redis_url: str = ""
-    upstream: str = ""  # the fake upstream's base URL (no /v1)
-    replicas: list[str] = field(default_factory=list)  # base URLs of the pool replicas
-    replica_pids: list[int] = field(default_factory=list)
-    nginx: list[str] = field(default_factory=list)  # base URL balancing over 1, 2, 3 replicas
-    nginx_pid: int = 0
-    fake_pid: int = 0
-    redis_pid: int = 0
-    writer: str = ""  # lag probe: replica W (writes), replica R (polls)
-    reader: str = ""
-    lag_pids: list[int] = field(default_factory=list)
-    other_pids: list[int] = field(default_factory=list)  # lag replicas, stream observer
-    observer_file: Path = Path()
+    redis: RedisServer
+    fake: Server
+    replicas: list[Server]  # the pool: hash embedder
+    writer: Server  # lag probe: replica W writes, replica R (MiniLM both) polls
+    reader: Server
+    nginx: Server
+    balancers: list[Balancer]  # over the first 1, 2 and 3 replicas
+    observer: Server
+    observer_file: Path
 
-    def python(self, name: str, *argv: str, env: dict[str, str] | None = None) -> Server:
-        env = {"PYTHONPATH": pythonpath(HERE.parent), **(env or {})}
-        server = Server(name, [sys.executable, *argv], self.dir, env)
-        self.servers.append(server)
-        return server
+    @property
+    def servers(self) -> list[Server]:
+        lag = [self.writer, self.reader]
+        ours = [self.redis.server, self.fake, *self.replicas, *lag, self.nginx, self.observer]
+        return [s for s in ours if s is not None]
 
     def targets(self) -> dict[str, str]:
         """Name -> chat completions URL, for workload (a)."""
-        out = {UPSTREAM: self.upstream + "/v1/chat/completions"}
-        out[DIRECT] = self.replicas[0] + "/v1/chat/completions"
-        for n, base in enumerate(self.nginx, 1):
-            out[f"nginx-{n}"] = base + "/v1/chat/completions"
-        return out
+        out = {UPSTREAM: self.fake.url, DIRECT: self.replicas[0].url}
+        out |= {f"nginx-{n}": b.url for n, b in enumerate(self.balancers, 1)}
+        return {name: url + "/v1/chat/completions" for name, url in out.items()}
 
     def cpu(self) -> dict[str, float]:
         """CPU seconds so far of each component (the lag replicas, idle here, are left out),
         and of the whole machine (every core's busy time, from /proc/stat)."""
-        nginx = [self.nginx_pid, *children(self.nginx_pid)]
-        out = {f"gw{n}": cpu_seconds(p) for n, p in enumerate(self.replica_pids, 1)}
+        nginx = [self.nginx.pid, *children(self.nginx.pid)]
+        out = {f"gw{n}": cpu_seconds(s.pid) for n, s in enumerate(self.replicas, 1)}
         out["nginx"] = sum(cpu_seconds(p) for p in nginx)
-        out["redis"] = cpu_seconds(self.redis_pid)
-        out["fake"] = cpu_seconds(self.fake_pid)
+        out["redis"] = cpu_seconds(self.redis.pid)
+        out["fake"] = cpu_seconds(self.fake.pid)
         out["loadgen"] = cpu_seconds(os.getpid())
-        out["bench_other"] = sum(cpu_seconds(p) for p in self.other_pids)  # lag replicas...
+        others = (self.writer, self.reader, self.observer)
+        out["bench_other"] = sum(cpu_seconds(s.pid) for s in others)
         out["machine"] = machine_busy()
         return out
 
 
-def machine_busy() -> float:
-    """Busy CPU seconds of all cores since boot (everything but idle and iowait)."""
-    try:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return math.nan
-    busy = sum(fields[:8]) - fields[3] - fields[4]  # user..steal, minus idle and iowait
-    return busy / os.sysconf("SC_CLK_TCK")
-
-
-def children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(OSError, ValueError):
-            out += [int(p) for p in (task / "children").read_text().split()]
-    return out
-
-
-def http_json(url: str, data: object | None = None, headers: dict[str, str] | None = None) -> Any:
-    body = None if data is None else json.dumps(data).encode()
-    req = urllib.request.Request(url, data=body, headers=headers or HEADERS)
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.loads(resp.read())
-
-
-def start_redis(stack: Stack, binary: str) -> None:
-    port = free_port()
-    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    argv += ["--appendonly", "no", "--dir", str(stack.dir)]
-    server = Server("redis", argv, stack.dir)
-    stack.servers.append(server)
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
-
-    def probe() -> str | None:
-        with contextlib.suppress(redis.RedisError):
-            if client.ping():
-                return url
-        return None
-
-    try:
-        stack.redis_url = server.wait_ready(probe, 15)
-    finally:
-        client.close()
-    stack.redis_pid = server.proc.pid
-
-
-def start_fake(stack: Stack, latency_ms: float) -> None:
-    server = stack.python("fake-upstream", "-m", "gateway.testing.fake_upstream", "--port", "0")
-    stack.upstream = server.wait_ready(server.log_url, 30)
-    stack.fake_pid = server.proc.pid
-    http_json(
-        stack.upstream + "/_fake/config",
-        {
-            "defaults": {"latency_ms": latency_ms},
-            # Replica R's upstream model: quick, and truncated, so R never stores its polls.
-            "models": {
-                "lag-read": {
-                    "replies": [{"content": "truncated", "finish_reason": "length"}],
-                }
+def shared_sections(
+    redis_url: str, namespace: str, embedder: dict[str, Any], breakers: str, semantic: bool
+) -> dict[str, Any]:
+    shared = {"type": "redis", "url": redis_url, "namespace": "scaleout"}
+    return {
+        "cache": {
+            "store": shared | {"namespace": namespace},
+            "embedder": embedder,
+            "defaults": {"enabled": True, "semantic": semantic},
+        },
+        "resilience": {"breaker_storage": shared if breakers == "redis" else {"type": "memory"}},
+        "rate_limits": {
+            "storage": shared,
+            # Far above the load: never refuses, but every request goes through the shared
+            # limiter.
+            "default": {
+                "requests_per_second": 1000000,
+                "burst": 1000000,
+                "concurrent": 100000,
+                "tokens_per_minute": 1000000000,
             },
         },
-    )
+    }
 
 
-def shared_sections(
-    redis_url: str, namespace: str, embedder: str, breakers: str = "redis", semantic: bool = True
-) -> str:
-    breaker_storage = f"type: redis, url: '{redis_url}', namespace: scaleout"
-    return (
-        "cache:\n"
-        f"  store: {{type: redis, url: '{redis_url}', namespace: '{namespace}'}}\n"
-        f"  embedder: {embedder}\n"
-        f"  defaults: {{enabled: true, semantic: {str(semantic).lower()}}}\n"
-        "resilience:\n"
-        f"  breaker_storage: {{{breaker_storage if breakers == 'redis' else 'type: memory'}}}\n"
-        "rate_limits:\n"
-        f"  storage: {{type: redis, url: '{redis_url}', namespace: scaleout}}\n"
-        # Far above the load: never refuses, but every request goes through the shared limiter.
-        "  default: {requests_per_second: 1000000, burst: 1000000, concurrent: 100000,"
-        " tokens_per_minute: 1000000000}\n"
-    )
+def gateway_config(fake: str, models: list[dict[str, Any]], sections: dict[str, Any]) -> Any:
+    provider = {"type": "openai", "base_url": f"{fake}/v1", "max_connections": 1000}
+    return {
+        "server": {"host": "127.0.0.1", "port": 0},
+        "providers": {"fake": provider},
+        "models": models,
+        **sections,
+    }
 
 
-def gateway_config(stack: Stack, name: str, models: str, sections: str) -> Path:
-    path = stack.dir / f"{name}.yaml"
-    path.write_text(
-        "server: {host: 127.0.0.1, port: 0}\n"
-        "providers:\n"
-        f"  fake: {{type: openai, base_url: '{stack.upstream}/v1', max_connections: 1000}}\n"
-        f"models:\n{models}{sections}"
-    )
-    return path
-
-
-def start_gateways(stack: Stack, replicas: int, opts: Options) -> None:
-    """The pool replicas (hash embedder) and the two lag replicas (MiniLM), started together."""
-    sections = shared_sections(
-        stack.redis_url, POOL_NS, "{type: hash}", opts.breakers, not opts.exact_only
-    )
-    pool = gateway_config(stack, "pool", f"  - {{name: {MODEL}, provider: fake}}\n", sections)
-    env = {"GATEWAY_ADMIN_KEY": ADMIN_KEY}
-    pool_servers = [
-        stack.python(f"gateway-{n}", "-m", "gateway", "serve", "--config", str(pool), env=env)
-        for n in range(1, replicas + 1)
-    ]
-    lag_servers = []
+def start_stack(es: ExitStack, workdir: Path, opts: Options) -> Stack:
+    """redis-server, the fake, the pool replicas (hash embedder) and the two lag replicas
+    (MiniLM, started with them), nginx and the stream observer; all stopped with `es`."""
+    redis_server = RedisServer(workdir).start(15)
+    es.callback(redis_server.stop)
+    fake = es.enter_context(start_fake_upstream(workdir))
+    # Replica R's upstream model: quick, and truncated, so R never stores its polls.
+    truncated = {"replies": [{"content": "truncated", "finish_reason": "length"}]}
+    knobs = {"defaults": {"latency_ms": opts.latency_ms}, "models": {"lag-read": truncated}}
+    post_json(fake.url + "/_fake/config", knobs)
+    url = redis_server.url
+    pool = shared_sections(url, POOL_NS, {"type": "hash"}, opts.breakers, not opts.exact_only)
+    models = [{"name": MODEL, "provider": "fake"}]
+    configs = [(f"gateway-{n}", gateway_config(fake.url, models, pool)) for n in (1, 2, 3)]
     for role, upstream_model in (("writer", "lag-write"), ("reader", "lag-read")):
-        models = (
-            f"  - {{name: {LAG_MODEL}, provider: fake, upstream_model: {upstream_model}}}\n"
+        models = [
+            {"name": LAG_MODEL, "provider": "fake", "upstream_model": upstream_model},
             # Background load on the lag replicas: exact tier only (no embedding per request).
-            f"  - {{name: {LOAD_MODEL}, provider: fake, upstream_model: {MODEL},"
-            " cache: {semantic: false}}\n"
-        )
+            {"name": LOAD_MODEL, "provider": "fake", "upstream_model": MODEL}
+            | {"cache": {"semantic": False}},
+        ]
         # MiniLM (the default embedder) without the micro-batch window: finer poll resolution.
-        sections = shared_sections(stack.redis_url, LAG_NS, "{batch_window_ms: 0}")
-        config = gateway_config(stack, role, models, sections)
-        lag_servers.append(
-            stack.python(
-                f"gateway-{role}", "-m", "gateway", "serve", "--config", str(config), env=env
-            )
-        )
-    for server in pool_servers:
-        stack.replicas.append(server.wait_ready(server.log_url, 60))
-        stack.replica_pids.append(server.proc.pid)
-    stack.writer, stack.reader = (s.wait_ready(s.log_url, 120) for s in lag_servers)
-    stack.lag_pids = [s.proc.pid for s in lag_servers]
-    stack.other_pids += stack.lag_pids
-
-
-def wait_semantic(stack: Stack, timeout: float) -> None:
-    """Until both lag replicas have loaded their embedder (the semantic tier is on)."""
-    deadline = time.monotonic() + timeout
-    for base in (stack.writer, stack.reader):
-        while True:
-            stats = http_json(base + "/admin/cache/stats", headers=ADMIN_HEADERS)
-            if stats.get("semantic"):
-                break
-            if stats.get("embedder_error"):
-                raise RuntimeError(f"{base}: embedder failed: {stats['embedder_error']}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{base}: embedder not loaded after {timeout:.0f} s")
-            time.sleep(0.5)
-
-
-def nginx_config(stack: Stack, ports: list[int], workers: int) -> str:
-    d = stack.dir
-    upstreams, servers = [], []
-    for n, port in enumerate(ports, 1):
-        members = "".join(
-            f"    server {url.removeprefix('http://')};\n" for url in stack.replicas[:n]
-        )
-        upstreams.append(
-            f"  upstream gw{n} {{\n{members}    keepalive 128;\n"
-            "    keepalive_requests 1000000;\n  }\n"
-        )
-        servers.append(
-            "  server {\n"
-            f"    listen 127.0.0.1:{port};\n"
-            "    location / {\n"
-            f"      proxy_pass http://gw{n};\n"
-            "      proxy_http_version 1.1;\n"
-            '      proxy_set_header Connection "";\n'
-            "      proxy_buffering off;\n"  # SSE goes through as it comes
-            "      add_header X-Upstream-Addr $upstream_addr always;\n"
-            "    }\n"
-            "  }\n"
-        )
-    return (
-        f"worker_processes {workers};\n"
-        f"pid {d}/nginx.pid;\n"
-        f"error_log {d}/nginx-error.log warn;\n"
-        "events { worker_connections 4096; }\n"
-        "http {\n"
-        '  log_format bench \'$remote_addr [$time_local] "$request" $status '
-        "$upstream_addr $request_time $upstream_response_time';\n"
-        f"  access_log {d}/nginx-access.log bench buffer=64k flush=1s;\n"
-        f"  client_body_temp_path {d}/nginx-client-body;\n"
-        f"  proxy_temp_path {d}/nginx-proxy;\n"
-        f"  fastcgi_temp_path {d}/nginx-fastcgi;\n"
-        f"  uwsgi_temp_path {d}/nginx-uwsgi;\n"
-        f"  scgi_temp_path {d}/nginx-scgi;\n"
-        "  keepalive_requests 1000000;\n" + "".join(upstreams) + "".join(servers) + "}\n"
-    )
-
-
-def start_nginx(stack: Stack, binary: str, workers: int) -> None:
-    ports = [free_port() for _ in stack.replicas]
-    conf = stack.dir / "nginx.conf"
-    conf.write_text(nginx_config(stack, ports, workers))
-    server = Server(
-        "nginx", [binary, "-c", str(conf), "-p", str(stack.dir), "-g", "daemon off;"], stack.dir
-    )
-    stack.servers.append(server)
-    stack.nginx = [f"http://127.0.0.1:{p}" for p in ports]
-    for base in stack.nginx:
-        server.wait_ready(healthy(base), 15)
-    stack.nginx_pid = server.proc.pid
-
-
-def healthy(base: str) -> Callable[[], str | None]:
-    """A readiness probe: `base` once its /healthz answers 200."""
-    return lambda: base if http_ok(base + "/healthz") else None
-
-
-def start_observer(stack: Stack) -> None:
-    stack.observer_file = stack.dir / "stream-lags.txt"
+        lag = shared_sections(url, LAG_NS, {"batch_window_ms": 0}, "redis", True)
+        configs.append((f"gateway-{role}", gateway_config(fake.url, models, lag)))
+    files = [(name, write_config(workdir, c, name=f"{name}.yaml")) for name, c in configs]
+    gateways = start_gateways(workdir, files, env={"GATEWAY_ADMIN_KEY": ADMIN_KEY})
+    for gateway in gateways:
+        es.enter_context(gateway)
+    replicas, (writer, reader) = gateways[:3], gateways[3:]
+    groups = balancers(*([r.url for r in replicas[:n]] for n in (1, 2, 3)))
+    workers = opts.nginx_workers
+    nginx = es.enter_context(start_nginx(workdir, groups, workers=workers, access_log=True))
+    observer_file = workdir / "stream-lags.txt"
     streams = [f"{POOL_NS}:events", f"{LAG_NS}:events"]
-    observer = stack.python(
-        "stream-observer", "-c", OBSERVER, stack.redis_url, str(stack.observer_file), *streams
+    argv = ["-c", OBSERVER, url, str(observer_file), *streams]
+    observer = es.enter_context(python_server("stream-observer", workdir, argv))
+    for gateway in (writer, reader):
+        embedder_loaded(gateway, 600)
+    stack = Stack(
+        workdir,
+        redis_server,
+        fake,
+        replicas,
+        writer,
+        reader,
+        nginx,
+        groups,
+        observer,
+        observer_file,
     )
-    stack.other_pids.append(observer.proc.pid)
-
-
-def start_stack(stack: Stack, nginx: str, redis_server: str, opts: Options) -> None:
-    start_redis(stack, redis_server)
-    start_fake(stack, opts.latency_ms)
-    start_gateways(stack, 3, opts)
-    start_nginx(stack, nginx, opts.nginx_workers)
-    start_observer(stack)
-    wait_semantic(stack, 600)
     for server in stack.servers:
-        print(f"  {server.name}: pid {server.proc.pid}, log {server.log_path}")
+        print(f"  {server.name}: pid {server.pid}, log {server.log_path}")
+    return stack
 
 
 def purge(stack: Stack) -> None:
     """Empty the pool's shared cache (through replica 1; the others drop it from the stream)."""
-    http_json(stack.replicas[0] + "/admin/cache/purge", {}, ADMIN_HEADERS)
+    post_json(stack.replicas[0].url + "/admin/cache/purge", {}, ADMIN)
 
 
 # --- load ------------------------------------------------------------------------------------
@@ -457,58 +345,36 @@ def chat_body(model: str, system: str, question: str) -> bytes:
 
 
 @dataclass
-class Run:
-    """The outcome of one closed loop."""
+class Tally:
+    """What a closed loop's answers said: x-gateway-cache of each, the first few failures."""
 
-    latencies: list[float] = field(default_factory=list)
-    errors: int = 0
-    seconds: float = 0.0
     cache: Counter[str] = field(default_factory=Counter)
-    error_examples: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    def observe(self, outcome: Outcome) -> None:
+        if outcome.status:
+            self.cache[outcome.headers.get("x-gateway-cache", "-")] += 1
+        if (outcome.error or outcome.status != 200) and len(self.failures) < 3:
+            self.failures.append(outcome.error or outcome.body[:200].decode(errors="replace"))
 
 
-async def closed_loop(
+async def load(
     session: aiohttp.ClientSession,
     url: str,
     concurrency: int,
     seconds: float,
-    next_body: Callable[[], bytes],
+    body: Any,
+    tally: Tally | None = None,
     stop: asyncio.Event | None = None,
-) -> Run:
-    """`concurrency` workers, each sending its next request as soon as the last one is read,
-    for `seconds` (or until `stop` is set)."""
-    run = Run()
-    deadline = time.perf_counter() + seconds
+) -> LoadResult:
+    """A closed loop of `concurrency` clients sending `body()` to `url` for `seconds`."""
+    observe = tally.observe if tally else None
 
-    async def worker() -> None:
-        while time.perf_counter() < deadline and not (stop and stop.is_set()):
-            body = next_body()
-            started = time.perf_counter()
-            try:
-                async with session.post(url, data=body, headers=HEADERS) as resp:
-                    data = await resp.read()
-                    ok = resp.status == 200
-                    run.cache[resp.headers.get("x-gateway-cache", "-")] += 1
-            except (TimeoutError, aiohttp.ClientError) as exc:
-                ok, data = False, repr(exc).encode()
-            if ok:
-                run.latencies.append(time.perf_counter() - started)
-            else:
-                run.errors += 1
-                if len(run.error_examples) < 3:
-                    run.error_examples.append(data[:200].decode(errors="replace"))
+    def make(_: int) -> Request:
+        return Request(url, body())
 
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    run.seconds = time.perf_counter() - started
-    return run
-
-
-def session_for(concurrency: int) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=concurrency),
-        timeout=aiohttp.ClientTimeout(total=60),
-        cookie_jar=aiohttp.DummyCookieJar(),
+    return await closed_loop(
+        session, make, concurrency, seconds=seconds, stop=stop, observe=observe
     )
 
 
@@ -547,22 +413,23 @@ async def measure(
     if target != UPSTREAM:
         await asyncio.to_thread(purge, stack)
         await asyncio.sleep(0.3)  # let every replica apply the deletions
-    await wait_quiet(stack, opts.quiet_wait)
+    await wait_quiet(stack, opts.quiet_wait or 0)
     prompts = Prompts(seed=hash((target, concurrency, time.time())))
+    tally = Tally()
     async with session_for(concurrency) as session:
-        await closed_loop(session, url, concurrency, opts.warmup_seconds, prompts.body)
+        await load(session, url, concurrency, opts.warmup or 0, prompts.body)
         cpu0, calls0, t0 = stack.cpu(), command_calls(client), time.time()
-        run = await closed_loop(session, url, concurrency, opts.seconds, prompts.body)
+        run = await load(session, url, concurrency, opts.seconds or 0, prompts.body, tally)
         t1, calls1, cpu1 = time.time(), command_calls(client), stack.cpu()
-    n = max(1, len(run.latencies))
-    if run.error_examples:
-        print(f"    errors from {target}: {run.error_examples}")
+    n = max(1, run.count)
+    if tally.failures:
+        print(f"    errors from {target}: {tally.failures}")
     return Sample(
-        count=len(run.latencies),
+        count=run.count,
         errors=run.errors,
         seconds=run.seconds,
-        p50_ms=percentile(run.latencies, 50),
-        p99_ms=percentile(run.latencies, 99),
+        p50_ms=percentile(run.latencies_s, 50) * 1000,
+        p99_ms=percentile(run.latencies_s, 99) * 1000,
         window=(t0, t1),
         cpu_ms={k: (cpu1[k] - cpu0[k]) * 1000 / n for k in cpu0},
         redis_calls={
@@ -570,7 +437,7 @@ async def measure(
             for k, v in calls1.items()
             if v - calls0.get(k, 0) > 0 and k != "info"
         },
-        cache=dict(run.cache),
+        cache=dict(tally.cache),
     )
 
 
@@ -613,7 +480,7 @@ def rotated(items: list[str], by: int) -> list[str]:
 async def throughput(stack: Stack, opts: Options) -> dict[tuple[str, int], list[Sample]]:
     targets = stack.targets()
     samples: dict[tuple[str, int], list[Sample]] = {}
-    client = redis.Redis.from_url(stack.redis_url)
+    client = redis.Redis.from_url(stack.redis.url)
     try:
         for round_no in range(opts.rounds):
             for concurrency in opts.concurrency:
@@ -645,61 +512,50 @@ class Answer:
     done: float  # perf_counter when read
 
 
-def metric_counts(base: str) -> Counter[str]:
+def metric_counts(server: Server) -> Counter[str]:
     """gateway_cache_lookups_total of one replica, by result (summed over models)."""
-    with urllib.request.urlopen(base + "/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    out: Counter[str] = Counter()
-    for m in re.finditer(r"^gateway_cache_lookups_total\{([^}]*)\} ([0-9.e+]+)$", text, re.M):
-        result = re.search(r'result="([^"]*)"', m.group(1))
-        if result:
-            out[result.group(1)] += int(float(m.group(2)))
-    return out
+    found = by_label(scrape(server.url, "gateway_cache_lookups_total"), "result")
+    return Counter({result: int(n) for result, n in found.items()})
 
 
 async def shared_cache(stack: Stack, opts: Options) -> dict[str, Any]:
     await asyncio.to_thread(purge, stack)
     await asyncio.sleep(0.5)
-    await wait_quiet(stack, opts.quiet_wait)
+    await wait_quiet(stack, opts.quiet_wait or 0)
     questions = (FILLER + [q for q, _ in PAIRS])[: opts.pool]
     rng = random.Random(7)
-    order = [rng.randrange(len(questions)) for _ in range(opts.pool_requests)]
+    order = [rng.randrange(len(questions)) for _ in range(opts.pool_requests or 0)]
     bodies = [chat_body(MODEL, SYSTEM, q) for q in questions]
-    before = {base: metric_counts(base) for base in stack.replicas}
+    before = {r.name: metric_counts(r) for r in stack.replicas}
     answers: list[Answer] = []
     errors: list[str] = []
-    url = stack.nginx[-1] + "/v1/chat/completions"
-    it = iter(order)
-    started = time.perf_counter()
 
-    async def worker(session: aiohttp.ClientSession) -> None:
-        for q in it:
-            t0 = time.perf_counter()
-            try:
-                async with session.post(url, data=bodies[q], headers=HEADERS) as resp:
-                    data = await resp.read()
-                    if resp.status != 200:
-                        errors.append(f"HTTP {resp.status}: {data[:200]!r}")
-                        continue
-                    t1 = time.perf_counter()
-                    answers.append(
-                        Answer(
-                            q,
-                            resp.headers.get("X-Upstream-Addr", "?"),
-                            resp.headers.get("x-gateway-cache", "-"),
-                            t1 - t0,
-                            t1,
-                        )
-                    )
-            except (TimeoutError, aiohttp.ClientError) as exc:
-                errors.append(repr(exc))
+    def observe(o: Outcome) -> None:
+        if o.status != 200:
+            errors.append(o.error or f"HTTP {o.status}: {o.body[:200]!r}")
+            return
+        header = o.headers.get
+        answer = Answer(
+            order[o.index],
+            header("X-Upstream-Addr", "?"),
+            header("x-gateway-cache", "-"),
+            o.latency_s,
+            o.started + o.latency_s,
+        )
+        answers.append(answer)
 
+    url = stack.balancers[-1].url + "/v1/chat/completions"
     async with session_for(opts.pool_concurrency) as session:
-        await asyncio.gather(*(worker(session) for _ in range(opts.pool_concurrency)))
-    seconds = time.perf_counter() - started
+        run = await closed_loop(
+            session,
+            lambda i: Request(url, bodies[order[i]]),
+            opts.pool_concurrency,
+            count=len(order),
+            observe=observe,
+        )
     await asyncio.sleep(0.2)
-    after = {base: metric_counts(base) for base in stack.replicas}
-    return analyse_cache(stack, questions, answers, errors, before, after, seconds)
+    after = {r.name: metric_counts(r) for r in stack.replicas}
+    return analyse_cache(stack, questions, answers, errors, before, after, run.seconds)
 
 
 def analyse_cache(
@@ -727,26 +583,23 @@ def analyse_cache(
             seen_miss.add((a.replica, a.question))
             missed[a.question] += 1
         seen_any.add((a.replica, a.question))
-    addr = {base.removeprefix("http://"): base for base in stack.replicas}
     rows = []
-    for n, base in enumerate(stack.replicas, 1):
-        name = base.removeprefix("http://")
-        c = per.get(name, Counter())
-        m = after[base] - before[base]
+    for replica in stack.replicas:
+        c = per.get(replica.url.removeprefix("http://"), Counter())
         hits = c["hit-exact"] + c["hit-semantic"]
         rows.append(
             {
-                "replica": f"gateway-{n}",
+                "replica": replica.name,
                 "requests": c["requests"],
                 "hit_exact": c["hit-exact"],
                 "hit_semantic": c["hit-semantic"],
                 "miss": c["miss"],
                 "hit_rate": hits / c["requests"] if c["requests"] else math.nan,
                 "hits_from_others": c["hits_from_others"],
-                "metrics": dict(m),
+                "metrics": dict(after[replica.name] - before[replica.name]),
             }
         )
-    unknown = [r for r in per if r not in addr]
+    addresses = {r.url.removeprefix("http://") for r in stack.replicas}
     total = len(answers)
     misses = sum(missed.values())
     hit_lat = [a.latency for a in answers if a.result.startswith("hit")]
@@ -757,7 +610,7 @@ def analyse_cache(
         "seconds": seconds,
         "errors": len(errors),
         "error_examples": errors[:3],
-        "unknown_replicas": unknown,
+        "unknown_replicas": [r for r in per if r not in addresses],
         "rows": rows,
         "misses": misses,
         "first_misses": len(missed),
@@ -766,8 +619,8 @@ def analyse_cache(
         # Had each replica its own cache: its first sight of a question is a miss.
         "local_misses": len(seen_any),
         "local_hit_rate": 1 - len(seen_any) / total if total else math.nan,
-        "hit_p50_ms": percentile(hit_lat, 50),
-        "miss_p50_ms": percentile(miss_lat, 50),
+        "hit_p50_ms": percentile(hit_lat, 50) * 1000,
+        "miss_p50_ms": percentile(miss_lat, 50) * 1000,
         "other_results": {
             k: v
             for k, v in Counter(a.result for a in answers).items()
@@ -797,85 +650,58 @@ async def probe_once(
 ) -> Probe:
     first, second = PAIRS[i % len(PAIRS)]
     system = f"{SYSTEM} (lag probe {tag}-{i})"  # a scope of its own: nothing else can match
-    write_url = stack.writer + "/v1/chat/completions"
-    poll_url = stack.reader + "/v1/chat/completions"
-    write_body, poll_body = (
-        chat_body(LAG_MODEL, system, first),
-        chat_body(LAG_MODEL, system, second),
-    )
-    written: list[float] = []
-    write_result = ["?"]
+    write = Request(stack.writer.url + "/v1/chat/completions", chat_body(LAG_MODEL, system, first))
+    poll = Request(stack.reader.url + "/v1/chat/completions", chat_body(LAG_MODEL, system, second))
+    written: list[Outcome] = []
+    polls: list[Outcome] = []
 
-    async def write() -> None:
-        async with session.post(write_url, data=write_body, headers=HEADERS) as resp:
-            await resp.read()
-            written.append(time.perf_counter())
-            write_result[0] = f"{resp.status} {resp.headers.get('x-gateway-cache', '-')}"
+    async def writing() -> None:
+        written.append(await send(session, write))
 
-    polls: list[tuple[float, float, str | None, str]] = []  # sent, read, similarity, result
-
-    async def poll() -> None:
+    async def polling() -> None:
         deadline = time.perf_counter() + timeout
         while time.perf_counter() < deadline:
-            sent = time.perf_counter()
-            async with session.post(poll_url, data=poll_body, headers=HEADERS) as resp:
-                await resp.read()
-                similarity = resp.headers.get("x-gateway-cache-similarity")
-                result = resp.headers.get("x-gateway-cache", "-")
-            polls.append((sent, time.perf_counter(), similarity, result))
-            if similarity is not None and written:
+            polls.append(await send(session, poll))
+            if "x-gateway-cache-similarity" in polls[-1].headers and written:
                 return
 
-    await asyncio.gather(write(), poll())
-    t_w = written[0]
-    seen = next((k for k, p in enumerate(polls) if p[2] is not None), None)
-    durations = [(r - s) * 1000 for s, r, _, _ in polls]
-    if seen is None:
-        return Probe(
-            i,
-            False,
-            "-",
-            math.nan,
-            math.nan,
-            math.nan,
-            len(polls),
-            statistics.median(durations) if durations else math.nan,
-            write_result[0],
-        )
-    lower = max(0.0, polls[seen - 1][0] - t_w) * 1000 if seen else 0.0
-    upper = max(0.0, polls[seen][1] - t_w) * 1000
-    return Probe(
-        i,
-        True,
-        polls[seen][3],
-        float(polls[seen][2] or "nan"),
-        lower,
-        upper,
-        len(polls),
-        statistics.median(durations),
-        write_result[0],
-    )
+    await asyncio.gather(writing(), polling())
+    w = written[0]
+    t_w = w.started + w.latency_s
+    write_result = f"{w.status} {w.headers.get('x-gateway-cache', '-')}"
+    poll_ms = median([p.latency_s * 1000 for p in polls])
+    found = [k for k, p in enumerate(polls) if "x-gateway-cache-similarity" in p.headers]
+    if not found:
+        nan = math.nan
+        return Probe(i, False, "-", nan, nan, nan, len(polls), poll_ms, write_result)
+    seen, hit = found[0], polls[found[0]]
+    lower = max(0.0, polls[seen - 1].started - t_w) * 1000 if seen else 0.0
+    upper = max(0.0, hit.started + hit.latency_s - t_w) * 1000
+    similarity = float(hit.headers["x-gateway-cache-similarity"] or "nan")
+    result = hit.headers.get("x-gateway-cache", "-")
+    return Probe(i, True, result, similarity, lower, upper, len(polls), poll_ms, write_result)
 
 
 async def replication_lag(stack: Stack, opts: Options, under_load: bool) -> dict[str, Any]:
     tag = "load" if under_load else "idle"
-    await wait_quiet(stack, opts.quiet_wait)
+    await wait_quiet(stack, opts.quiet_wait or 0)
     stop = asyncio.Event()
-    background: list[asyncio.Task[Run]] = []
-    load_session = session_for(max(2, opts.lag_load_concurrency))
+    background: list[asyncio.Task[LoadResult]] = []
+    load_session = session_for(max(2, opts.lag_load))
     if under_load:
         prompts = Prompts(seed=11)
-        per = max(1, opts.lag_load_concurrency // 2)
-        for base in (stack.writer, stack.reader):
-            url = base + "/v1/chat/completions"
-            coro = closed_loop(load_session, url, per, 3600, lambda: prompts.body(LOAD_MODEL), stop)
+        per = max(1, opts.lag_load // 2)
+        for server in (stack.writer, stack.reader):
+            url = server.url + "/v1/chat/completions"
+            body = lambda: prompts.body(LOAD_MODEL)  # noqa: E731
+            coro = load(load_session, url, per, 3600, body, stop=stop)
             background.append(asyncio.create_task(coro))
         await asyncio.sleep(1.0)  # let the load settle
     probes: list[Probe] = []
     t0 = time.time()
     try:
         async with session_for(8) as session:
-            for i in range(opts.lag_probes):
+            for i in range(opts.lag_probes or 0):
                 probes.append(await probe_once(session, stack, tag, i, opts.lag_timeout))
     finally:
         t1 = time.time()
@@ -883,21 +709,20 @@ async def replication_lag(stack: Stack, opts: Options, under_load: bool) -> dict
         runs = await asyncio.gather(*background)
         await load_session.close()
     seen = [p for p in probes if p.seen]
-    load_rps = sum(len(r.latencies) / r.seconds for r in runs if r.seconds)
     return {
-        "condition": f"under load (c={opts.lag_load_concurrency})" if under_load else "idle",
+        "condition": f"under load (c={opts.lag_load})" if under_load else "idle",
         "probes": len(probes),
         "seen": len(seen),
         "semantic_hits": sum(p.result == "hit-semantic" for p in seen),
         # Probes where a poll sent after W answered still missed the entry: 0 means the lag
         # was below what the polls can resolve (upper bound ~ one poll).
         "late_misses": sum(p.lower_ms > 0 for p in seen),
-        "lower_p50_ms": median_of([p.lower_ms for p in seen]),
-        "upper_p50_ms": median_of([p.upper_ms for p in seen]),
-        "upper_p99_ms": percentile([p.upper_ms / 1000 for p in seen], 99),
+        "lower_p50_ms": median([p.lower_ms for p in seen]),
+        "upper_p50_ms": median([p.upper_ms for p in seen]),
+        "upper_p99_ms": percentile([p.upper_ms for p in seen], 99),
         "upper_max_ms": max((p.upper_ms for p in seen), default=math.nan),
-        "poll_ms": median_of([p.poll_ms for p in probes]),
-        "load_rps": load_rps,
+        "poll_ms": median([p.poll_ms for p in probes]),
+        "load_rps": sum(r.rps for r in runs),
         "load_errors": sum(r.errors for r in runs),
         "window": (t0, t1),
         "probe_list": [asdict(p) for p in probes],
@@ -922,43 +747,36 @@ class StreamLags:
         self.lags = [p[1] for p in pairs]
 
     def window(self, start: float, end: float) -> list[float]:
-        import bisect
-
         return self.lags[bisect.bisect_left(self.ts, start) : bisect.bisect_right(self.ts, end)]
 
 
 # --- report ----------------------------------------------------------------------------------
 
 
-def median_of(values: list[float]) -> float:
-    clean = [v for v in values if not math.isnan(v)]
-    return statistics.median(clean) if clean else math.nan
-
-
 def paired_ratio(
     samples: dict[tuple[str, int], list[Sample]], a: str, b: str, c: int, attr: str
 ) -> float:
     pairs = zip(samples.get((a, c), []), samples.get((b, c), []), strict=False)
-    return median_of([getattr(x, attr) / getattr(y, attr) for x, y in pairs if getattr(y, attr)])
+    return median([ratio(getattr(x, attr), getattr(y, attr)) for x, y in pairs])
 
 
 def throughput_rows(
     samples: dict[tuple[str, int], list[Sample]], opts: Options
 ) -> list[dict[str, Any]]:
     rows = []
-    names = [UPSTREAM, DIRECT, "nginx-1", "nginx-2", "nginx-3"]
     for c in opts.concurrency:
-        for name in names:
+        for replicas, name in enumerate([UPSTREAM, DIRECT, "nginx-1", "nginx-2", "nginx-3"]):
             ss = samples.get((name, c), [])
             if not ss:
                 continue
-            replicas = {UPSTREAM: 0, DIRECT: 1}.get(name)
-            if replicas is None:
-                replicas = int(name.split("-")[1])
+            replicas = max(1, replicas - 1) if replicas else 0  # nginx-N: N replicas
             serving = [f"gw{n}" for n in range(1, replicas + 1)]
 
             def cpu(keys: list[str], ss: list[Sample] = ss) -> float:
-                return median_of([sum(s.cpu_ms.get(k, math.nan) for k in keys) for s in ss])
+                return median([sum(s.cpu_ms.get(k, math.nan) for k in keys) for s in ss])
+
+            def med(value: Any, ss: list[Sample] = ss) -> float:
+                return median([value(s) for s in ss])
 
             gateways = sorted(k for k in ss[0].cpu_ms if k.startswith("gw"))
             rows.append(
@@ -966,9 +784,9 @@ def throughput_rows(
                     "target": name,
                     "replicas": replicas,
                     "concurrency": c,
-                    "rps": median_of([s.rps for s in ss]),
-                    "p50_ms": median_of([s.p50_ms for s in ss]),
-                    "p99_ms": median_of([s.p99_ms for s in ss]),
+                    "rps": med(lambda s: s.rps),
+                    "p50_ms": med(lambda s: s.p50_ms),
+                    "p99_ms": med(lambda s: s.p99_ms),
                     "vs_1_replica": paired_ratio(samples, name, "nginx-1", c, "rps"),
                     "vs_direct": paired_ratio(samples, name, DIRECT, c, "rps"),
                     "cpu_ms": {
@@ -976,11 +794,11 @@ def throughput_rows(
                         "following": cpu([k for k in gateways if k not in serving]),
                         **{k: cpu([k]) for k in ("nginx", "redis", "fake", "loadgen")},
                     },
-                    "cores_busy": median_of([s.cpu_ms["machine"] * s.rps / 1000 for s in ss]),
-                    "foreign_cores": median_of([foreign_cores(s) for s in ss]),
-                    "redis_calls": median_of([sum(s.redis_calls.values()) for s in ss]),
-                    "stream_p50_ms": median_of([s.stream_p50_ms for s in ss]),
-                    "stream_p99_ms": median_of([s.stream_p99_ms for s in ss]),
+                    "cores_busy": med(lambda s: s.cpu_ms["machine"] * s.rps / 1000),
+                    "foreign_cores": med(foreign_cores),
+                    "redis_calls": med(lambda s: sum(s.redis_calls.values())),
+                    "stream_p50_ms": med(lambda s: s.stream_p50_ms),
+                    "stream_p99_ms": med(lambda s: s.stream_p99_ms),
                     "errors": sum(s.errors for s in ss),
                 }
             )
@@ -992,32 +810,32 @@ def print_throughput(rows: list[dict[str, Any]], rounds: int) -> None:
         f"\n(a) Throughput, unique prompts (every request a cache miss and write); medians over "
         f"{rounds} round(s), ratios paired per round.\n"
     )
-    head = (
-        "| target | replicas | conc | req/s | vs nginx-1 | vs 1 direct | p50 ms | p99 ms "
-        "| CPU ms/req: serving replicas | idle replicas (following) | nginx | redis | fake "
-        "| loadgen | cores busy (not ours) | Redis cmds/req | stream lag p50/p99 ms | errors |"
-    )
-    lines = [head, head_sep(head)]
+    head = ("target", "replicas", "conc", "req/s", "vs nginx-1", "vs 1 direct", "p50 ms")
+    head += ("p99 ms", "CPU ms/req: serving replicas", "idle replicas (following)", "nginx")
+    head += ("redis", "fake", "loadgen", "cores busy (not ours)", "Redis cmds/req")
+    head += ("stream lag p50/p99 ms", "errors")
+    table = []
     for r in rows:
-        cpu = r["cpu_ms"]
-        upstream = r["target"] == UPSTREAM
-        target = "upstream (fake, direct)" if upstream else r["target"]
-        lines.append(
-            f"| {target} | {r['replicas'] or '-'} | {r['concurrency']} | {fmt(r['rps'], '.0f')} "
-            f"| {'-' if upstream else fmt(r['vs_1_replica'], '.2f')} "
-            f"| {'-' if upstream else fmt(r['vs_direct'], '.2f')} "
-            f"| {fmt(r['p50_ms'], '.1f')} | {fmt(r['p99_ms'], '.1f')} "
-            f"| {'-' if upstream else fmt(cpu['serving'], '.2f')} "
-            f"| {fmt(cpu['following'], '.2f') if r['replicas'] < 3 else '-'} "
-            f"| {fmt(cpu['nginx'], '.2f')} "
-            f"| {fmt(cpu['redis'], '.2f')} | {fmt(cpu['fake'], '.2f')} "
-            f"| {fmt(cpu['loadgen'], '.2f')} | {fmt(r['cores_busy'], '.2f')} "
-            f"({fmt(r['foreign_cores'], '.2f')}) "
-            f"| {fmt(r['redis_calls'], '.1f')} "
-            f"| {fmt(r['stream_p50_ms'], '.1f')} / {fmt(r['stream_p99_ms'], '.1f')} "
-            f"| {r['errors']} |"
+        cpu, upstream = r["cpu_ms"], r["target"] == UPSTREAM
+        table.append(
+            (
+                "upstream (fake, direct)" if upstream else r["target"],
+                r["replicas"] or "-",
+                r["concurrency"],
+                fmt(r["rps"], ".0f"),
+                *("-" if upstream else fmt(r[k]) for k in ("vs_1_replica", "vs_direct")),
+                fmt(r["p50_ms"], ".1f"),
+                fmt(r["p99_ms"], ".1f"),
+                "-" if upstream else fmt(cpu["serving"]),
+                fmt(cpu["following"]) if r["replicas"] < 3 else "-",
+                *(fmt(cpu[k]) for k in ("nginx", "redis", "fake", "loadgen")),
+                f"{fmt(r['cores_busy'])} ({fmt(r['foreign_cores'])})",
+                fmt(r["redis_calls"], ".1f"),
+                f"{fmt(r['stream_p50_ms'], '.1f')} / {fmt(r['stream_p99_ms'], '.1f')}",
+                r["errors"],
+            )
         )
-    print("\n".join(lines))
+    print(markdown_table(head, table))
     print(
         "  CPU ms/req: each component's CPU time over the requests answered (idle replicas "
         "still apply every cache write from the stream); cores busy: the whole machine (all "
@@ -1026,19 +844,12 @@ def print_throughput(rows: list[dict[str, Any]], rounds: int) -> None:
     )
 
 
-def head_sep(head: str) -> str:
-    return "|" + "---|" * (head.count("|") - 1)
-
-
 def redis_breakdown(samples: dict[tuple[str, int], list[Sample]], c: int) -> str:
     ss = samples.get((DIRECT, c), [])
-    if not ss:
-        return "-"
     commands = sorted({k for s in ss for k in s.redis_calls})
-    per = {k: median_of([s.redis_calls.get(k, 0.0) for s in ss]) for k in commands}
-    return ", ".join(
-        f"{k} {v:.2f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.01
-    )
+    per = {k: median([s.redis_calls.get(k, 0.0) for s in ss]) for k in commands}
+    ordered = sorted(per.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {v:.2f}" for k, v in ordered if v >= 0.01) or "-"
 
 
 def print_cache(res: dict[str, Any]) -> None:
@@ -1047,21 +858,22 @@ def print_cache(res: dict[str, Any]) -> None:
         f"order through nginx to 3 replicas ({res['seconds']:.1f} s, {res['errors']} errors); "
         "hash embedder, so hits are exact repeats.\n"
     )
-    head = (
-        "| replica | requests | hit exact | hit semantic | miss | hit rate "
-        "| hits on entries another replica stored | /metrics delta (hit_exact/hit_semantic/miss) |"
-    )
-    lines = [head, head_sep(head)]
+    head = ("replica", "requests", "hit exact", "hit semantic", "miss", "hit rate")
+    head += ("hits on entries another replica stored",)
+    head += ("/metrics delta (hit_exact/hit_semantic/miss)",)
+    table = []
     for r in res["rows"]:
         m = r["metrics"]
         others = r["hits_from_others"] / max(1, r["hit_exact"] + r["hit_semantic"])
-        lines.append(
-            f"| {r['replica']} | {r['requests']} | {r['hit_exact']} | {r['hit_semantic']} "
-            f"| {r['miss']} | {fmt(r['hit_rate'] * 100, '.1f')}% "
-            f"| {r['hits_from_others']} ({fmt(100 * others, '.0f')}% of its hits) "
-            f"| {m.get('hit_exact', 0)}/{m.get('hit_semantic', 0)}/{m.get('miss', 0)} |"
+        table.append(
+            (
+                *(r[k] for k in ("replica", "requests", "hit_exact", "hit_semantic", "miss")),
+                f"{fmt(r['hit_rate'] * 100, '.1f')}%",
+                f"{r['hits_from_others']} ({fmt(100 * others, '.0f')}% of its hits)",
+                "/".join(str(m.get(k, 0)) for k in ("hit_exact", "hit_semantic", "miss")),
+            )
         )
-    print("\n".join(lines))
+    print(markdown_table(head, table))
     print(
         f"\n  all replicas: hit rate {res['hit_rate'] * 100:.1f}%, {res['misses']} misses = "
         f"{res['first_misses']} first asks + {res['duplicate_misses']} repeats asked again before "
@@ -1089,24 +901,20 @@ def print_lag(results: list[dict[str, Any]], opts: Options) -> None:
         "missed it was sent at 'lower', the first that found it was read at 'upper' (ms after "
         "W's answer).\n"
     )
-    head = (
-        "| condition | probes | found | served as semantic hit | missed after W answered "
-        "| lower p50 ms | upper p50 ms "
-        "| upper p99 ms | upper max ms | poll ms p50 | stream lag p50/p99/max ms | load req/s |"
-    )
-    lines = [head, head_sep(head)]
-    for r in results:
-        lines.append(
-            f"| {r['condition']} | {r['probes']} | {r['seen']} | {r['semantic_hits']} "
-            f"| {r['late_misses']} "
-            f"| {fmt(r['lower_p50_ms'], '.1f')} | {fmt(r['upper_p50_ms'], '.1f')} "
-            f"| {fmt(r['upper_p99_ms'], '.1f')} | {fmt(r['upper_max_ms'], '.1f')} "
-            f"| {fmt(r['poll_ms'], '.1f')} "
-            f"| {fmt(r['stream_p50_ms'], '.2f')} / {fmt(r['stream_p99_ms'], '.2f')} / "
-            f"{fmt(r['stream_max_ms'], '.2f')} "
-            f"| {fmt(r['load_rps'], '.0f') if r['load_rps'] else '-'} |"
+    head = ("condition", "probes", "found", "served as semantic hit", "missed after W answered")
+    head += ("lower p50 ms", "upper p50 ms", "upper p99 ms", "upper max ms", "poll ms p50")
+    head += ("stream lag p50/p99/max ms", "load req/s")
+    table = [
+        (
+            *(r[k] for k in ("condition", "probes", "seen", "semantic_hits", "late_misses")),
+            *(fmt(r[k], ".1f") for k in ("lower_p50_ms", "upper_p50_ms", "upper_p99_ms")),
+            *(fmt(r[k], ".1f") for k in ("upper_max_ms", "poll_ms")),
+            " / ".join(fmt(r[k]) for k in ("stream_p50_ms", "stream_p99_ms", "stream_max_ms")),
+            fmt(r["load_rps"], ".0f") if r["load_rps"] else "-",
         )
-    print("\n".join(lines))
+        for r in results
+    ]
+    print(markdown_table(head, table))
     print(
         "  stream lag: an external follower's write -> arrival time for every event of the "
         "cache streams in that window (what RedisStore.lags records, seen from outside the "
@@ -1117,84 +925,11 @@ def print_lag(results: list[dict[str, Any]], opts: Options) -> None:
         "missed; at 0 the lag is below the probe's resolution (about one poll), and the stream "
         "lag is the finer measure."
     )
-    if opts.lag_probes < 50:
-        print("  few probes: p99 is the maximum.")
+    if (opts.lag_probes or 0) < 50:
+        print("  few probes: p99 is close to the maximum.")
 
 
 # --- main ------------------------------------------------------------------------------------
-
-
-def parse_args(argv: list[str] | None) -> Options:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small counts, one round (smoke)")
-    parser.add_argument("--rounds", type=int, help="rounds over every cell (default 3)")
-    parser.add_argument("--seconds", type=float, help="measured seconds per cell (default 4)")
-    parser.add_argument("--warmup", type=float, help="warm-up seconds per cell (default 1)")
-    parser.add_argument("--concurrency", default="16,64", help="comma-separated (default 16,64)")
-    parser.add_argument("--latency-ms", type=float, default=20.0, help="fake upstream latency")
-    parser.add_argument("--pool", type=int, help="(b) distinct questions (default 200)")
-    parser.add_argument("--pool-requests", type=int, help="(b) requests (default 10 x pool)")
-    parser.add_argument("--pool-concurrency", type=int, default=16, help="(b) clients")
-    parser.add_argument("--lag-probes", type=int, help="(c) entries per condition (default 100)")
-    parser.add_argument("--lag-timeout", type=float, default=3.0, help="(c) give up after (s)")
-    parser.add_argument(
-        "--lag-load", type=int, default=16, help="(c) clients loading W and R (half each)"
-    )
-    parser.add_argument("--nginx-workers", type=int, default=1, help="nginx worker_processes")
-    parser.add_argument(
-        "--breakers",
-        choices=["redis", "memory"],
-        default="redis",
-        help="what-if: breaker storage of the pool replicas (default redis, shared)",
-    )
-    parser.add_argument(
-        "--exact-only",
-        action="store_true",
-        help="what-if: pool replicas without the semantic tier (no embedding, no vector search)",
-    )
-    parser.add_argument(
-        "--quiet-wait",
-        type=float,
-        help="before each measurement, wait up to this many seconds for other processes on "
-        "the machine to go quiet (default 60, with --quick 10; 0: do not wait)",
-    )
-    parser.add_argument(
-        "--workloads", default="abc", help="which of (a) (b) (c) to run (default abc)"
-    )
-    parser.add_argument("--json", type=Path, help="also write every sample to this file")
-    args = parser.parse_args(argv)
-    quick = args.quick
-    pool = args.pool or (60 if quick else 200)
-    return Options(
-        quick=quick,
-        rounds=args.rounds or (1 if quick else 3),
-        seconds=args.seconds or (1.5 if quick else 4.0),
-        warmup_seconds=args.warmup if args.warmup is not None else (0.5 if quick else 1.0),
-        concurrency=tuple(int(c) for c in args.concurrency.split(",")),
-        latency_ms=args.latency_ms,
-        pool=min(pool, len(FILLER) + len(PAIRS)),
-        pool_requests=args.pool_requests or 10 * pool,
-        pool_concurrency=args.pool_concurrency,
-        lag_probes=args.lag_probes or (20 if quick else 100),
-        lag_timeout=args.lag_timeout,
-        lag_load_concurrency=args.lag_load,
-        nginx_workers=args.nginx_workers,
-        breakers=args.breakers,
-        exact_only=args.exact_only,
-        quiet_wait=args.quiet_wait if args.quiet_wait is not None else (10 if quick else 60),
-        workloads=args.workloads,
-        json_out=args.json,
-    )
-
-
-def find_binary(name: str) -> str | None:
-    found = shutil.which(name)
-    if found:
-        return found
-    for d in ("/usr/sbin", "/usr/local/sbin", "/sbin"):
-        if os.access(f"{d}/{name}", os.X_OK):
-            return f"{d}/{name}"
-    return None
 
 
 async def bench(stack: Stack, opts: Options) -> dict[str, Any]:
@@ -1211,19 +946,30 @@ async def bench(stack: Stack, opts: Options) -> dict[str, Any]:
     return out
 
 
+def add_stream_lags(out: dict[str, Any], lags: StreamLags) -> None:
+    """The observer's stream delivery lags in each measurement's window."""
+    for s in (s for ss in out["samples"].values() for s in ss):
+        window = lags.window(*s.window)
+        s.stream_p50_ms = percentile(window, 50) * 1000
+        s.stream_p99_ms = percentile(window, 99) * 1000
+    for r in out["lags"]:
+        window = lags.window(*r["window"])
+        r["stream_p50_ms"] = percentile(window, 50) * 1000
+        r["stream_p99_ms"] = percentile(window, 99) * 1000
+        r["stream_max_ms"] = max(window, default=math.nan) * 1000
+        r["stream_events"] = len(window)
+
+
 def main(argv: list[str] | None = None) -> int:
-    opts = parse_args(argv)
-    nginx, redis_server = find_binary("nginx"), find_binary("redis-server")
-    if nginx is None:
-        print(NGINX_INSTALL, file=sys.stderr)
-        return 2
-    if redis_server is None:
-        print(REDIS_INSTALL, file=sys.stderr)
-        return 2
+    opts = parse_options(Options, argv, __doc__)
+    for found, missing in ((nginx_path(), NGINX_MISSING), (redis_server_path(), REDIS_MISSING)):
+        if found is None:
+            print(missing, file=sys.stderr)
+            return 2
     cpus = os.cpu_count() or 1
     print(
         f"scale-out bench: {opts.rounds} round(s) of {opts.seconds:.1f} s per cell "
-        f"(+{opts.warmup_seconds:.1f} s warm-up), concurrency "
+        f"(+{opts.warmup:.1f} s warm-up), concurrency "
         f"{','.join(map(str, opts.concurrency))}, fake upstream latency {opts.latency_ms:.0f} ms, "
         f"nginx worker_processes {opts.nginx_workers}"
     )
@@ -1240,32 +986,17 @@ def main(argv: list[str] | None = None) -> int:
             "3x; read the ratios and the CPU per request, not the absolute req/s."
         )
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="scaleout-bench-") as tmp:
-        stack = Stack(Path(tmp), [])
-        try:
-            start_stack(stack, nginx, redis_server, opts)
-            out = uvloop.run(bench(stack, opts))
-            time.sleep(1.2)  # the observer flushes once a second at most
-            lags = StreamLags(stack.observer_file)
-            for ss in out["samples"].values():
-                for s in ss:
-                    window = lags.window(*s.window)
-                    s.stream_p50_ms = percentile(window, 50)
-                    s.stream_p99_ms = percentile(window, 99)
-            for r in out["lags"]:
-                window = lags.window(*r["window"])
-                r["stream_p50_ms"] = percentile(window, 50)
-                r["stream_p99_ms"] = percentile(window, 99)
-                r["stream_max_ms"] = max(window, default=math.nan) * 1000
-                r["stream_events"] = len(window)
-            problems = log_problems(stack)
-        finally:
-            for server in reversed(stack.servers):
-                server.stop()
+    with tempfile.TemporaryDirectory(prefix="scaleout-bench-") as tmp, ExitStack() as es:
+        stack = start_stack(es, Path(tmp), opts)
+        out = uvloop.run(bench(stack, opts))
+        time.sleep(1.2)  # the observer flushes once a second at most
+        add_stream_lags(out, StreamLags(stack.observer_file))
+        problems = log_problems(stack)
+        es.close()
     print(f"\ndone in {time.monotonic() - started:.0f} s; load average {load_average()}")
     rows = throughput_rows(out["samples"], opts)
     if rows:
-        print_throughput(rows, opts.rounds)
+        print_throughput(rows, opts.rounds or 0)
         results = Counter[str]()
         for (name, _), ss in out["samples"].items():
             if name != UPSTREAM:
