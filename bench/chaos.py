@@ -42,7 +42,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +52,7 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from gateway.testing.harness.configs import write_config
+from gateway.testing.harness.gitrev import checkout_state
 from gateway.testing.harness.load import Outcome, Request, closed_loop, send, session_for
 from gateway.testing.harness.options import option, parse_options
 from gateway.testing.harness.process import Server
@@ -61,7 +61,7 @@ from gateway.testing.harness.replies import parse_reply
 from gateway.testing.harness.scrape import by_label, scrape
 from gateway.testing.harness.starters import (
     FAKE_RETRIEVER,
-    REPO_ROOT,
+    FAKE_UPSTREAM,
     ready,
     start_fake_upstream,
     start_gateway,
@@ -76,11 +76,13 @@ MODEL, BACKUP_MODEL, KB = "chat", "backup", "docs"
 PRIMARY_BREAKER, BACKUP_BREAKER, KB_BREAKER = (
     "primary/chat-primary",
     "backup/chat-backup",
-    f"kb/{KB}",
+    "kb/docs",
 )
 # The primary's cycle; the outage (both upstreams down) comes once, after the first cycle.
 PRIMARY_CYCLE = ("healthy", "failing", "healthy", "slow")
 RETRIEVER_CYCLE = ("healthy", "error", "healthy", "slow")
+LEVELS = {"1": "grounded", "2": "general knowledge", "3": "retrieval unavailable"}
+LEVELS["4"] = "unavailable answer"
 
 # Questions the fake retriever's corpus answers (word overlap well above min_score 0.35: level 1
 # when retrieval works), and one it does not (level 2). A ticket number makes each one distinct.
@@ -108,17 +110,13 @@ class Options:
     retriever_period: float = option(2.3, "seconds per retriever window")
     outage_seconds: float = option(1.5, "the one window with both upstreams failing")
     deadline: float = option(2.5, "the model's deadline_seconds")
-    slow_ms: float | None = option(
-        None, "primary latency in slow windows (default: deadline + 1.5 s)"
-    )
+    slow_ms: float | None = option(None, "primary latency in slow windows (default: deadline+1.5s)")
     slow_kind: str = option(
         "latency",
         "slow windows delay the response headers, or (streams only) the first chunk",
         choices=("latency", "first-byte"),
     )
-    read_timeout: float | None = option(
-        None, "the primary provider's timeouts.read (default: unset, 60 s)"
-    )
+    read_timeout: float | None = option(None, "the primary's timeouts.read (default: unset, 60 s)")
     attempt_timeout: float | None = option(
         0.8,
         "resilience.attempt_timeout_seconds, one attempt's bound to the first byte (below "
@@ -150,34 +148,25 @@ class Setup:
     primary: str  # base URLs (no /v1)
     backup: str
     retriever: str
-    gateway: str
     admin_key: str
-    server: Server  # the gateway's process
+    gateway: Server
 
 
 def gateway_config(opts: Options, primary: str, backup: str, retriever: str) -> Json:
     breaker = {"failures": opts.breaker_failures, "reset_seconds": opts.reset_seconds}
-    primary_provider: Json = {"type": "openai", "base_url": f"{primary}/v1"}
-    if opts.read_timeout:
-        primary_provider["timeouts"] = {"read": opts.read_timeout}
-    resilience: Json = {
-        "retry": {
-            "attempts": opts.retry_attempts,
-            "initial_backoff_ms": 20,
-            "max_backoff_ms": 100,
-            "max_retry_after_seconds": 1,
-        },
-        "breaker": breaker,
-        "deadline_seconds": opts.deadline,
-    }
+    retry = {"attempts": opts.retry_attempts, "initial_backoff_ms": 20, "max_backoff_ms": 100}
+    resilience: Json = {"retry": retry | {"max_retry_after_seconds": 1}, "breaker": breaker}
+    resilience["deadline_seconds"] = opts.deadline
     if opts.attempt_timeout:
         resilience["attempt_timeout_seconds"] = opts.attempt_timeout
+    timeouts = {"timeouts": {"read": opts.read_timeout}} if opts.read_timeout else {}
     model = {"deadline_seconds": opts.deadline, "cache": {"enabled": False}}
+    kb = {"type": "http", "url": f"{retriever}/search", "timeout_seconds": opts.kb_timeout}
     return {
         "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
         "auth": {"admin_key_env": "GATEWAY_ADMIN_KEY"},
         "providers": {
-            "primary": primary_provider,
+            "primary": {"type": "openai", "base_url": f"{primary}/v1", **timeouts},
             "backup": {"type": "openai", "base_url": f"{backup}/v1"},
         },
         "models": [
@@ -187,38 +176,26 @@ def gateway_config(opts: Options, primary: str, backup: str, retriever: str) -> 
         ],
         "resilience": resilience,
         "degradation": {"unavailable": {"mode": "answer", "retry_after_seconds": 2}},
-        "knowledge_bases": {
-            KB: {
-                "type": "http",
-                "url": f"{retriever}/search",
-                "timeout_seconds": opts.kb_timeout,
-                "breaker": breaker,
-                "attach": {"models": [MODEL]},
-            }
-        },
+        "knowledge_bases": {KB: kb | {"breaker": breaker, "attach": {"models": [MODEL]}}},
     }
 
 
 def start_servers(opts: Options, workdir: Path, stack: contextlib.ExitStack) -> Setup:
-    primary, backup = (
-        stack.enter_context(start_fake_upstream(workdir, name=name))
-        for name in ("primary", "backup")
+    primary, backup, retriever = (
+        stack.enter_context(start_fake_upstream(workdir, name=name, module=module))
+        for name, module in (
+            ("primary", FAKE_UPSTREAM),
+            ("backup", FAKE_UPSTREAM),
+            ("retriever", FAKE_RETRIEVER),
+        )
     )
-    retriever = stack.enter_context(
-        start_fake_upstream(workdir, name="retriever", module=FAKE_RETRIEVER)
-    )
-    config = gateway_config(opts, primary.url, backup.url, retriever.url)
+    config = write_config(workdir, gateway_config(opts, primary.url, backup.url, retriever.url))
     admin_key = secrets.token_urlsafe(24)
-    gateway = start_gateway(
-        workdir,
-        write_config(workdir, config, name="gateway.yaml"),
-        env={"GATEWAY_ADMIN_KEY": admin_key},
-        timeout=90,
-    )
+    gateway = start_gateway(workdir, config, env={"GATEWAY_ADMIN_KEY": admin_key}, timeout=90)
     stack.enter_context(ready(gateway, 90))
     for server in (primary, backup, retriever, gateway):
         print(f"  {server.name}: pid {server.pid}, log {server.log_path}")
-    return Setup(primary.url, backup.url, retriever.url, gateway.url, admin_key, gateway)
+    return Setup(primary.url, backup.url, retriever.url, admin_key, gateway)
 
 
 # --- chaos -----------------------------------------------------------------------------------
@@ -232,77 +209,54 @@ class Window:
     end: float = math.inf
 
 
-def primary_knobs(kind: str, opts: Options) -> tuple[Json, Json]:
-    """Default knobs for the primary and the backup upstream in a window of this kind."""
-    primary: Json = {"latency_ms": opts.primary_latency_ms}
-    backup: Json = {"latency_ms": opts.backup_latency_ms}
-    if kind in ("failing", "outage"):
-        primary["status"] = 500
-    if kind == "slow":
-        knob = "latency_ms" if opts.slow_kind == "latency" else "first_byte_ms"
-        primary[knob] = opts.slow_ms
-    if kind == "outage":
-        backup["status"] = 500
-    return primary, backup
-
-
-def retriever_knobs(kind: str, opts: Options) -> Json:
-    knobs: dict[str, Json] = {
-        "healthy": {"status": None, "latency_ms": 0},
-        "error": {"status": 503, "latency_ms": 0},
-        "slow": {"status": None, "latency_ms": opts.retriever_slow_ms},
-    }
-    return knobs[kind]
-
-
-def primary_schedule(opts: Options) -> Iterator[tuple[str, float]]:
-    first = True
-    while True:
-        for kind in PRIMARY_CYCLE:
-            yield kind, opts.period
-        if first:
-            first = False
-            yield "healthy", opts.period
-            yield "outage", opts.outage_seconds
-
-
-def retriever_schedule(opts: Options) -> Iterator[tuple[str, float]]:
-    while True:
-        for kind in RETRIEVER_CYCLE:
-            yield kind, opts.retriever_period
-
-
-async def post(session: aiohttp.ClientSession, url: str, data: Json) -> None:
-    async with session.post(url, json=data) as resp:
-        if resp.status != 200:
-            raise RuntimeError(f"{url}: HTTP {resp.status}: {await resp.text()}")
-
-
 class Chaos:
+    """Turns the fakes' faults on and off on a timer, and keeps the windows it made."""
+
     def __init__(self, session: aiohttp.ClientSession, setup: Setup, opts: Options) -> None:
         self.session, self.setup, self.opts = session, setup, opts
         self.windows: list[Window] = []
         self.stop = asyncio.Event()
 
+    async def configure(self, base: str, knobs: Json) -> None:
+        async with self.session.post(base + "/_fake/config", json=knobs) as resp:
+            if resp.status != 200:
+                raise RuntimeError(f"{base}: HTTP {resp.status}: {await resp.text()}")
+
     async def apply_primary(self, kind: str) -> None:
-        primary, backup = primary_knobs(kind, self.opts)
+        """The knobs of the primary and the backup in a window of this kind."""
+        opts = self.opts
+        primary: Json = {"latency_ms": opts.primary_latency_ms}
+        backup: Json = {"latency_ms": opts.backup_latency_ms}
+        if kind in ("failing", "outage"):
+            primary["status"] = 500
+        if kind == "slow":
+            primary["latency_ms" if opts.slow_kind == "latency" else "first_byte_ms"] = opts.slow_ms
+        if kind == "outage":
+            backup["status"] = 500
         await asyncio.gather(
-            post(self.session, self.setup.primary + "/_fake/config", {"defaults": primary}),
-            post(self.session, self.setup.backup + "/_fake/config", {"defaults": backup}),
+            self.configure(self.setup.primary, {"defaults": primary}),
+            self.configure(self.setup.backup, {"defaults": backup}),
         )
 
     async def apply_retriever(self, kind: str) -> None:
-        knobs = retriever_knobs(kind, self.opts)
-        await post(self.session, self.setup.retriever + "/_fake/config", knobs)
+        slow = self.opts.retriever_slow_ms if kind == "slow" else 0
+        await self.configure(
+            self.setup.retriever, {"status": 503 if kind == "error" else None, "latency_ms": slow}
+        )
 
-    async def run(
-        self,
-        target: str,
-        schedule: Iterator[tuple[str, float]],
-        apply: Callable[[str], Any],
-        started: asyncio.Event | None = None,
-    ) -> None:
+    def primary_schedule(self) -> itertools.chain[tuple[str, float]]:
+        cycle = [(kind, self.opts.period) for kind in PRIMARY_CYCLE]
+        once = [("healthy", self.opts.period), ("outage", self.opts.outage_seconds)]
+        return itertools.chain(cycle, once, itertools.cycle(cycle))
+
+    async def run(self, target: str, started: asyncio.Event | None = None) -> None:
         """Windows back to back; one ends when the next one's fault is in force."""
+        if target == "primary":
+            schedule, apply = self.primary_schedule(), self.apply_primary
+        else:
+            period = self.opts.retriever_period
+            schedule = itertools.cycle([(kind, period) for kind in RETRIEVER_CYCLE])
+            apply = self.apply_retriever
         current: Window | None = None
         for kind, seconds in schedule:
             await apply(kind)
@@ -331,11 +285,7 @@ class Poll:
 
 
 async def poll_breakers(
-    session: aiohttp.ClientSession,
-    setup: Setup,
-    interval: float,
-    polls: list[Poll],
-    stop: asyncio.Event,
+    session: aiohttp.ClientSession, setup: Setup, interval: float, polls: list[Poll], stop: Any
 ) -> int:
     """Breaker states every `interval` seconds until `stop`; returns how many polls failed."""
     auth = {"Authorization": f"Bearer {setup.admin_key}"}
@@ -343,7 +293,7 @@ async def poll_breakers(
     while not stop.is_set():
         sent = time.time()
         try:
-            async with session.get(setup.gateway + "/admin/breakers", headers=auth) as resp:
+            async with session.get(setup.gateway.url + "/admin/breakers", headers=auth) as resp:
                 data = await resp.json()
             states = {b["name"]: (b["state"], b["opened_at"]) for b in data["breakers"]}
             polls.append(Poll((sent + time.time()) / 2, states))
@@ -374,17 +324,11 @@ class Record:
     detail: str | None = None  # the start of a body that was not a valid answer
 
 
-def prompt(i: int) -> str:
-    if i % OFF_TOPIC_EVERY == OFF_TOPIC_EVERY - 1:
-        return f"{OFF_TOPIC}, variation {i}"
-    return f"{ON_TOPIC[i % len(ON_TOPIC)]} (ticket {i})"
-
-
 def chat_request(url: str, i: int, stream: bool) -> Request:
-    body: Json = {"model": MODEL, "messages": [{"role": "user", "content": prompt(i)}]}
-    if stream:
-        body["stream"] = True
-    return Request(url, json.dumps(body).encode())
+    off_topic = i % OFF_TOPIC_EVERY == OFF_TOPIC_EVERY - 1
+    text = f"{OFF_TOPIC}, variation {i}" if off_topic else f"{ON_TOPIC[i % 4]} (ticket {i})"
+    body: Json = {"model": MODEL, "messages": [{"role": "user", "content": text}]}
+    return Request(url, json.dumps(body | ({"stream": True} if stream else {})).encode())
 
 
 def record_of(outcome: Outcome, stream: bool) -> Record:
@@ -395,10 +339,8 @@ def record_of(outcome: Outcome, stream: bool) -> Record:
     record.error = "client_timeout" if outcome.error == "timeout" else outcome.error
     if outcome.error is not None:
         return record  # no (whole) answer: status 0
-    record.status = outcome.status
-    h = outcome.headers
-    record.level = h.get("x-gateway-level")
-    record.degraded = h.get("x-gateway-degraded")
+    record.status, h = outcome.status, outcome.headers
+    record.level, record.degraded = h.get("x-gateway-level"), h.get("x-gateway-degraded")
     record.fallback = h.get("x-gateway-fallback")
     attempts = h.get("x-gateway-attempts")
     record.attempts_header = attempts is not None
@@ -417,22 +359,20 @@ async def run_load(
 ) -> tuple[list[Record], float]:
     records: list[Record] = []
     report_every = max(1, opts.requests // 10)
+    t0 = time.monotonic()
 
     def observe(outcome: Outcome) -> None:
         records.append(record_of(outcome, streamed[outcome.index]))
         if len(records) % report_every == 0:
             print(f"  {len(records):6d} done, {time.monotonic() - t0:5.1f} s", flush=True)
 
-    t0 = time.monotonic()
+    def make(i: int) -> Request:
+        return chat_request(url, i, streamed[i])
+
     run = await closed_loop(
-        session,
-        lambda i: chat_request(url, i, streamed[i]),
-        opts.concurrency,
-        count=opts.requests,
-        seconds=opts.max_seconds,
-        observe=observe,
-        rate=opts.rate,
-    )
+        session, make, opts.concurrency, count=opts.requests, seconds=opts.max_seconds,
+        observe=observe, rate=opts.rate,
+    )  # fmt: skip
     return records, run.seconds
 
 
@@ -448,28 +388,21 @@ async def check_setup(session: aiohttp.ClientSession, url: str) -> None:
 # --- analysis --------------------------------------------------------------------------------
 
 
-def window_of(windows: list[Window], t: float) -> Window | None:
-    for w in windows:
-        if w.start <= t < w.end:
-            return w
-    return None
+def window_kind(windows: list[Window], t: float) -> str:
+    return next((w.kind for w in windows if w.start <= t < w.end), "outside")
 
 
 def state_at(polls: list[Poll], name: str, t: float) -> str:
     """The breaker's state in the last poll before `t` (closed before it existed)."""
     state = "closed"
-    for poll in polls:
-        if poll.t > t:
-            break
+    for poll in itertools.takewhile(lambda p: p.t <= t, polls):
         state = poll.states.get(name, ("closed", None))[0]
     return state
 
 
 def first_poll(polls: list[Poll], name: str, start: float, end: float, state: str) -> Poll | None:
-    for poll in polls:
-        if start <= poll.t <= end and poll.states.get(name, ("closed", None))[0] == state:
-            return poll
-    return None
+    matching = (p for p in polls if start <= p.t <= end)
+    return next((p for p in matching if p.states.get(name, ("closed",))[0] == state), None)
 
 
 @dataclass
@@ -496,8 +429,7 @@ def reactions(
             continue
         # An opening is this window's doing until the next fault starts.
         later = [v.start for v in windows[k + 1 :] if v.kind != "healthy"]
-        until = min([w.end + grace, *later[:1]])
-        poll = first_poll(polls, breaker, w.start, until, "open")
+        poll = first_poll(polls, breaker, w.start, min([w.end + grace, *later[:1]]), "open")
         if poll is None:
             timing.skipped["never opened"] += 1
             continue
@@ -508,14 +440,12 @@ def reactions(
     return timing
 
 
-def recoveries(
-    windows: list[Window], polls: list[Poll], breaker: str, after: tuple[str, ...]
-) -> Timing:
+def recoveries(windows: list[Window], polls: list[Poll], breaker: str, after: str) -> Timing:
     """From the start of each healthy window that follows an `after` window to the breaker
     closed; skipped when it was already closed then, or did not close within the window."""
-    timing = Timing(breaker, f"closes after healthy follows {'/'.join(after)}")
+    timing = Timing(breaker, f"closes after healthy follows {after}")
     for before, w in itertools.pairwise(windows):
-        if w.kind != "healthy" or before.kind not in after or not math.isfinite(w.end):
+        if w.kind != "healthy" or before.kind != after or not math.isfinite(w.end):
             continue
         if state_at(polls, breaker, w.start) == "closed":
             timing.skipped["closed at start"] += 1
@@ -540,6 +470,10 @@ def transitions(polls: list[Poll]) -> list[Json]:
     return out
 
 
+def share(rs: list[Record], test: Any) -> float:
+    return sum(1 for r in rs if test(r)) / len(rs) if rs else math.nan
+
+
 def group_stats(rs: list[Record]) -> Json:
     if not rs:
         return {"requests": 0}
@@ -549,9 +483,9 @@ def group_stats(rs: list[Record]) -> Json:
         "p50_ms": percentile(lat, 50) * 1000,
         "p99_ms": percentile(lat, 99) * 1000,
         "max_ms": max(lat) * 1000,
-        "fallback_share": sum(1 for r in rs if r.fallback) / len(rs),
-        "level4_share": sum(1 for r in rs if r.level == "4") / len(rs),
-        "answered_share": sum(1 for r in rs if r.valid) / len(rs),
+        "fallback_share": share(rs, lambda r: r.fallback),
+        "level4_share": share(rs, lambda r: r.level == "4"),
+        "answered_share": share(rs, lambda r: r.valid),
     }
 
 
@@ -576,30 +510,29 @@ def deadline_check(answered: list[Record], deadline: float) -> Json:
     stream, its headers too (sent with the first chunk). The slack is the client's and the
     gateway's own time on a loaded loop."""
     heads = [r.headers for r in answered]
-    plain = [r.latency for r in answered if not r.stream]
     return {
         "deadline_s": deadline,
-        "max_headers_s": max(heads) if heads else math.nan,
-        "max_plain_latency_s": max(plain) if plain else math.nan,
+        "max_headers_s": max(heads, default=math.nan),
+        "max_plain_latency_s": max((r.latency for r in answered if not r.stream), default=math.nan),
         "max_latency_s": max((r.latency for r in answered), default=math.nan),
-        "headers_over_deadline": sum(1 for h in heads if h > deadline),
-        "headers_over_deadline_plus_100ms": sum(1 for h in heads if h > deadline + 0.1),
-        "headers_over_deadline_plus_250ms": sum(1 for h in heads if h > deadline + 0.25),
+        **{
+            f"headers_over_deadline{suffix}": sum(1 for h in heads if h > deadline + extra)
+            for suffix, extra in (("", 0), ("_plus_100ms", 0.1), ("_plus_250ms", 0.25))
+        },
     }
 
 
-def summarize(
-    records: list[Record],
-    seconds: float,
-    chaos: Chaos,
-    polls: list[Poll],
-    opts: Options,
-) -> Json:
-    total = len(records)
+def counts(values: Any) -> dict[str, int]:
+    return {str(k): v for k, v in sorted(Counter(values).items())}
+
+
+def summarize(records: list[Record], seconds: float, chaos: Chaos, polls: list[Poll]) -> Json:
+    opts, total = chaos.opts, len(records)
     primary_windows, retriever_windows = chaos.of("primary"), chaos.of("retriever")
     statuses = Counter(r.status for r in records)
     answered = [r for r in records if r.valid]
     levels = Counter(r.level or "none" for r in records)
+    level4 = [r for r in records if r.level == "4"]
     summary: Json = {
         "requests": total,
         "streamed": sum(r.stream for r in records),
@@ -613,48 +546,34 @@ def summarize(
         "other_non_2xx": sum(n for s, n in statuses.items() if s and not 200 <= s < 300),
         "invalid_2xx": sum(1 for r in records if 200 <= r.status < 300 and not r.valid),
         "client_errors": dict(Counter(r.error for r in records if r.error)),
-        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "statuses": counts(r.status for r in records),
         "fallbacks": sum(1 for r in records if r.fallback),
         "retried": sum(1 for r in records if r.attempts > 1),
         # x-gateway-attempts counts calls that went out (not those an open breaker refused)
-        "attempts": {str(k): v for k, v in sorted(Counter(r.attempts for r in records).items())},
+        "attempts": counts(r.attempts for r in records),
         # Upstream calls the headers account for: the header's count, else 1 for an answer by
         # a model (one call answered) and 0 for level 4 (0 or 1 call: unknown).
         "calls_by_header": sum(
             r.attempts if r.attempts_header else int(r.valid and r.level != "4") for r in records
         ),
-        "level4_without_header": sum(
-            1 for r in records if r.level == "4" and not r.attempts_header
-        ),
+        "level4_without_header": sum(1 for r in level4 if not r.attempts_header),
         # Level-4 answers by x-gateway-attempts ("-": no header, 0 or 1 call)
         "level4_by_attempts": dict(
-            Counter(
-                str(r.attempts) if r.attempts_header else "-" for r in records if r.level == "4"
-            )
+            Counter(str(r.attempts) if r.attempts_header else "-" for r in level4)
         ),
         "levels": {k: levels[k] for k in ("1", "2", "3", "4", "none") if levels[k]},
         "degraded": dict(Counter(r.degraded for r in records if r.degraded)),
     }
-
-    def retriever_kind(r: Record) -> str:
-        w = window_of(retriever_windows, r.start)
-        return w.kind if w else "outside"
-
-    by_kind: dict[str, list[Record]] = {}
-    for r in records:
-        w = window_of(primary_windows, r.start)
-        by_kind.setdefault(w.kind if w else "outside", []).append(r)
     latency: Json = {}
     for kind in ("healthy", "failing", "slow", "outage", "outside"):
-        rs = by_kind.get(kind, [])
+        rs = [r for r in records if window_kind(primary_windows, r.start) == kind]
         if rs:
             windows = sum(1 for w in primary_windows if w.kind == kind)
             latency[kind] = {"windows": windows, **group_stats(rs)}
             # The same, without the retriever's faults: requests sent while it was healthy.
-            calm = [r for r in rs if retriever_kind(r) == "healthy"]
-            lat = [r.latency for r in calm]
-            latency[kind]["kb_healthy_p50_ms"] = percentile(lat, 50) * 1000
-            latency[kind]["kb_healthy_p99_ms"] = percentile(lat, 99) * 1000
+            calm = [r.latency for r in rs if window_kind(retriever_windows, r.start) == "healthy"]
+            latency[kind]["kb_healthy_p50_ms"] = percentile(calm, 50) * 1000
+            latency[kind]["kb_healthy_p99_ms"] = percentile(calm, 99) * 1000
     healthy = latency.get("healthy", {})
     for kind in ("failing", "slow"):
         if kind in latency and healthy:
@@ -663,34 +582,28 @@ def summarize(
     summary["latency_by_primary_window"] = latency
     t0 = min(w.start for w in chaos.windows)
     summary["each_window"] = [
-        {
-            "target": w.target,
-            "kind": w.kind,
-            "from_s": w.start - t0,
-            "to_s": w.end - t0,
-            **group_stats([r for r in records if w.start <= r.start < w.end]),
-        }
+        {"target": w.target, "kind": w.kind, "from_s": w.start - t0, "to_s": w.end - t0}
+        | group_stats([r for r in records if w.start <= r.start < w.end])
         for w in chaos.windows
     ]
     summary["after_outage"] = after_outage(primary_windows, records)
-    retrieval: Json = {}
+    retrieval: dict[str, Counter[str]] = {}
     for r in records:
-        w = window_of(retriever_windows, r.start)
-        kind = w.kind if w else "outside"
+        kind = window_kind(retriever_windows, r.start)
         retrieval.setdefault(kind, Counter())[r.level or "none"] += 1
     summary["levels_by_retriever_window"] = {k: dict(v) for k, v in retrieval.items()}
     grace = opts.deadline + 0.5
     timings = [
         reactions(primary_windows, polls, PRIMARY_BREAKER, "failing", grace),
         reactions(primary_windows, polls, PRIMARY_BREAKER, "slow", grace),
-        recoveries(primary_windows, polls, PRIMARY_BREAKER, ("failing",)),
-        recoveries(primary_windows, polls, PRIMARY_BREAKER, ("slow",)),
+        recoveries(primary_windows, polls, PRIMARY_BREAKER, "failing"),
+        recoveries(primary_windows, polls, PRIMARY_BREAKER, "slow"),
         reactions(primary_windows, polls, BACKUP_BREAKER, "outage", grace),
-        recoveries(primary_windows, polls, BACKUP_BREAKER, ("outage",)),
+        recoveries(primary_windows, polls, BACKUP_BREAKER, "outage"),
         reactions(retriever_windows, polls, KB_BREAKER, "error", grace),
         reactions(retriever_windows, polls, KB_BREAKER, "slow", grace),
-        recoveries(retriever_windows, polls, KB_BREAKER, ("error",)),
-        recoveries(retriever_windows, polls, KB_BREAKER, ("slow",)),
+        recoveries(retriever_windows, polls, KB_BREAKER, "error"),
+        recoveries(retriever_windows, polls, KB_BREAKER, "slow"),
     ]
     summary["breakers"] = [
         {
@@ -698,7 +611,7 @@ def summarize(
             "event": t.event,
             "n": len(t.seconds),
             "median_s": median(t.seconds),
-            "max_s": max(t.seconds) if t.seconds else math.nan,
+            "max_s": max(t.seconds, default=math.nan),
             "seconds": [round(s, 3) for s in t.seconds],
             "skipped": dict(t.skipped),
         }
@@ -708,57 +621,46 @@ def summarize(
     summary["polls"] = {
         "count": len(polls),
         "gap_median_ms": median(gaps) * 1000,
-        "gap_max_ms": max(gaps) * 1000 if gaps else math.nan,
+        "gap_max_ms": max(gaps, default=math.nan) * 1000,
     }
-    summary["windows"] = {
-        target: dict(Counter(w.kind for w in chaos.of(target)))
-        for target in ("primary", "retriever")
-    }
+    targets = ("primary", "retriever")
+    summary["windows"] = {t: dict(Counter(w.kind for w in chaos.of(t))) for t in targets}
     return summary
 
 
-def print_report(summary: Json, opts: Options) -> None:
-    s = summary
-    total = s["requests"]
-    levels = s["levels"]
+def print_report(s: Json, opts: Options) -> None:
+    total, levels, d = s["requests"], s["levels"], s["deadline_check"]
 
-    def pct(n: float) -> str:
-        return f"{100 * n / total:.2f} %" if total else "-"
+    def pct(key: str) -> str:
+        return f"{s[key]} ({100 * s[key] / total:.2f} %)" if total else "-"
 
     print(
         f"\n{total} requests ({s['streamed']} streamed) at c={opts.concurrency} "
         f"in {s['seconds']:.1f} s: {s['rps']:.0f} req/s\n"
     )
-    d = s["deadline_check"]
-    rows = [
-        (
-            "answered (2xx, valid chat completion, any level)",
-            f"{s['answered']} ({pct(s['answered'])})",
-        ),
-        (
-            "... by a model (levels 1-3)",
-            f"{s['answered_by_a_model']} ({pct(s['answered_by_a_model'])})",
-        ),
+    rows: list[tuple[str, object]] = [
+        ("answered (2xx, valid chat completion, any level)", pct("answered")),
+        ("... by a model (levels 1-3)", pct("answered_by_a_model")),
         ("5xx responses (target 0)", s["status_5xx"]),
         ("other non-2xx responses", s["other_non_2xx"] - s["status_5xx"]),
         ("2xx with an invalid body", s["invalid_2xx"]),
         ("no response (client timeout / connection error)", sum(s["client_errors"].values())),
-        ("answered by the fallback model", f"{s['fallbacks']} ({pct(s['fallbacks'])})"),
-        ("more than one attempt (x-gateway-attempts > 1)", f"{s['retried']} ({pct(s['retried'])})"),
+        ("answered by the fallback model", pct("fallbacks")),
+        ("more than one attempt (x-gateway-attempts > 1)", pct("retried")),
         (
             f"max time to headers / plain latency, answered (deadline {d['deadline_s']:g} s)",
             f"{d['max_headers_s']:.3f} s / {d['max_plain_latency_s']:.3f} s",
         ),
         (
             "answered with headers after the deadline (+0 / +100 / +250 ms)",
-            f"{d['headers_over_deadline']} / {d['headers_over_deadline_plus_100ms']}"
-            f" / {d['headers_over_deadline_plus_250ms']}",
+            " / ".join(
+                str(d[f"headers_over_deadline{x}"]) for x in ("", "_plus_100ms", "_plus_250ms")
+            ),
         ),
     ]
-    names = {"1": "grounded", "2": "general knowledge", "3": "retrieval unavailable"}
-    for level, name in (names | {"4": "unavailable answer"}).items():
+    for level, name in LEVELS.items():
         n = levels.get(level, 0)
-        rows.append((f"level {level} ({name})", f"{n} ({pct(n)})"))
+        rows.append((f"level {level} ({name})", f"{n} ({100 * n / total:.2f} %)" if total else "-"))
     if levels.get("none"):
         rows.append(("no x-gateway-level header", levels["none"]))
     print(markdown_table(("measure", "value"), rows))
@@ -767,49 +669,44 @@ def print_report(summary: Json, opts: Options) -> None:
     head = ("window", "windows", "requests", "p50 ms", "p99 ms", "max ms", "p50 / healthy")
     head += ("p99 / healthy", "retriever healthy too: p50 ms", "p99 ms", "p50 / healthy")
     head += ("p99 / healthy", "fallback", "level 4")
-    table = []
-    for kind, row in s["latency_by_primary_window"].items():
-        table.append(
-            (
-                kind,
-                row["windows"],
-                row["requests"],
-                *(fmt(row[k], ".1f") for k in ("p50_ms", "p99_ms")),
-                fmt(row["max_ms"], ".0f"),
-                *(fmt(row.get(f"{k}_vs_healthy", math.nan)) for k in ("p50", "p99")),
-                *(fmt(row[k], ".1f") for k in ("kb_healthy_p50_ms", "kb_healthy_p99_ms")),
-                *(fmt(row.get(f"kb_healthy_{k}_vs_healthy", math.nan)) for k in ("p50", "p99")),
-                f"{100 * row['fallback_share']:.1f} %",
-                f"{100 * row['level4_share']:.1f} %",
-            )
+    nan = math.nan
+    table = [
+        (
+            kind,
+            row["windows"],
+            row["requests"],
+            *(fmt(row[k], ".1f") for k in ("p50_ms", "p99_ms")),
+            fmt(row["max_ms"], ".0f"),
+            *(fmt(row.get(f"{k}_vs_healthy", nan)) for k in ("p50", "p99")),
+            *(fmt(row[k], ".1f") for k in ("kb_healthy_p50_ms", "kb_healthy_p99_ms")),
+            *(fmt(row.get(f"kb_healthy_{k}_vs_healthy", nan)) for k in ("p50", "p99")),
+            f"{100 * row['fallback_share']:.1f} %",
+            f"{100 * row['level4_share']:.1f} %",
         )
+        for kind, row in s["latency_by_primary_window"].items()
+    ]
     print(markdown_table(head, table))
 
     print("\nLevels by the retriever's window:\n")
-    table = [
-        (kind, sum(counts.values()), *(counts.get(level, 0) for level in "1234"))
-        for kind, counts in s["levels_by_retriever_window"].items()
-    ]
     head = ("retriever", "requests", "level 1", "level 2", "level 3", "level 4")
+    by_window = s["levels_by_retriever_window"].items()
+    table = [(k, sum(c.values()), *(c.get(level, 0) for level in "1234")) for k, c in by_window]
     print(markdown_table(head, table))
 
+    polls = s["polls"]
     print(
         f"\nCircuit breakers (polled every {opts.poll_ms:.0f} ms: median gap "
-        f"{fmt(s['polls']['gap_median_ms'], '.0f')} ms, max {fmt(s['polls']['gap_max_ms'], '.0f')}"
+        f"{fmt(polls['gap_median_ms'], '.0f')} ms, max {fmt(polls['gap_max_ms'], '.0f')}"
         " ms; open times from the breaker's own opened_at):\n"
     )
-    table = [
-        (
-            b["breaker"],
-            b["event"],
-            b["n"],
-            fmt(b["median_s"]),
-            fmt(b["max_s"]),
-            ", ".join(f"{n} {why}" for why, n in b["skipped"].items()) or "-",
+    head = ("breaker", "event", "n", "median s", "max s", "skipped")
+    table = []
+    for b in s["breakers"]:
+        skipped = ", ".join(f"{n} {why}" for why, n in b["skipped"].items()) or "-"
+        table.append(
+            (b["breaker"], b["event"], b["n"], fmt(b["median_s"]), fmt(b["max_s"]), skipped)
         )
-        for b in s["breakers"]
-    ]
-    print(markdown_table(("breaker", "event", "n", "median s", "max s", "skipped"), table))
+    print(markdown_table(head, table))
     outage = s["after_outage"]
     if outage:
         print(
@@ -834,6 +731,15 @@ def print_report(summary: Json, opts: Options) -> None:
         f"x-gateway-attempts: {s['attempts']}; calls by header {s['calls_by_header']} "
         f"(+ up to {s['level4_without_header']} level-4 answers without it)"
     )
+    print(
+        f"gateway CPU {s['gateway_cpu_ms_per_request']:.2f} ms/request; upstream calls "
+        f"{s['upstream_requests']}; gateway log {s['gateway_log']}; failed polls "
+        f"{s['failed_polls']}"
+    )
+    print(
+        f"upstream failures (gateway metrics): {s['upstream_failures']}; level-4 answers by "
+        f"x-gateway-attempts: {s['level4_by_attempts']}"
+    )
 
 
 # --- main ------------------------------------------------------------------------------------
@@ -842,55 +748,32 @@ def print_report(summary: Json, opts: Options) -> None:
 async def bench(setup: Setup, opts: Options) -> tuple[list[Record], float, Chaos, list[Poll], int]:
     rng = random.Random(opts.seed)
     streamed = [rng.random() < opts.stream_share for _ in range(opts.requests)]
-    url = setup.gateway + "/v1/chat/completions"
+    url = setup.gateway.url + "/v1/chat/completions"
     # A request that outlives its deadline by this much is a hang, not a slow answer.
     async with (
         session_for(opts.concurrency, timeout_s=opts.deadline + 15) as load,
         aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as control,
     ):
         chaos = Chaos(control, setup, opts)
-        await chaos.apply_primary("healthy")
-        await chaos.apply_retriever("healthy")
+        await asyncio.gather(chaos.apply_primary("healthy"), chaos.apply_retriever("healthy"))
         await check_setup(load, url)
         polls: list[Poll] = []
         poll_stop = asyncio.Event()
-        poller = asyncio.create_task(
-            poll_breakers(control, setup, opts.poll_ms / 1000, polls, poll_stop)
-        )
+        interval = opts.poll_ms / 1000
+        poller = asyncio.create_task(poll_breakers(control, setup, interval, polls, poll_stop))
         started = asyncio.Event()
-        controllers = [
-            asyncio.create_task(
-                chaos.run("primary", primary_schedule(opts), chaos.apply_primary, started)
-            ),
-            asyncio.create_task(
-                chaos.run("retriever", retriever_schedule(opts), chaos.apply_retriever)
-            ),
-        ]
+        primary = asyncio.create_task(chaos.run("primary", started))
+        retriever = asyncio.create_task(chaos.run("retriever"))
         await started.wait()
         try:
             records, seconds = await run_load(load, url, opts, streamed)
         finally:
             chaos.stop.set()
-            await asyncio.gather(*controllers)
+            await asyncio.gather(primary, retriever)
             poll_stop.set()
             failed_polls = await poller
-            await chaos.apply_primary("healthy")
-            await chaos.apply_retriever("healthy")
+            await asyncio.gather(chaos.apply_primary("healthy"), chaos.apply_retriever("healthy"))
     return records, seconds, chaos, polls, failed_polls
-
-
-def code_measured() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(REPO_ROOT), *args], capture_output=True, check=True, text=True
-        ).stdout.strip()
-
-    try:
-        commit = git("rev-parse", "--short", "HEAD")
-        dirty = git("status", "--porcelain", "--", "gateway")
-    except (OSError, subprocess.CalledProcessError):
-        return "this checkout"
-    return f"checkout at {commit}" + (" + uncommitted changes in gateway/" if dirty else "")
 
 
 def upstream_failures(gateway: str) -> Json:
@@ -902,9 +785,8 @@ def upstream_failures(gateway: str) -> Json:
     return by_label(found, "deployment", "reason")
 
 
-def log_problems(path: Path) -> Json:
+def log_problems(text: str) -> Json:
     """What the gateway's log says went wrong on its side (tracebacks, internal errors)."""
-    text = path.read_text(errors="replace")
     return {
         "lines": text.count("\n"),
         "tracebacks": text.count("Traceback (most recent call last)"),
@@ -917,75 +799,62 @@ def log_problems(path: Path) -> Json:
     }
 
 
+def measure(opts: Options, workdir: Path) -> tuple[Json, list[Record], Chaos, list[Poll]]:
+    with contextlib.ExitStack() as servers:
+        setup = start_servers(opts, workdir, servers)
+        cpu_before = cpu_seconds(setup.gateway.pid)
+        records, seconds, chaos, polls, failed_polls = uvloop.run(bench(setup, opts))
+        gateway_cpu = cpu_seconds(setup.gateway.pid) - cpu_before
+        summary = summarize(records, seconds, chaos, polls)
+        summary["failed_polls"] = failed_polls
+        summary["gateway_cpu_ms_per_request"] = gateway_cpu * 1000 / max(1, len(records))
+        summary["gateway_alive_at_end"] = setup.gateway.running
+        summary["upstream_requests"] = {
+            name: get_json(url + "/_fake/stats", timeout=5)["requests"]
+            for name, url in (("primary", setup.primary), ("backup", setup.backup))
+        }
+        summary["upstream_failures"] = upstream_failures(setup.gateway.url)
+    summary["gateway_log"] = log_problems(setup.gateway.output())
+    return summary, records, chaos, polls
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = parse_options(Options, argv, __doc__)
+    attempt = f"{opts.attempt_timeout:g} s" if opts.attempt_timeout else "unset"
     print(
         f"chaos bench: {opts.requests} requests at c={opts.concurrency}, "
         f"{f'{opts.rate:g} req/s' if opts.rate else 'unpaced'}, stream share "
         f"{opts.stream_share:g}; primary windows {opts.period:g} s "
         f"({' -> '.join(PRIMARY_CYCLE)}, one {opts.outage_seconds:g} s outage), retriever "
         f"windows {opts.retriever_period:g} s ({' -> '.join(RETRIEVER_CYCLE)}); deadline "
-        f"{opts.deadline:g} s, attempt timeout "
-        f"{f'{opts.attempt_timeout:g} s' if opts.attempt_timeout else 'unset'}, primary read "
+        f"{opts.deadline:g} s, attempt timeout {attempt}, primary read "
         f"timeout {f'{opts.read_timeout:g} s' if opts.read_timeout else 'unset'}"
     )
-    print(
-        f"  code measured: {code_measured()}; {os.cpu_count()} cpus, load average {load_average()}"
-    )
+    try:
+        code = checkout_state("gateway")
+    except (OSError, subprocess.CalledProcessError):
+        code = "this checkout"
+    print(f"  code measured: {code}; {os.cpu_count()} cpus, load average {load_average()}")
     wall = time.monotonic()
-    with contextlib.ExitStack() as stack:
-        if opts.keep:
-            tmp = tempfile.mkdtemp(prefix="chaos-bench-")
-            print(f"  logs and config kept in {tmp}")
-        else:
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="chaos-bench-"))
-        with contextlib.ExitStack() as servers:
-            setup = start_servers(opts, Path(tmp), servers)
-            cpu_before = cpu_seconds(setup.server.pid)
-            records, seconds, chaos, polls, failed_polls = uvloop.run(bench(setup, opts))
-            gateway_cpu = cpu_seconds(setup.server.pid) - cpu_before
-            upstream_calls = {
-                name: get_json(url + "/_fake/stats", timeout=5)["requests"]
-                for name, url in (("primary", setup.primary), ("backup", setup.backup))
-            }
-            failures = upstream_failures(setup.gateway)
-            alive = setup.server.running
-        problems = log_problems(setup.server.log_path)
-    summary = summarize(records, seconds, chaos, polls, opts)
-    summary["failed_polls"] = failed_polls
-    summary["gateway_cpu_ms_per_request"] = gateway_cpu * 1000 / max(1, len(records))
-    summary["gateway_alive_at_end"] = alive
-    summary["gateway_log"] = problems
-    summary["upstream_requests"] = upstream_calls
-    summary["upstream_failures"] = failures
+    if opts.keep:
+        workdir = tempfile.mkdtemp(prefix="chaos-bench-")
+        print(f"  logs and config kept in {workdir}")
+        summary, records, chaos, polls = measure(opts, Path(workdir))
+    else:
+        with tempfile.TemporaryDirectory(prefix="chaos-bench-") as workdir:
+            summary, records, chaos, polls = measure(opts, Path(workdir))
     print(f"\ndone in {time.monotonic() - wall:.0f} s; load average {load_average()}")
     print_report(summary, opts)
-    print(
-        f"gateway CPU {summary['gateway_cpu_ms_per_request']:.2f} ms/request; upstream calls "
-        f"{upstream_calls}; gateway log {problems}; failed polls {failed_polls}"
-    )
-    print(
-        f"upstream failures (gateway metrics): {failures}; level-4 answers by "
-        f"x-gateway-attempts: {summary['level4_by_attempts']}"
-    )
     anomalies = [asdict(r) for r in records if not r.valid][:200]
     for a in anomalies[:5]:
         print(f"  not answered: {a}")
     if opts.json_out:
-        opts.json_out.write_text(
-            json.dumps(
-                {
-                    "options": {k: str(v) for k, v in asdict(opts).items()},
-                    "summary": summary,
-                    "windows": [asdict(w) for w in chaos.windows],
-                    "breaker_transitions": transitions(polls),
-                    "anomalies": anomalies,
-                },
-                indent=1,
-            )
-        )
+        windows = [asdict(w) for w in chaos.windows]
+        data = {"options": {k: str(v) for k, v in asdict(opts).items()}, "summary": summary}
+        data |= {"windows": windows, "breaker_transitions": transitions(polls)}
+        opts.json_out.write_text(json.dumps(data | {"anomalies": anomalies}, indent=1))
     bad = summary["status_5xx"] + summary["invalid_2xx"] + sum(summary["client_errors"].values())
-    return 1 if bad or not alive else 0
+    return 1 if bad or not summary["gateway_alive_at_end"] else 0
 
 
 if __name__ == "__main__":
