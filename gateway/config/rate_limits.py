@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from gateway.config.base import Strict
-from gateway.config.redis import MOVED, check_url
+from gateway.config.redis import StorageSection
 
 
 class RateLimitConfig(Strict):
@@ -61,24 +61,10 @@ class RateLimitConfig(Strict):
         )
 
 
-class RateLimitStorageConfig(Strict):
+class RateLimitStorageConfig(StorageSection):
     type: Literal["memory", "redis"] = Field(
         "memory", description="redis: replicas share one budget per tenant."
     )
-    url: str | None = Field(None, description="Moved: redis.url.", json_schema_extra=MOVED)
-    namespace: str | None = Field(
-        None,
-        min_length=1,
-        max_length=64,
-        description="Moved: redis.namespace.",
-        json_schema_extra=MOVED,
-    )
-
-    @model_validator(mode="after")
-    def _redis_url(self) -> RateLimitStorageConfig:
-        if self.type == "redis" and self.url is not None:
-            check_url(self.url)
-        return self
 
 
 class RateLimitsConfig(Strict):

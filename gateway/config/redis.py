@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Self
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic.config import JsonDict
 
 from gateway.config.base import Strict
@@ -49,6 +50,37 @@ class RedisConfig(Strict):
     @classmethod
     def _url(cls, url: str) -> str:
         return check_url(url)
+
+
+class StorageSection(Strict):
+    """What every part's storage section (cache.store, resilience.breaker_storage,
+    rate_limits.storage) has: its `type`, the part's own choice (`redis` shares), and the two
+    fields that moved to `redis:`, still read (with a warning) so that older configs load."""
+
+    type: str
+    url: str | None = Field(None, description="Moved: redis.url.", json_schema_extra=MOVED)
+    namespace: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="Moved: redis.namespace.",
+        json_schema_extra=MOVED,
+    )
+
+    @property
+    def shared(self) -> bool:
+        return self.type == "redis"
+
+    @model_validator(mode="after")
+    def _moved_url(self) -> Self:
+        if self.shared and self.url is not None:
+            check_url(self.url)
+        return self
+
+    def as_written(self, path: str, suffix: str = "") -> PartStorage:
+        """This section for `resolve`: `path` is where it is, `suffix` its keys' below
+        redis.namespace."""
+        return PartStorage(path, self.shared, suffix, self.url, self.namespace)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from gateway.config.base import Strict
-from gateway.config.redis import MOVED, check_url
+from gateway.config.redis import StorageSection
 
 
 class RetryConfig(Strict):
@@ -31,24 +31,10 @@ class BreakerConfig(Strict):
     )
 
 
-class BreakerStorageConfig(Strict):
+class BreakerStorageConfig(StorageSection):
     type: Literal["memory", "redis"] = Field(
         "memory", description="redis: replicas share breaker state (pybreaker's Redis storage)."
     )
-    url: str | None = Field(None, description="Moved: redis.url.", json_schema_extra=MOVED)
-    namespace: str | None = Field(
-        None,
-        min_length=1,
-        max_length=64,
-        description="Moved: redis.namespace.",
-        json_schema_extra=MOVED,
-    )
-
-    @model_validator(mode="after")
-    def _redis_url(self) -> BreakerStorageConfig:
-        if self.type == "redis" and self.url is not None:
-            check_url(self.url)
-        return self
 
 
 class ResilienceConfig(Strict):

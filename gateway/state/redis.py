@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import redis
 import redis.asyncio as aioredis
@@ -57,19 +58,14 @@ class RedisConnections:
         loop = asyncio.get_running_loop()
         with self._lock:
             pools = self._async.setdefault(loop, {})
-            pooled = pools.get((url, timeouts))
-            if pooled is None:
-                pooled = pools[url, timeouts] = _Pooled(
-                    aioredis.Redis.from_url(
-                        url,
-                        socket_timeout=timeouts.socket,
-                        socket_connect_timeout=timeouts.connect,
-                        retry=AsyncRetry(NoBackoff(), 1),
-                        health_check_interval=0,
-                    )
-                )
-            pooled.users += 1
-            return pooled.client
+            return _take(
+                pools,
+                url,
+                timeouts,
+                lambda: aioredis.Redis.from_url(
+                    url, retry=AsyncRetry(NoBackoff(), 1), **_options(timeouts)
+                ),
+            )
 
     async def release(self, client: aioredis.Redis) -> None:
         """Give back a client from `client`; the last user closes the pool."""
@@ -81,19 +77,14 @@ class RedisConnections:
     def sync_client(self, url: str, timeouts: Timeouts) -> redis.Redis:
         """The shared blocking client (pybreaker's storage interface is synchronous)."""
         with self._lock:
-            pooled = self._sync.get((url, timeouts))
-            if pooled is None:
-                pooled = self._sync[url, timeouts] = _Pooled(
-                    redis.Redis.from_url(
-                        url,
-                        socket_timeout=timeouts.socket,
-                        socket_connect_timeout=timeouts.connect,
-                        retry=Retry(NoBackoff(), 1),
-                        health_check_interval=0,
-                    )
-                )
-            pooled.users += 1
-            return pooled.client
+            return _take(
+                self._sync,
+                url,
+                timeouts,
+                lambda: redis.Redis.from_url(
+                    url, retry=Retry(NoBackoff(), 1), **_options(timeouts)
+                ),
+            )
 
     def release_sync(self, client: redis.Redis) -> None:
         with self._lock:
@@ -105,6 +96,29 @@ class RedisConnections:
         """Open pools in this process (for tests and diagnostics)."""
         with self._lock:
             return len(self._sync) + sum(len(pools) for pools in self._async.values())
+
+
+def _options(timeouts: Timeouts) -> dict[str, Any]:
+    """What every client is made with but its retry (the asyncio and blocking ones differ)."""
+    return {
+        "socket_timeout": timeouts.socket,
+        "socket_connect_timeout": timeouts.connect,
+        "health_check_interval": 0,
+    }
+
+
+def _take(
+    pools: dict[tuple[str, Timeouts], _Pooled[C]],
+    url: str,
+    timeouts: Timeouts,
+    connect: Callable[[], C],
+) -> C:
+    """The pool's client for (url, timeouts), made by `connect` if there is none; one user more."""
+    pooled = pools.get((url, timeouts))
+    if pooled is None:
+        pooled = pools[url, timeouts] = _Pooled(connect())
+    pooled.users += 1
+    return pooled.client
 
 
 def _give_back(pools: list[dict[tuple[str, Timeouts], _Pooled[C]]], client: C) -> bool:
