@@ -72,7 +72,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from cache_questions import FILLER, PAIRS
 
+from gateway.testing.harness import nginx, redis_server
 from gateway.testing.harness.configs import write_config
+from gateway.testing.harness.cpu import MACHINE, cpu_of, foreign_seconds, wait_quiet
 from gateway.testing.harness.gateways import embedder_loaded, start_gateways
 from gateway.testing.harness.load import (
     LoadResult,
@@ -82,27 +84,23 @@ from gateway.testing.harness.load import (
     send,
     session_for,
 )
-from gateway.testing.harness.nginx import INSTALL_HINT as NGINX_MISSING
-from gateway.testing.harness.nginx import Balancer, balancers, nginx_path, start_nginx
 from gateway.testing.harness.options import option, parse_options
 from gateway.testing.harness.process import Server
-from gateway.testing.harness.procstat import children, cpu_seconds, load_average, machine_busy
-from gateway.testing.harness.redis_server import INSTALL_HINT as REDIS_MISSING
-from gateway.testing.harness.redis_server import RedisServer, redis_server_path
+from gateway.testing.harness.procstat import children, load_average
 from gateway.testing.harness.scrape import by_label, scrape
 from gateway.testing.harness.starters import python_server, start_fake_upstream
 from gateway.testing.harness.stats import fmt, median, percentile, ratio
 from gateway.testing.harness.sync_http import post_json
 from gateway.testing.harness.tables import markdown_table
 
-MODEL = "bench-model"
-LAG_MODEL = "lag-model"
-LOAD_MODEL = "load-model"
+MODEL, LAG_MODEL, LOAD_MODEL = "bench-model", "lag-model", "load-model"
 SYSTEM = "You are a concise assistant."
 ADMIN_KEY = "scaleout-bench-admin-key"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
-POOL_NS, LAG_NS = "scaleout:pool", "scaleout:lag"
+# Each group of replicas keeps its keys under its own namespace; the cache's under NS:cache.
+POOL_NS, LAG_NS = "scaleout-pool", "scaleout-lag"
 UPSTREAM, DIRECT = "upstream", "gw1-direct"
+TARGETS = (UPSTREAM, DIRECT, "nginx-1", "nginx-2", "nginx-3")  # replicas: 0, 1, 1, 2, 3
 
 # An external follower of the cache's event streams: for every event, the time from its write
 # (the writer's clock, in the event) to its arrival here. Lines "write_ts lag_seconds".
@@ -128,10 +126,6 @@ with open(out, "a") as f:
 """
 
 
-def comma_ints(text: str) -> tuple[int, ...]:
-    return tuple(int(c) for c in text.split(","))
-
-
 @dataclass
 class Options:
     """Counts left at None take their --quick or full default."""
@@ -140,7 +134,9 @@ class Options:
     rounds: int | None = option(None, "rounds over every cell (default 3)")
     seconds: float | None = option(None, "measured seconds per cell (default 4)")
     warmup: float | None = option(None, "warm-up seconds per cell (default 1)")
-    concurrency: tuple[int, ...] = option((16, 64), "comma-separated", parse=comma_ints)
+    concurrency: tuple[int, ...] = option(
+        (16, 64), "comma-separated", parse=lambda text: tuple(int(c) for c in text.split(","))
+    )
     latency_ms: float = option(20.0, "fake upstream latency")
     pool: int | None = option(None, "(b) distinct questions (default 200)")
     pool_requests: int | None = option(None, "(b) requests (default 10 x pool)")
@@ -150,13 +146,9 @@ class Options:
     lag_load: int = option(16, "(c) clients loading W and R (half each)")
     nginx_workers: int = option(1, "nginx worker_processes")
     breakers: str = option(
-        "redis",
-        "what-if: breaker storage of the pool replicas (redis: shared)",
-        choices=("redis", "memory"),
+        "redis", "what-if: the pool's breaker storage (redis: shared)", choices=("redis", "memory")
     )
-    exact_only: bool = option(
-        False, "what-if: pool replicas without the semantic tier (no embedding, no search)"
-    )
+    exact_only: bool = option(False, "what-if: pool replicas without the semantic tier")
     quiet_wait: float | None = option(
         None,
         "before each measurement, wait up to this many seconds for other processes on the "
@@ -174,8 +166,7 @@ class Options:
         self.pool = min(pool, len(FILLER) + len(PAIRS))
         self.pool_requests = self.pool_requests or 10 * pool
         self.lag_probes = self.lag_probes or (20 if quick else 100)
-        if self.quiet_wait is None:
-            self.quiet_wait = 10 if quick else 60
+        self.quiet_wait = self.quiet_wait if self.quiet_wait is not None else 10 if quick else 60
 
 
 # --- processes -------------------------------------------------------------------------------
@@ -183,16 +174,16 @@ class Options:
 
 @dataclass
 class Stack:
-    """Every process of the run, and the pids whose CPU is counted."""
+    """Every process of the run."""
 
     dir: Path
-    redis: RedisServer
+    redis: redis_server.RedisServer
     fake: Server
     replicas: list[Server]  # the pool: hash embedder
     writer: Server  # lag probe: replica W writes, replica R (MiniLM both) polls
     reader: Server
     nginx: Server
-    balancers: list[Balancer]  # over the first 1, 2 and 3 replicas
+    balancers: list[nginx.Balancer]  # over the first 1, 2 and 3 replicas
     observer: Server
     observer_file: Path
 
@@ -204,74 +195,60 @@ class Stack:
 
     def targets(self) -> dict[str, str]:
         """Name -> chat completions URL, for workload (a)."""
-        out = {UPSTREAM: self.fake.url, DIRECT: self.replicas[0].url}
-        out |= {f"nginx-{n}": b.url for n, b in enumerate(self.balancers, 1)}
-        return {name: url + "/v1/chat/completions" for name, url in out.items()}
+        bases = [self.fake.url, self.replicas[0].url, *(b.url for b in self.balancers)]
+        return {
+            name: base + "/v1/chat/completions" for name, base in zip(TARGETS, bases, strict=True)
+        }
 
     def cpu(self) -> dict[str, float]:
-        """CPU seconds so far of each component (the lag replicas, idle here, are left out),
-        and of the whole machine (every core's busy time, from /proc/stat)."""
-        nginx = [self.nginx.pid, *children(self.nginx.pid)]
-        out = {f"gw{n}": cpu_seconds(s.pid) for n, s in enumerate(self.replicas, 1)}
-        out["nginx"] = sum(cpu_seconds(p) for p in nginx)
-        out["redis"] = cpu_seconds(self.redis.pid)
-        out["fake"] = cpu_seconds(self.fake.pid)
-        out["loadgen"] = cpu_seconds(os.getpid())
-        others = (self.writer, self.reader, self.observer)
-        out["bench_other"] = sum(cpu_seconds(s.pid) for s in others)
-        out["machine"] = machine_busy()
-        return out
+        """CPU seconds so far of each component and of the machine (the lag replicas, idle
+        here, and the observer are `bench_other`)."""
+        groups = {f"gw{n}": [s.pid] for n, s in enumerate(self.replicas, 1)}
+        groups["nginx"] = [self.nginx.pid, *children(self.nginx.pid)]
+        groups |= {"redis": [self.redis.pid], "fake": [self.fake.pid], "loadgen": [os.getpid()]}
+        groups["bench_other"] = [s.pid for s in (self.writer, self.reader, self.observer)]
+        return cpu_of(groups)
 
 
-def shared_sections(
-    redis_url: str, namespace: str, embedder: dict[str, Any], breakers: str, semantic: bool
-) -> dict[str, Any]:
-    shared = {"type": "redis", "url": redis_url, "namespace": "scaleout"}
-    return {
-        "cache": {
-            "store": shared | {"namespace": namespace},
-            "embedder": embedder,
-            "defaults": {"enabled": True, "semantic": semantic},
-        },
-        "resilience": {"breaker_storage": shared if breakers == "redis" else {"type": "memory"}},
-        "rate_limits": {
-            "storage": shared,
-            # Far above the load: never refuses, but every request goes through the shared
-            # limiter.
-            "default": {
-                "requests_per_second": 1000000,
-                "burst": 1000000,
-                "concurrent": 100000,
-                "tokens_per_minute": 1000000000,
-            },
-        },
-    }
-
-
-def gateway_config(fake: str, models: list[dict[str, Any]], sections: dict[str, Any]) -> Any:
-    provider = {"type": "openai", "base_url": f"{fake}/v1", "max_connections": 1000}
+def gateway_config(
+    fake: str, models: list[Any], redis_url: str, namespace: str, **cache: Any
+) -> Any:
+    shared = {"type": "redis"}
+    breakers = shared if cache.pop("breakers", "redis") == "redis" else {"type": "memory"}
     return {
         "server": {"host": "127.0.0.1", "port": 0},
-        "providers": {"fake": provider},
+        "providers": {
+            "fake": {"type": "openai", "base_url": f"{fake}/v1", "max_connections": 1000}
+        },
         "models": models,
-        **sections,
+        "redis": {"url": redis_url, "namespace": namespace},
+        "cache": {"store": shared, "defaults": {"enabled": True, "semantic": True}} | cache,
+        "resilience": {"breaker_storage": breakers},
+        "rate_limits": {
+            "storage": shared,
+            # Far above the load: never refuses, but every request goes through the limiter.
+            "default": {"requests_per_second": 1_000_000, "burst": 1_000_000}
+            | {"concurrent": 100_000, "tokens_per_minute": 1_000_000_000},
+        },
     }
 
 
 def start_stack(es: ExitStack, workdir: Path, opts: Options) -> Stack:
     """redis-server, the fake, the pool replicas (hash embedder) and the two lag replicas
     (MiniLM, started with them), nginx and the stream observer; all stopped with `es`."""
-    redis_server = RedisServer(workdir).start(15)
-    es.callback(redis_server.stop)
+    redis = redis_server.RedisServer(workdir).start(15)
+    es.callback(redis.stop)
     fake = es.enter_context(start_fake_upstream(workdir))
     # Replica R's upstream model: quick, and truncated, so R never stores its polls.
     truncated = {"replies": [{"content": "truncated", "finish_reason": "length"}]}
     knobs = {"defaults": {"latency_ms": opts.latency_ms}, "models": {"lag-read": truncated}}
     post_json(fake.url + "/_fake/config", knobs)
-    url = redis_server.url
-    pool = shared_sections(url, POOL_NS, {"type": "hash"}, opts.breakers, not opts.exact_only)
-    models = [{"name": MODEL, "provider": "fake"}]
-    configs = [(f"gateway-{n}", gateway_config(fake.url, models, pool)) for n in (1, 2, 3)]
+    semantic = {"enabled": True, "semantic": not opts.exact_only}
+    pool = gateway_config(
+        fake.url, [{"name": MODEL, "provider": "fake"}], redis.url, POOL_NS,
+        embedder={"type": "hash"}, defaults=semantic, breakers=opts.breakers,
+    )  # fmt: skip
+    configs = [(f"gateway-{n}", pool) for n in (1, 2, 3)]
     for role, upstream_model in (("writer", "lag-write"), ("reader", "lag-read")):
         models = [
             {"name": LAG_MODEL, "provider": "fake", "upstream_model": upstream_model},
@@ -280,33 +257,25 @@ def start_stack(es: ExitStack, workdir: Path, opts: Options) -> Stack:
             | {"cache": {"semantic": False}},
         ]
         # MiniLM (the default embedder) without the micro-batch window: finer poll resolution.
-        lag = shared_sections(url, LAG_NS, {"batch_window_ms": 0}, "redis", True)
-        configs.append((f"gateway-{role}", gateway_config(fake.url, models, lag)))
+        lag = gateway_config(fake.url, models, redis.url, LAG_NS, embedder={"batch_window_ms": 0})
+        configs.append((f"gateway-{role}", lag))
     files = [(name, write_config(workdir, c, name=f"{name}.yaml")) for name, c in configs]
     gateways = start_gateways(workdir, files, env={"GATEWAY_ADMIN_KEY": ADMIN_KEY})
     for gateway in gateways:
         es.enter_context(gateway)
     replicas, (writer, reader) = gateways[:3], gateways[3:]
-    groups = balancers(*([r.url for r in replicas[:n]] for n in (1, 2, 3)))
+    groups = nginx.balancers(*([r.url for r in replicas[:n]] for n in (1, 2, 3)))
     workers = opts.nginx_workers
-    nginx = es.enter_context(start_nginx(workdir, groups, workers=workers, access_log=True))
-    observer_file = workdir / "stream-lags.txt"
-    streams = [f"{POOL_NS}:events", f"{LAG_NS}:events"]
-    argv = ["-c", OBSERVER, url, str(observer_file), *streams]
+    balancer = nginx.start_nginx(workdir, groups, workers=workers, access_log=True)
+    es.enter_context(balancer)
+    observed = workdir / "stream-lags.txt"
+    streams = [f"{POOL_NS}:cache:events", f"{LAG_NS}:cache:events"]
+    argv = ["-c", OBSERVER, redis.url, str(observed), *streams]
     observer = es.enter_context(python_server("stream-observer", workdir, argv))
     for gateway in (writer, reader):
         embedder_loaded(gateway, 600)
     stack = Stack(
-        workdir,
-        redis_server,
-        fake,
-        replicas,
-        writer,
-        reader,
-        nginx,
-        groups,
-        observer,
-        observer_file,
+        workdir, redis, fake, replicas, writer, reader, balancer, groups, observer, observed
     )
     for server in stack.servers:
         print(f"  {server.name}: pid {server.pid}, log {server.log_path}")
@@ -328,8 +297,7 @@ class Prompts:
     for the hash embedder's 3-grams)."""
 
     def __init__(self, seed: int) -> None:
-        self._rng = random.Random(seed)
-        r = self._rng
+        self._rng = r = random.Random(seed)
         self._words = ["".join(r.choice(_SYLLABLES) for _ in range(3)) for _ in range(3000)]
         self._n = 0
 
@@ -367,15 +335,12 @@ async def load(
     tally: Tally | None = None,
     stop: asyncio.Event | None = None,
 ) -> LoadResult:
-    """A closed loop of `concurrency` clients sending `body()` to `url` for `seconds`."""
+    """`concurrency` clients sending `body()` to `url` for `seconds` (or until `stop`)."""
     observe = tally.observe if tally else None
-
-    def make(_: int) -> Request:
-        return Request(url, body())
-
     return await closed_loop(
-        session, make, concurrency, seconds=seconds, stop=stop, observe=observe
-    )
+        session, lambda _: Request(url, body()), concurrency, seconds=seconds, stop=stop,
+        observe=observe,
+    )  # fmt: skip
 
 
 # --- (a) throughput --------------------------------------------------------------------------
@@ -394,6 +359,7 @@ class Sample:
     cpu_ms: dict[str, float]  # component -> CPU ms per request
     redis_calls: dict[str, float]  # Redis command -> calls per request
     cache: dict[str, int]  # x-gateway-cache -> responses
+    foreign_cores: float  # cores used meanwhile by processes outside this bench
     stream_p50_ms: float = math.nan  # stream delivery lag seen by the observer, in the window
     stream_p99_ms: float = math.nan
 
@@ -413,7 +379,7 @@ async def measure(
     if target != UPSTREAM:
         await asyncio.to_thread(purge, stack)
         await asyncio.sleep(0.3)  # let every replica apply the deletions
-    await wait_quiet(stack, opts.quiet_wait or 0)
+    await wait_quiet(stack.cpu, opts.quiet_wait or 0)
     prompts = Prompts(seed=hash((target, concurrency, time.time())))
     tally = Tally()
     async with session_for(concurrency) as session:
@@ -424,6 +390,7 @@ async def measure(
     n = max(1, run.count)
     if tally.failures:
         print(f"    errors from {target}: {tally.failures}")
+    calls = {k: v - calls0.get(k, 0) for k, v in calls1.items() if k != "info"}
     return Sample(
         count=run.count,
         errors=run.errors,
@@ -432,49 +399,14 @@ async def measure(
         p99_ms=percentile(run.latencies_s, 99) * 1000,
         window=(t0, t1),
         cpu_ms={k: (cpu1[k] - cpu0[k]) * 1000 / n for k in cpu0},
-        redis_calls={
-            k: (v - calls0.get(k, 0)) / n
-            for k, v in calls1.items()
-            if v - calls0.get(k, 0) > 0 and k != "info"
-        },
+        redis_calls={k: v / n for k, v in calls.items() if v > 0},
         cache=dict(tally.cache),
+        foreign_cores=max(0.0, foreign_seconds(cpu0, cpu1) / (t1 - t0)),
     )
-
-
-async def wait_quiet(stack: Stack, max_wait: float, limit: float = 0.3) -> None:
-    """Wait (up to `max_wait` s) until processes outside this bench use under `limit` cores:
-    the machine may be shared, and other work there would be measured as ours."""
-    deadline = time.monotonic() + max_wait
-    waited = False
-    while True:
-        before, t0 = stack.cpu(), time.monotonic()
-        await asyncio.sleep(0.5)
-        after, t1 = stack.cpu(), time.monotonic()
-        own = sum(after[k] - before[k] for k in after if k != "machine")
-        foreign = (after["machine"] - before["machine"] - own) / (t1 - t0)
-        if foreign < limit or time.monotonic() >= deadline:
-            if waited:
-                state = "quiet" if foreign < limit else f"still busy ({foreign:.2f} cores)"
-                print(f"    machine {state}, measuring", flush=True)
-            return
-        if not waited:
-            print(f"    other work uses {foreign:.2f} cores: waiting for quiet", flush=True)
-            waited = True
-
-
-def foreign_cores(s: Sample) -> float:
-    """Cores used meanwhile by processes outside this bench (other work on the machine)."""
-    own = sum(v for k, v in s.cpu_ms.items() if k != "machine")
-    return max(0.0, (s.cpu_ms["machine"] - own) * s.rps / 1000)
 
 
 def gateway_cpu(s: Sample) -> float:
     return sum(v for k, v in s.cpu_ms.items() if k.startswith("gw"))
-
-
-def rotated(items: list[str], by: int) -> list[str]:
-    by %= len(items)
-    return items[by:] + items[:by]
 
 
 async def throughput(stack: Stack, opts: Options) -> dict[tuple[str, int], list[Sample]]:
@@ -482,16 +414,18 @@ async def throughput(stack: Stack, opts: Options) -> dict[tuple[str, int], list[
     samples: dict[tuple[str, int], list[Sample]] = {}
     client = redis.Redis.from_url(stack.redis.url)
     try:
-        for round_no in range(opts.rounds):
+        for round_no in range(opts.rounds or 0):
+            names = list(targets)
+            names = names[round_no % len(names) :] + names[: round_no % len(names)]  # rotated
             for concurrency in opts.concurrency:
-                for name in rotated(list(targets), round_no):
+                for name in names:
                     s = await measure(stack, client, name, targets[name], concurrency, opts)
                     samples.setdefault((name, concurrency), []).append(s)
                     print(
                         f"  round {round_no + 1}/{opts.rounds} c={concurrency:<3} {name:10}"
                         f" {s.rps:7.0f} req/s  p50 {s.p50_ms:6.2f} ms  p99 {s.p99_ms:7.2f} ms"
                         f"  gateway cpu {gateway_cpu(s):5.2f} ms/req"
-                        f"  other work on the machine {foreign_cores(s):4.2f} cores"
+                        f"  other work on the machine {s.foreign_cores:4.2f} cores"
                         f"  n={s.count} err={s.errors}",
                         flush=True,
                     )
@@ -521,7 +455,7 @@ def metric_counts(server: Server) -> Counter[str]:
 async def shared_cache(stack: Stack, opts: Options) -> dict[str, Any]:
     await asyncio.to_thread(purge, stack)
     await asyncio.sleep(0.5)
-    await wait_quiet(stack, opts.quiet_wait or 0)
+    await wait_quiet(stack.cpu, opts.quiet_wait or 0)
     questions = (FILLER + [q for q, _ in PAIRS])[: opts.pool]
     rng = random.Random(7)
     order = [rng.randrange(len(questions)) for _ in range(opts.pool_requests or 0)]
@@ -684,7 +618,7 @@ async def probe_once(
 
 async def replication_lag(stack: Stack, opts: Options, under_load: bool) -> dict[str, Any]:
     tag = "load" if under_load else "idle"
-    await wait_quiet(stack, opts.quiet_wait or 0)
+    await wait_quiet(stack.cpu, opts.quiet_wait or 0)
     stop = asyncio.Event()
     background: list[asyncio.Task[LoadResult]] = []
     load_session = session_for(max(2, opts.lag_load))
@@ -765,7 +699,7 @@ def throughput_rows(
 ) -> list[dict[str, Any]]:
     rows = []
     for c in opts.concurrency:
-        for replicas, name in enumerate([UPSTREAM, DIRECT, "nginx-1", "nginx-2", "nginx-3"]):
+        for replicas, name in enumerate(TARGETS):
             ss = samples.get((name, c), [])
             if not ss:
                 continue
@@ -794,8 +728,8 @@ def throughput_rows(
                         "following": cpu([k for k in gateways if k not in serving]),
                         **{k: cpu([k]) for k in ("nginx", "redis", "fake", "loadgen")},
                     },
-                    "cores_busy": med(lambda s: s.cpu_ms["machine"] * s.rps / 1000),
-                    "foreign_cores": med(foreign_cores),
+                    "cores_busy": med(lambda s: s.cpu_ms[MACHINE] * s.rps / 1000),
+                    "foreign_cores": med(lambda s: s.foreign_cores),
                     "redis_calls": med(lambda s: sum(s.redis_calls.values())),
                     "stream_p50_ms": med(lambda s: s.stream_p50_ms),
                     "stream_p99_ms": med(lambda s: s.stream_p99_ms),
@@ -962,7 +896,9 @@ def add_stream_lags(out: dict[str, Any], lags: StreamLags) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_options(Options, argv, __doc__)
-    for found, missing in ((nginx_path(), NGINX_MISSING), (redis_server_path(), REDIS_MISSING)):
+    needed = ((nginx.nginx_path(), nginx.INSTALL_HINT),)
+    needed += ((redis_server.redis_server_path(), redis_server.INSTALL_HINT),)
+    for found, missing in needed:
         if found is None:
             print(missing, file=sys.stderr)
             return 2
