@@ -40,19 +40,21 @@ from typing import Any, get_args
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from gateway.cache.factory import new_embedder
+from gateway.config import EmbedderConfig
+from gateway.config.routing import ProfileName, ScoringConfig
+from gateway.routing.features import extract
+from gateway.routing.scorer import ComplexityScorer
+from gateway.testing.harness.stats import Summary, percentile
+from gateway.testing.harness.tables import markdown_table
+
 REPO = Path(__file__).resolve().parents[1]
 DATASET = REPO.parent / "shared" / "datasets" / "routing" / "gsm8k_responses.csv"
 CHEAP, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
 TARGET_KEPT = 0.95
 GRID = [round(0.05 * i, 2) for i in range(21)]
-
-sys.path.insert(0, str(REPO))  # run as a script from anywhere
-
-from gateway.cache.factory import new_embedder  # noqa: E402
-from gateway.config import EmbedderConfig  # noqa: E402
-from gateway.config.routing import ProfileName, ScoringConfig  # noqa: E402
-from gateway.routing.features import extract  # noqa: E402
-from gateway.routing.scorer import ComplexityScorer  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -129,15 +131,16 @@ def bootstrap(
         best.append(best_share(curve))
         wins.append(float(np.mean(curve[1:-1] >= rand[1:-1])))
 
-    def interval(values: list[float]) -> tuple[float, float]:
-        lo, hi = np.percentile(values, [2.5, 97.5])
-        return float(lo), float(hi)
-
     return {
         "kept_at_30": interval(kept30),
         "best_share_95": interval(best),
         "share_of_points_above_random": interval(wins),
     }
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    """The central 95 % of `values`."""
+    return percentile(values, 2.5), percentile(values, 97.5)
 
 
 # ---------------------------------------------------------------- scoring and latency
@@ -170,12 +173,8 @@ def latency(
                 samples["score"].append((t2 - t1) / 1e3)
                 samples["total"].append((t2 - t0) / 1e3)
                 samples["total_cpu"].append((cpu1 - cpu0) / 1e3)
-    return {k: _percentiles(x) for k, x in samples.items()}
-
-
-def _percentiles(x: list[float]) -> dict[str, float]:
-    p50, p99 = np.percentile(x, [50, 99])
-    return {"p50": float(p50), "p99": float(p99), "max": float(np.max(x))}
+    summaries = {k: Summary.of(x) for k, x in samples.items()}
+    return {k: {"p50": s.p50, "p99": s.p99, "max": s.max} for k, s in summaries.items()}
 
 
 def stress_bodies() -> list[dict[str, Any]]:
@@ -312,10 +311,11 @@ def print_report(r: dict[str, Any]) -> None:
         f"({c['exemplars']}), k={c['neighbours']}, exemplar_weight={c['exemplar_weight']}\n"
     )
     names = ["router", "random", "features only", "exemplars only", "length only"]
-    print("cheap share | threshold | kept: " + " | ".join(names))
-    for p in r["curve"]:
-        kept = " | ".join(f"{p[name]:>{max(len(name), 6)}.1%}" for name in names)
-        print(f"{p['share']:>11.0%} | {p['threshold']:>9.3f} |       {kept}")
+    rows = [
+        (f"{p['share']:.0%}", f"{p['threshold']:.3f}", *(f"{p[name]:.1%}" for name in names))
+        for p in r["curve"]
+    ]
+    print(markdown_table(["cheap share", "threshold", *(f"kept: {n}" for n in names)], rows))
     best = r["best_share_at_95"]
     print(
         "\nbest cheap share at kept >= 95%: " + ", ".join(f"{k} {v:.1%}" for k, v in best.items())
