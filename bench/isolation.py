@@ -98,32 +98,18 @@ ECHO = re.compile(r"Echo\[([^\]]*)\]: ")
 TAG = re.compile(r"^(t\d+)\.r(\d+)$")
 CONTAMINATIONS = ("cross_tenant", "wrong_question", "foreign_on_miss", "wrong_scope", "corrupt")
 SYSTEM = "You are a helpful assistant. Answer briefly."
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "lookup",
-            "description": "Look a question up in the knowledge base.",
-            "parameters": {
-                "type": "object",
-                "properties": {"query": {"type": "string"}},
-                "required": ["query"],
-                "additionalProperties": False,
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "convert",
-            "description": "Convert a length.",
-            "parameters": {
-                "type": "object",
-                "properties": {"query": {"type": "string"}, "unit": {"enum": ["m", "ft"]}},
-                "required": ["query"],
-            },
-        },
-    },
+
+
+def tool(name: str, description: str, properties: dict[str, Any], **schema: Any) -> Any:
+    parameters = {"type": "object", "properties": properties, "required": ["query"], **schema}
+    function = {"name": name, "description": description, "parameters": parameters}
+    return {"type": "function", "function": function}
+
+
+QUERY = {"query": {"type": "string"}}
+TOOLS = [
+    tool("lookup", "Look a question up in the knowledge base.", QUERY, additionalProperties=False),
+    tool("convert", "Convert a length.", QUERY | {"unit": {"enum": ["m", "ft"]}}),
 ]
 HALLUCINATED = ["lookup_web", "transfer_money", "convertt", "search"]
 
@@ -314,37 +300,21 @@ def plan(opts: Options) -> list[list[Spec]]:
             text = f"{question} [ref {ref}]" + (f" [nonce r{rid:06d}]" if bypass else "")
             r = rng.random()
             model = "auto" if r < 0.7 else "small" if r < 0.85 else "large"
-            out[client].append(
-                Spec(
-                    rid=rid,
-                    tenant=tenant,
-                    qid=qid,
-                    ref=ref,
-                    text=text,
-                    model=model,
-                    stream=rng.random() < 0.4,
-                    tools=rng.random() < 0.2,
-                    bypass=bypass,
-                    hot=rng.random() < 0.03,
-                )
+            stream, tools = rng.random() < 0.4, rng.random() < 0.2
+            spec = Spec(
+                rid, tenant, qid, ref, text, model, stream, tools, bypass, rng.random() < 0.03
             )
+            out[client].append(spec)
             rid += 1
     return out
 
 
 def request_body(spec: Spec) -> bytes:
-    body: dict[str, Any] = {
-        "model": spec.model,
-        "messages": [
-            {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": spec.text},
-        ],
-        "temperature": 1.5 if spec.hot else 0.2,
-        "user": spec.tag,
-    }
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": spec.text}]
+    temperature = 1.5 if spec.hot else 0.2
+    body = {"model": spec.model, "messages": messages, "temperature": temperature, "user": spec.tag}
     if spec.stream:
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
     if spec.tools:
         body["tools"] = TOOLS
     return json.dumps(body).encode()
@@ -381,12 +351,11 @@ def policies(tenants: list[str]) -> dict[str, dict[str, Any]]:
 
 def gateway_config(fake: str, redis_url: str | None, opts: Options) -> dict[str, Any]:
     """Every feature on; with `redis_url`, the cache, breakers and rate limits shared there."""
-    if redis_url:
-        shared = {"type": "redis", "url": redis_url, "namespace": f"iso-{secrets.token_hex(4)}"}
-        store, breakers = shared, shared
-    else:
-        store = {"type": "sqlite", "path": "cache.sqlite3", "max_entries": 100000}
-        breakers = shared = {"type": "memory"}
+    sqlite = {"type": "sqlite", "path": "cache.sqlite3", "max_entries": 100000}
+    shared: dict[str, Any] = {"type": "redis" if redis_url else "memory"}
+    store = shared if redis_url else sqlite
+    namespace = f"iso-{secrets.token_hex(4)}"
+    redis = {"redis": {"url": redis_url, "namespace": namespace}} if redis_url else {}
     tiers = [{"model": "small", "max_score": 0.5}, {"model": "large"}]
     return {
         "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
@@ -418,13 +387,14 @@ def gateway_config(fake: str, redis_url: str | None, opts: Options) -> dict[str,
         "resilience": {
             "retry": {"attempts": 3, "initial_backoff_ms": 50, "max_backoff_ms": 500},
             "breaker": {"failures": 5, "reset_seconds": 5},
-            "breaker_storage": breakers,
+            "breaker_storage": shared,
             "deadline_seconds": opts.deadline,
         },
         "guard": {"tools": {"enabled": True, "repair_attempts": 2, "on_failure": "strip"}},
         "degradation": {"unavailable": {"mode": "answer", "retry_after_seconds": 5}},
         "rate_limits": {"storage": shared},
         "policies": {"dir": "policies"},
+        **redis,
     }
 
 
@@ -653,6 +623,10 @@ class Report:
         )
 
 
+COUNTS = ("statuses", "verdicts", "cache", "stream_errors", "tool_guard", "served")
+COUNTS += ("transport_errors", "replicas_answering")
+
+
 def analyse(
     target: str,
     opts: Options,
@@ -662,81 +636,60 @@ def analyse(
     injected: dict[str, int],
 ) -> Report:
     by_rid = {s.rid: s for mine in specs for s in mine}
-    statuses: Counter[str] = Counter()
-    verdicts: Counter[str] = Counter()
-    cache: Counter[str] = Counter()
-    stream_errors: Counter[str] = Counter()
-    guard: Counter[str] = Counter()
-    served: Counter[str] = Counter()
-    transport: Counter[str] = Counter()
-    answering: Counter[str] = Counter()
+    counts: dict[str, Counter[str]] = {name: Counter() for name in COUNTS}
     latencies: list[float] = []
     examples: list[dict[str, Any]] = []
     hung = 0
     for rid, spec in by_rid.items():
         result = results.get(rid)
         if result is None:
-            transport["never_sent"] += 1
+            counts["transport_errors"]["never_sent"] += 1
             continue
-        if result.elapsed > opts.deadline + HUNG_GRACE or result.error == "timeout":
-            hung += 1
-        statuses[str(result.status) if result.status else "none"] += 1
+        hung += result.elapsed > opts.deadline + HUNG_GRACE or result.error == "timeout"
+        counts["statuses"][str(result.status) if result.status else "none"] += 1
         if result.status == 0:
-            transport[result.error] += 1
+            counts["transport_errors"][result.error] += 1
             continue
         if result.replica:
-            answering[result.replica] += 1
+            counts["replicas_answering"][result.replica] += 1
         if result.status != 200:
             if len(examples) < 20 and result.status >= 500:
                 examples.append({"rid": rid, "status": result.status, "code": result.error_code})
             continue
         latencies.append(result.elapsed)
-        cache[result.cache] += 1
-        served[result.served] += 1
-        if result.guard:
-            guard[result.guard] += 1
-        stream_errors.update(result.stream_errors)
+        counts["cache"][result.cache] += 1
+        counts["served"][result.served] += 1
+        counts["tool_guard"].update([result.guard] if result.guard else [])
+        counts["stream_errors"].update(result.stream_errors)
         verdict = judge(spec, result, by_rid, results)
-        verdicts[verdict] += 1
+        counts["verdicts"][verdict] += 1
         if verdict in CONTAMINATIONS and len(examples) < 20:
-            examples.append(
-                {
-                    "rid": rid,
-                    "verdict": verdict,
-                    "tenant": spec.tenant,
-                    "sent": spec.text,
-                    "cache": result.cache,
-                    "got": [t[:200] for t in result.texts],
-                }
-            )
-    contaminations = {name: verdicts.get(name, 0) for name in CONTAMINATIONS}
-    lookups = sum(v for k, v in cache.items() if k in ("hit-exact", "hit-semantic", "miss"))
-    hits = cache.get("hit-exact", 0) + cache.get("hit-semantic", 0)
+            got = [t[:200] for t in result.texts]
+            examples.append({"rid": rid, "verdict": verdict, "tenant": spec.tenant} | {
+                "sent": spec.text, "cache": result.cache, "got": got
+            })  # fmt: skip
+    contaminations = {name: counts["verdicts"][name] for name in CONTAMINATIONS}
+    cache = counts["cache"]
+    lookups = cache["hit-exact"] + cache["hit-semantic"] + cache["miss"]
+    hits = cache["hit-exact"] + cache["hit-semantic"]
     return Report(
         target=target,
         requests=len(by_rid),
         seconds=seconds,
         rps=len(results) / seconds if seconds else 0.0,
-        statuses=dict(statuses),
-        status_500=statuses.get("500", 0),
-        internal_stream_errors=stream_errors.get("internal_error", 0),
+        status_500=counts["statuses"]["500"],
+        internal_stream_errors=counts["stream_errors"]["internal_error"],
         hung=hung,
         contaminations=contaminations,
         contamination_total=sum(contaminations.values()),
-        verdicts=dict(verdicts),
-        cache=dict(cache),
         hit_rate=hits / lookups if lookups else 0.0,
         p50_ms=percentile(latencies, 50) * 1000,
         p99_ms=percentile(latencies, 99) * 1000,
         max_s=max((r.elapsed for r in results.values()), default=0.0),
-        stream_errors=dict(stream_errors),
-        tool_guard=dict(guard),
-        served=dict(served),
-        transport_errors=dict(transport),
         injected=injected,
-        replicas_answering=dict(answering),
         examples=examples,
         load=load_average(),
+        **{name: {k: v for k, v in c.items() if v} for name, c in counts.items()},
     )
 
 
