@@ -5,7 +5,8 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.testing.fake_upstream import FakeUpstream
-from tests.servers import GatewayServer, ServerThread, settings_for, start_fake
+from gateway.testing.harness.fake_settings import settings_for
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread
 
 
 def _patch_aioresponses() -> None:
@@ -40,7 +41,7 @@ def server_thread() -> Iterator[ServerThread]:
 
 @pytest.fixture(scope="session")
 def fake(server_thread: ServerThread) -> Iterator[FakeUpstream]:
-    upstream = server_thread.call(start_fake())
+    upstream = server_thread.call(FakeUpstream().start())
     yield upstream
     server_thread.call(upstream.stop())
 
@@ -69,12 +70,12 @@ def gw(gateway: GatewayServer, fake_upstream: FakeUpstream) -> GatewayServer:
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """A real redis-server for the session (its URL); skipped where it is not installed."""
-    from tests.redis_server import redis_server, redis_server_path
+    from gateway.testing.harness.redis_server import redis_server, redis_server_path
 
     if redis_server_path() is None:
         pytest.skip("redis-server is not on PATH (CI installs it: apt-get install redis-server)")
-    with redis_server() as url:
-        yield url
+    with redis_server() as server:
+        yield server.url
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -3,6 +3,7 @@
 import io
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import openai
 import pytest
@@ -10,22 +11,20 @@ import pytest
 from gateway.context import RequestContext
 from gateway.observability.accesslog import AccessLog, _line
 from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.harness.fake_settings import settings_for
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.clients import sdk_client
-from tests.servers import GatewayServer, ServerThread, settings_for
 
 SECRET_PROMPT = "my card number is 4111 1111 1111 1111"
 
 
 def _run(
-    server_thread: ServerThread, fake: FakeUpstream, extra_yaml: str = ""
+    server_thread: ServerThread, fake: FakeUpstream, extra: dict[str, Any] | None = None
 ) -> Iterator[tuple[GatewayServer, io.BytesIO, AccessLog]]:
     sink = io.BytesIO()
     log = AccessLog(sink)
-    server = server_thread.call(GatewayServer(settings_for(fake.url, extra_yaml), log).start())
-    try:
+    with running_gateway(server_thread, settings_for(fake.url, extra), log) as server:
         yield server, sink, log
-    finally:
-        server_thread.call(server.stop())
 
 
 def _lines(sink: io.BytesIO, log: AccessLog, server_thread: ServerThread) -> list[dict]:
@@ -69,7 +68,7 @@ def test_one_line_per_request_with_the_facts_and_no_prompt(
 def test_prompts_are_logged_only_when_asked(
     server_thread: ServerThread, fake_upstream: FakeUpstream
 ) -> None:
-    for server, sink, log in _run(server_thread, fake_upstream, "server: {log_prompts: true}"):
+    for server, sink, log in _run(server_thread, fake_upstream, {"server": {"log_prompts": True}}):
         client = sdk_client(server.url, "k")
         client.chat.completions.create(
             model="fake-model", messages=[{"role": "user", "content": SECRET_PROMPT}]

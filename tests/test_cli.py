@@ -2,11 +2,13 @@
 
 import json
 import re
-import signal
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+
+from gateway.testing.harness.starters import start_gateway
+from tests.e2e.helpers import poll_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,26 +45,13 @@ def test_serve_prints_where_it_listens_serves_and_stops_on_sigterm(tmp_path: Pat
     config = tmp_path / "config.yaml"
     shipped = (ROOT / "config.yaml").read_text()
     config.write_text(shipped.replace("data/cache.sqlite3", str(tmp_path / "cache.sqlite3")))
-    with subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--port", "0", "--config", str(config)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    ) as proc:
-        try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-            assert match, line
-            banner = "".join(proc.stdout.readline() for _ in range(3))
-            assert "serving models: demo" in banner
-            with urllib.request.urlopen(match.group(1) + "/readyz", timeout=10) as response:
-                assert json.load(response)["status"] == "ready"
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=15) == 0
-        finally:
-            proc.kill()
+    with start_gateway(tmp_path, config, cwd=ROOT) as server:
+        # The URL comes from its "listening on http://..." line.
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+", server.url), server.output()
+        assert poll_until(lambda: "serving models: demo" in server.output(), timeout=5)
+        with urllib.request.urlopen(server.url + "/readyz", timeout=10) as response:
+            assert json.load(response)["status"] == "ready"
+        assert server.stop(timeout=15) == 0  # SIGTERM: a clean exit
 
 
 def test_check_imports_tool_rule_hooks(tmp_path: Path) -> None:

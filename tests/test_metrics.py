@@ -8,8 +8,8 @@ from pathlib import Path
 import openai
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.testing.harness.inprocess import GatewayServer
 from tests.clients import sdk_client
-from tests.servers import GatewayServer
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "METRICS.md"
 

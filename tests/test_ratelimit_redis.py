@@ -15,8 +15,8 @@ import redis.asyncio as aioredis
 from gateway.config.rate_limits import RateLimitConfig
 from gateway.config.redis import RedisTarget
 from gateway.ratelimit import RateLimited, RateLimiter
-from tests.e2e.helpers import closed_port
-from tests.redis_server import redis_server, redis_server_path
+from gateway.testing.harness.process import free_port
+from gateway.testing.harness.redis_server import redis_server, redis_server_path
 from tests.test_ratelimit import admitted
 
 
@@ -169,7 +169,7 @@ async def test_the_bucket_holds_its_rate_on_the_real_clock(
 
 
 async def test_redis_down_fails_open(caplog: pytest.LogCaptureFixture) -> None:
-    limiter = RateLimiter(storage(f"redis://127.0.0.1:{closed_port()}/0"))
+    limiter = RateLimiter(storage(f"redis://127.0.0.1:{free_port()}/0"))
     limits = RateLimitConfig(requests_per_second=1, concurrent=1, tokens_per_minute=10)
     started = time.monotonic()
     try:
@@ -190,7 +190,8 @@ async def test_redis_going_away_fails_open(caplog: pytest.LogCaptureFixture) -> 
     if redis_server_path() is None:
         pytest.skip("redis-server is not on PATH")
     limits = RateLimitConfig(requests_per_second=0.25, burst=1, concurrent=1)
-    with redis_server() as url:
+    with redis_server() as server:
+        url = server.url
         limiter = RateLimiter(storage(url))
         permit = await limiter.acquire("acme", limits)
         with pytest.raises(RateLimited):

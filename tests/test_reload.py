@@ -7,8 +7,6 @@ import asyncio
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,25 +18,26 @@ import pytest
 from gateway.config import load_settings
 from gateway.http.keys import RUNTIME_REF
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.harness.configs import dump_yaml
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread
+from gateway.testing.harness.starters import start_gateway
 from tests.clients import sdk_client
 from tests.e2e.helpers import poll_until, request
-from tests.servers import GatewayServer, ServerThread
 
 ADMIN = "reload-admin-key"
 
 
-def config_text(fake_url: str, models: str = "[fake-model]", extra: str = "") -> str:
-    names = [m.strip() for m in models.strip("[]").split(",")]
-    listed = "\n".join(f"  - {{name: {n}, provider: fake, upstream_model: up-{n}}}" for n in names)
-    return f"""
-server: {{access_log: false}}
-auth: {{admin_key_env: RELOAD_TEST_ADMIN}}
-providers:
-  fake: {{type: openai, base_url: "{fake_url}"}}
-models:
-{listed}
-{extra}
-"""
+def config_text(fake_url: str, *extra_models: str, **sections: Any) -> str:
+    """config.yaml with fake-model and `extra_models` on the fake; `sections` are added (or
+    replace one), valid or not."""
+    names = ["fake-model", *extra_models]
+    config = {
+        "server": {"access_log": False},
+        "auth": {"admin_key_env": "RELOAD_TEST_ADMIN"},
+        "providers": {"fake": {"type": "openai", "base_url": fake_url}},
+        "models": [{"name": n, "provider": "fake", "upstream_model": f"up-{n}"} for n in names],
+    }
+    return dump_yaml({**config, **sections})
 
 
 @pytest.fixture
@@ -75,7 +74,7 @@ def write(path: Path, text: str) -> None:
 
 
 def test_an_edit_is_picked_up(live: GatewayServer, config_file: Path, fake: FakeUpstream) -> None:
-    write(config_file, config_text(fake.url, "[fake-model, added]"))
+    write(config_file, config_text(fake.url, "added"))
     assert poll_until(lambda: "added" in models(live), timeout=5)
     assert metric(live, "reloaded") == 1
 
@@ -83,13 +82,13 @@ def test_an_edit_is_picked_up(live: GatewayServer, config_file: Path, fake: Fake
 def test_a_bad_edit_keeps_the_running_config(
     live: GatewayServer, config_file: Path, fake: FakeUpstream
 ) -> None:
-    write(config_file, config_text(fake.url) + "\nnot_a_section: 1\n")
+    write(config_file, config_text(fake.url, not_a_section=1))
     assert poll_until(lambda: metric(live, "invalid") >= 1, timeout=5)
     assert models(live) == {"fake-model"}
     write(config_file, "providers: {fake: {type: openai, base_url: ")  # half-written
     time.sleep(1.5)
     assert models(live) == {"fake-model"}
-    write(config_file, config_text(fake.url, "[fake-model, fixed]"))
+    write(config_file, config_text(fake.url, "fixed"))
     assert poll_until(lambda: "fixed" in models(live), timeout=5)
 
 
@@ -98,9 +97,7 @@ def test_admin_reload_reports_problems(live: GatewayServer, config_file: Path, f
     url = live.url + "/admin/reload"
     unchanged = asyncio.run(request("POST", url, headers=headers))
     assert unchanged.status == 200 and unchanged.json()["result"] == "unchanged"
-    config_file.write_text(
-        config_text(fake.url, "[fake-model]", "resilience: {retry: {attempts: 0}}")
-    )
+    config_file.write_text(config_text(fake.url, resilience={"retry": {"attempts": 0}}))
     refused = asyncio.run(request("POST", url, headers=headers))
     assert refused.status == 422
     error = refused.json()["error"]
@@ -122,7 +119,7 @@ def test_requests_in_flight_finish_on_their_runtime(
                 session.post(live.url + "/v1/chat/completions", json=body)
             )
             await asyncio.sleep(0.2)
-            write(config_file, config_text(fake.url, "[fake-model, other]"))
+            write(config_file, config_text(fake.url, "other"))
             async with await pending as response:
                 await response.read()
                 return response.status
@@ -152,11 +149,11 @@ def test_no_request_fails_while_the_config_is_rewritten(
 
             async def editor() -> None:
                 variants = [
-                    config_text(fake.url, "[fake-model, a]"),
+                    config_text(fake.url, "a"),
                     "models: [",  # half-written
-                    config_text(fake.url, "[fake-model, b]"),
-                    config_text(fake.url) + "\nbogus: true\n",  # invalid
-                    config_text(fake.url, "[fake-model, c]"),
+                    config_text(fake.url, "b"),
+                    config_text(fake.url, bogus=True),  # invalid
+                    config_text(fake.url, "c"),
                 ]
                 for text in variants:
                     write(config_file, text)
@@ -172,33 +169,14 @@ def test_no_request_fails_while_the_config_is_rewritten(
 
 def test_sighup_reloads_a_running_gateway(tmp_path: Path, fake: FakeUpstream) -> None:
     path = tmp_path / "config.yaml"
-    path.write_text(
-        config_text(fake.url, extra="").replace(
-            "access_log: false", "access_log: false, watch_config: false, port: 0"
-        )
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        url = re.search(r"listening on (http://\S+)", line)
-        assert url, line
-        gw_url = url.group(1)
-        path.write_text(config_text(fake.url, "[fake-model, hupped]"))
+    server = {"access_log": False, "watch_config": False, "port": 0}
+    path.write_text(config_text(fake.url, server=server))
+    with start_gateway(tmp_path, path) as gateway:
+        path.write_text(config_text(fake.url, "hupped"))
         time.sleep(1.5)
-        assert "hupped" not in _ids(gw_url), "watching is off: only the signal reloads"
-        proc.send_signal(signal.SIGHUP)
-        assert poll_until(lambda: "hupped" in _ids(gw_url), timeout=5)
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        assert "hupped" not in _ids(gateway.url), "watching is off: only the signal reloads"
+        gateway.proc.send_signal(signal.SIGHUP)
+        assert poll_until(lambda: "hupped" in _ids(gateway.url), timeout=5)
 
 
 def _ids(url: str) -> set[str]:

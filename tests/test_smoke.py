@@ -1,5 +1,5 @@
+from gateway.testing.harness.inprocess import GatewayServer
 from tests.clients import sdk_client
-from tests.servers import GatewayServer
 
 
 def test_plain_and_streamed_through_fake(gw: GatewayServer) -> None:

@@ -134,11 +134,12 @@ async def test_a_late_replica_starts_from_a_snapshot(
 
 
 async def test_redis_away_is_a_miss_and_the_replica_resyncs(tmp_path: object) -> None:
-    from tests.redis_server import redis_server, redis_server_path
+    from gateway.testing.harness.redis_server import redis_server, redis_server_path
 
     if redis_server_path() is None:
         pytest.skip("redis-server is not on PATH")
-    with redis_server() as url:
+    with redis_server() as server:
+        url = server.url
         store = RedisStore(url, "gone", max_entries=50, approximate_above=1000)
         await store.open()
         await store.put(make_entry(1))
@@ -189,12 +190,13 @@ async def test_a_published_entry_is_served_here_at_once_and_everywhere_once_writ
 
 
 async def test_a_failed_write_withdraws_the_published_entry(tmp_path: object) -> None:
-    from tests.redis_server import redis_server, redis_server_path
+    from gateway.testing.harness.redis_server import redis_server, redis_server_path
 
     if redis_server_path() is None:
         pytest.skip("redis-server is not on PATH")
     fresh = make_entry(1)
-    with redis_server() as url:
+    with redis_server() as server:
+        url = server.url
         store = RedisStore(url, "withdrawn", max_entries=50, approximate_above=1000)
         await store.open()
         store.publish(fresh)

@@ -9,17 +9,15 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from gateway.testing.fake_upstream import FakeUpstream
-from tests.e2e.helpers import closed_port, reconfigure_provider, running_gateway
+from gateway.testing.harness.fake_settings import settings_for
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
+from gateway.testing.harness.process import free_port
+from tests.e2e.helpers import reconfigure_provider
 from tests.e2e.sdk import Sdk, make_sdk
-from tests.servers import GatewayServer, ServerThread, settings_for
 
 GATEWAY_KEY = "sk-gw-team-a-0123456789"
 GATEWAY_KEY_ENV = "E2E_GATEWAY_KEY_TEAM_A"
-KEYED_YAML = f"""
-auth:
-  keys:
-    - {{env: {GATEWAY_KEY_ENV}, tenant: team-a}}
-"""
+KEYED = {"auth": {"keys": [{"env": GATEWAY_KEY_ENV, "tenant": "team-a"}]}}
 SHORT_READ_TIMEOUT = 0.5
 
 SdkFactory = Callable[..., Sdk]
@@ -48,7 +46,7 @@ def sdk(sdk_factory: SdkFactory, gw: GatewayServer) -> Sdk:
 @pytest.fixture(scope="session")
 def keyed_gateway(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
     """A gateway that requires an API key (one key, tenant team-a)."""
-    settings = settings_for(fake.url, KEYED_YAML, {GATEWAY_KEY_ENV: GATEWAY_KEY})
+    settings = settings_for(fake.url, KEYED, {GATEWAY_KEY_ENV: GATEWAY_KEY})
     assert not settings.anonymous
     with running_gateway(server_thread, settings) as server:
         yield server
@@ -72,7 +70,7 @@ def short_timeout_gateway(
 def unreachable_gateway(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
     """A gateway whose fake provider points at a closed port."""
     settings = reconfigure_provider(
-        settings_for(fake.url), "fake", base_url=f"http://127.0.0.1:{closed_port()}/v1"
+        settings_for(fake.url), "fake", base_url=f"http://127.0.0.1:{free_port()}/v1"
     )
     with running_gateway(server_thread, settings) as server:
         yield server

@@ -1,6 +1,6 @@
 """Shared pieces of the end-to-end suites: raw HTTP and SSE reading, assembling streamed
-chunks, OpenAI error-body checks, OpenAPI schema validation, bounded polling, and extra
-gateways with their own settings.
+chunks, OpenAI error-body checks, OpenAPI schema validation, bounded polling, and settings changed
+or loaded from files.
 
 The SSE parser here is deliberately independent of `gateway.reply.sse`: the tests check the
 gateway's framing, so they must not read it with the gateway's own code.
@@ -9,10 +9,8 @@ gateway's framing, so they must not read it with the gateway's own code.
 from __future__ import annotations
 
 import json
-import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -25,7 +23,7 @@ from multidict import CIMultiDict
 
 from gateway.config import ConfigFile, Settings, build_settings
 from gateway.testing.fake_upstream import FakeUpstream
-from tests.servers import GatewayServer, ServerThread
+from gateway.testing.harness.configs import write_config
 
 Json = dict[str, Any]
 
@@ -237,7 +235,7 @@ def assert_conforms(instance: Any, name: str) -> None:
     )
 
 
-# --- servers, settings, polling -------------------------------------------------------------
+# --- settings, polling ----------------------------------------------------------------------
 
 
 def provider_key(settings: Settings, provider: str = "fake") -> str:
@@ -256,23 +254,6 @@ def reconfigure_provider(settings: Settings, provider: str, **changes: Any) -> S
         if p.api_key is not None
     }
     return build_settings(ConfigFile.model_validate(data), "<e2e>", environ)
-
-
-@contextmanager
-def running_gateway(server_thread: ServerThread, settings: Settings) -> Iterator[GatewayServer]:
-    server = server_thread.call(GatewayServer(settings).start())
-    try:
-        yield server
-    finally:
-        server_thread.call(server.stop())
-
-
-def closed_port() -> int:
-    """A loopback port with nothing listening on it (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def poll_until(condition: Callable[[], bool], timeout: float = 3.0, interval: float = 0.02) -> bool:
@@ -300,8 +281,8 @@ def last_upstream_body(fake: FakeUpstream, path: str = "/v1/chat/completions") -
 
 def settings_from_files(
     directory: Path,
-    config: str,
-    policies: Mapping[str, str] | None = None,
+    config: Mapping[str, Any],
+    policies: Mapping[str, Mapping[str, Any]] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Settings:
     """`config` written as directory/config.yaml and each policy as
@@ -309,11 +290,7 @@ def settings_from_files(
     with `environ` set in the environment while they load (keys are read then, once)."""
     from gateway.config import load_settings
 
-    (directory / "policies").mkdir(parents=True, exist_ok=True)
-    path = directory / "config.yaml"
-    path.write_text(config, encoding="utf-8")
-    for name, text in (policies or {}).items():
-        (directory / "policies" / f"{name}.yaml").write_text(text, encoding="utf-8")
+    path = write_config(directory, config, policies)
     with pytest.MonkeyPatch.context() as patch:
         for name, value in (environ or {}).items():
             patch.setenv(name, value)

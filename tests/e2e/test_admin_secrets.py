@@ -30,15 +30,10 @@ from gateway.config.cache import CacheStoreConfig
 from gateway.observability.accesslog import AccessLog
 from gateway.testing.fake_retriever import FakeRetriever
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread
+from gateway.testing.harness.process import free_port
 from tests.clients import sdk_client
-from tests.e2e.helpers import (
-    RawResponse,
-    assert_raw_error,
-    closed_port,
-    request,
-    upstream_requests,
-)
-from tests.servers import GatewayServer, ServerThread
+from tests.e2e.helpers import RawResponse, assert_raw_error, request, upstream_requests
 
 Json = dict[str, Any]
 SECRETS = {
@@ -74,7 +69,7 @@ def config_yaml(fake_url: str, retriever_url: str) -> str:
         if CACHE_STORE_URL
         else ""
     )
-    vault = f"http://vault-user:{SECRETS['provider URL password']}@127.0.0.1:{closed_port()}/v1"
+    vault = f"http://vault-user:{SECRETS['provider URL password']}@127.0.0.1:{free_port()}/v1"
     return f"""
 server: {{watch_config: false}}
 auth:

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from gateway.testing.harness.inprocess import GatewayServer
 from tests.e2e.conftest import GATEWAY_KEY
 from tests.e2e.helpers import Json, RawResponse, assert_raw_error, request
-from tests.servers import GatewayServer
 
-MAX_BODY = 65536  # server.max_body_bytes in tests.servers.settings_for
+MAX_BODY = 65536  # server.max_body_bytes in gateway.testing.harness.fake_settings
 VALID: Json = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
 
 

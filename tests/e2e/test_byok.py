@@ -26,6 +26,7 @@ import pytest
 from gateway.http.keys import BREAKERS, CACHE
 from gateway.observability.accesslog import AccessLog
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread
 from tests.clients import sdk_client
 from tests.e2e.helpers import (
     assert_openai_error,
@@ -36,7 +37,6 @@ from tests.e2e.helpers import (
     sse_json,
     upstream_requests,
 )
-from tests.servers import GatewayServer, ServerThread
 
 Json = dict[str, Any]
 HEADER = "x-gateway-provider-key"
@@ -63,46 +63,48 @@ def hash16(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def config_yaml(fake_url: str, cache_path: Path) -> str:
-    keys = "\n".join(f"    - {{env: BYOK_TENANT_{t.upper()}, tenant: {t}}}" for t in TENANT_KEYS)
-    return f"""
-server: {{watch_config: false}}
-auth:
-  admin_key_env: BYOK_ADMIN
-  keys:
-{keys}
-providers:
-  fake: {{type: openai, base_url: "{fake_url}", api_key_env: BYOK_FAKE_KEY}}
-  other: {{type: openai, base_url: "{fake_url}", api_key_env: BYOK_OTHER_KEY}}
-models:
-  - name: chat
-    provider: fake
-    upstream_model: chat-up
-    fallbacks: [backup]
-    pricing: {{input_per_million: 1000, output_per_million: 2000}}
-    cache: {{enabled: true, semantic: false}}
-  - {{name: backup, provider: fake, upstream_model: backup-up}}
-  - {{name: elsewhere, provider: other, upstream_model: elsewhere-up}}
-cache:
-  store: {{type: sqlite, path: "{cache_path}"}}
-resilience:
-  retry: {{attempts: 3, initial_backoff_ms: 1, max_backoff_ms: 2}}
-  breaker: {{failures: 1, reset_seconds: 600}}
-degradation:
-  unavailable: {{mode: error}}
-"""
+def config(fake_url: str, cache_path: Path) -> Json:
+    return {
+        "server": {"watch_config": False},
+        "auth": {
+            "admin_key_env": "BYOK_ADMIN",
+            "keys": [{"env": f"BYOK_TENANT_{t.upper()}", "tenant": t} for t in TENANT_KEYS],
+        },
+        "providers": {
+            "fake": {"type": "openai", "base_url": fake_url, "api_key_env": "BYOK_FAKE_KEY"},
+            "other": {"type": "openai", "base_url": fake_url, "api_key_env": "BYOK_OTHER_KEY"},
+        },
+        "models": [
+            {
+                "name": "chat",
+                "provider": "fake",
+                "upstream_model": "chat-up",
+                "fallbacks": ["backup"],
+                "pricing": {"input_per_million": 1000, "output_per_million": 2000},
+                "cache": {"enabled": True, "semantic": False},
+            },
+            {"name": "backup", "provider": "fake", "upstream_model": "backup-up"},
+            {"name": "elsewhere", "provider": "other", "upstream_model": "elsewhere-up"},
+        ],
+        "cache": {"store": {"type": "sqlite", "path": str(cache_path)}},
+        "resilience": {
+            "retry": {"attempts": 3, "initial_backoff_ms": 1, "max_backoff_ms": 2},
+            "breaker": {"failures": 1, "reset_seconds": 600},
+        },
+        "degradation": {"unavailable": {"mode": "error"}},
+    }
 
 
-POLICIES = {
-    "partners-byok": """
-description: Partners bring their own key for the fake provider.
-match: {tenants: [partner, metered]}
-byok: {enabled: true, providers: [fake]}
-""",
-    "metered": """
-match: {tenants: [metered]}
-rate_limits: {requests_per_second: 0.01, burst: 1}
-""",
+POLICIES: dict[str, Json] = {
+    "partners-byok": {
+        "description": "Partners bring their own key for the fake provider.",
+        "match": {"tenants": ["partner", "metered"]},
+        "byok": {"enabled": True, "providers": ["fake"]},
+    },
+    "metered": {
+        "match": {"tenants": ["metered"]},
+        "rate_limits": {"requests_per_second": 0.01, "burst": 1},
+    },
 }
 
 
@@ -130,9 +132,7 @@ def byok_gateway(
 ) -> Iterator[Logged]:
     root = tmp_path_factory.mktemp("byok")
     cache_path = root / "cache" / "cache.sqlite3"
-    settings = settings_from_files(
-        root / "conf", config_yaml(fake.url, cache_path), POLICIES, ENVIRON
-    )
+    settings = settings_from_files(root / "conf", config(fake.url, cache_path), POLICIES, ENVIRON)
     sink = io.BytesIO()
     log = AccessLog(sink)
     server = server_thread.call(GatewayServer(settings, log).start())

@@ -9,40 +9,36 @@ import random
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
-from gateway.http.keys import CACHE, RUNTIME_REF
+from gateway.http.keys import CACHE as CACHE_KEY
+from gateway.http.keys import RUNTIME_REF
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.harness.configs import write_config
+from gateway.testing.harness.fake_settings import settings_for
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.clients import sdk_client
-from tests.e2e.helpers import (
-    assert_conforms,
-    poll_until,
-    request,
-    running_gateway,
-    sse_json,
-    upstream_requests,
-)
-from tests.servers import GatewayServer, ServerThread, settings_for
+from tests.e2e.helpers import assert_conforms, poll_until, request, sse_json, upstream_requests
 
-CACHE_YAML = """
-cache:
-  store: {type: memory}
-  embedder: {type: sentence-transformers}
-  defaults: {enabled: true}
-"""
+CACHE = {
+    "store": {"type": "memory"},
+    "embedder": {"type": "sentence-transformers"},
+    "defaults": {"enabled": True},
+}
 TENANTS = 20
 
 
 @pytest.fixture(scope="module")
 def cached_gateway(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
-    keys = "".join(f"    - {{env: CACHE_TENANT_{i}, tenant: tenant-{i}}}\n" for i in range(TENANTS))
+    keys = [{"env": f"CACHE_TENANT_{i}", "tenant": f"tenant-{i}"} for i in range(TENANTS)]
     environ = {f"CACHE_TENANT_{i}": f"key-{i}" for i in range(TENANTS)}
-    settings = settings_for(fake.url, CACHE_YAML + "auth:\n  keys:\n" + keys, environ)
+    settings = settings_for(fake.url, {"cache": CACHE, "auth": {"keys": keys}}, environ)
     with running_gateway(server_thread, settings) as gateway:
-        cache = gateway.server.app[CACHE]
+        cache = gateway.app[CACHE_KEY]
         assert cache is not None
         server_thread.call(cache.wait_ready(), timeout=120)
         assert cache.embedder_ready, cache.embedder_error
@@ -53,7 +49,7 @@ def cached_gateway(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[
 def cgw(
     cached_gateway: GatewayServer, fake_upstream: FakeUpstream, server_thread: ServerThread
 ) -> GatewayServer:
-    cache = cached_gateway.app[CACHE]
+    cache = cached_gateway.app[CACHE_KEY]
     assert cache is not None
     server_thread.call(cache.flush())  # the previous test's last write must not land later
     server_thread.call(cache.store.purge())
@@ -73,7 +69,7 @@ def _ask(client: openai.OpenAI, text: str, **kw: Any) -> tuple[str, dict[str, st
 
 
 def _settle(gw: GatewayServer, server_thread: ServerThread) -> None:
-    cache = gw.app[CACHE]
+    cache = gw.app[CACHE_KEY]
     assert cache is not None
     server_thread.call(cache.flush())
 
@@ -270,7 +266,7 @@ def test_client_directives(
 def test_admin_stats_and_purge(server_thread: ServerThread, fake: FakeUpstream) -> None:
     settings = settings_for(
         fake.url,
-        CACHE_YAML.replace("sentence-transformers", "hash"),
+        {"cache": {**CACHE, "embedder": {"type": "hash"}}},
         {"GATEWAY_ADMIN_KEY": "root-key"},
     )
     with running_gateway(server_thread, settings) as gateway:
@@ -334,14 +330,14 @@ def test_a_restarted_gateway_still_serves_its_hits(
     server_thread: ServerThread, fake: FakeUpstream, tmp_path: Any
 ) -> None:
     path = tmp_path / "cache.sqlite3"
-    yaml = CACHE_YAML.replace("{type: memory}", f"{{type: sqlite, path: '{path}'}}")
-    settings = settings_for(fake.url, yaml.replace("sentence-transformers", "hash"))
+    cache = {**CACHE, "store": {"type": "sqlite", "path": str(path)}, "embedder": {"type": "hash"}}
+    settings = settings_for(fake.url, {"cache": cache})
     with running_gateway(server_thread, settings) as first:
         answer, headers = _ask(_client(first), "Will this survive a restart?")
         assert headers["x-gateway-cache"] == "miss"
         _settle(first, server_thread)
     with running_gateway(server_thread, settings) as second:
-        cache = second.app[CACHE]
+        cache = second.app[CACHE_KEY]
         assert cache is not None
         server_thread.call(cache.wait_ready())
         again, headers = _ask(_client(second), "Will this survive a restart?")
@@ -364,24 +360,24 @@ def test_a_restarted_gateway_still_serves_its_hits(
     assert json.loads(stats.stdout)["entries"] == 1
 
 
-def _config_file(tmp_path: Any, store: Any) -> Any:
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "providers: {d: {type: demo}}\nmodels: [{name: d, provider: d}]\n"
-        f"cache: {{store: {{type: sqlite, path: '{store}'}}}}\n"
+def _config_file(tmp_path: Path, store: Path) -> Path:
+    return write_config(
+        tmp_path,
+        {
+            "providers": {"d": {"type": "demo"}},
+            "models": [{"name": "d", "provider": "d"}],
+            "cache": {"store": {"type": "sqlite", "path": str(store)}},
+        },
     )
-    return config
 
 
 def test_a_hit_through_an_alias_says_which_tier_answered(
     server_thread: ServerThread, fake: FakeUpstream, fake_upstream: FakeUpstream
 ) -> None:
-    yaml = CACHE_YAML + (
-        "routing:\n  aliases:\n    auto:\n"
-        "      tiers: [{model: fake-model, max_score: 0.5}, {model: mapped}]\n"
-    )
-    with running_gateway(server_thread, settings_for(fake.url, yaml)) as gateway:
-        router = gateway.server.app[RUNTIME_REF].current.router
+    tiers = [{"model": "fake-model", "max_score": 0.5}, {"model": "mapped"}]
+    extra = {"cache": CACHE, "routing": {"aliases": {"auto": {"tiers": tiers}}}}
+    with running_gateway(server_thread, settings_for(fake.url, extra)) as gateway:
+        router = gateway.app[RUNTIME_REF].current.router
         assert poll_until(lambda: router.ready, timeout=60), "exemplars embedded"
         client = _client(gateway)
         heads = []

@@ -18,61 +18,46 @@ import orjson
 import pytest
 
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.harness.configs import Json, write_config
+from gateway.testing.harness.starters import start_gateway
 from tests.clients import sdk_client
-from tests.resilience.test_redis_breakers import gateway_process, listening_url, unique_namespace
+from tests.resilience.test_redis_breakers import unique_namespace
 
 REPEATS = 200
 
 
-def write_config(
-    tmp_path: Path, fake_url: str, store: str, server: str = "{access_log: false}"
-) -> Path:
-    path = tmp_path / "gateway.yaml"
-    path.write_text(
-        f"""
-server: {server}
-auth: {{admin_key_env: GATEWAY_ADMIN_KEY}}
-providers:
-  fake: {{type: openai, base_url: "{fake_url}", timeouts: {{connect: 2, read: 30, total: 60}}}}
-models:
-  - {{name: fake-model, provider: fake}}
-cache:
-  store: {store}
-  embedder: {{type: hash}}
-  defaults: {{enabled: true}}
-resilience:
-  retry: {{attempts: 1}}
-""",
-        encoding="utf-8",
-    )
-    return path
-
-
 @contextmanager
 def cached_gateway(
-    tmp_path: Path, fake_url: str, store: str, server: str = "{access_log: false}"
+    tmp_path: Path, fake_url: str, store: Json, server: Json | None = None
 ) -> Iterator[str]:
-    config = write_config(tmp_path, fake_url, store, server)
-    log = tmp_path / "gateway.log"
-    with gateway_process(config, log) as proc:
-        yield listening_url(proc, log)
+    timeouts = {"connect": 2, "read": 30, "total": 60}
+    config = {
+        "server": {"access_log": False, **(server or {})},
+        "auth": {"admin_key_env": "GATEWAY_ADMIN_KEY"},
+        "providers": {"fake": {"type": "openai", "base_url": fake_url, "timeouts": timeouts}},
+        "models": [{"name": "fake-model", "provider": "fake"}],
+        "cache": {"store": store, "embedder": {"type": "hash"}, "defaults": {"enabled": True}},
+        "resilience": {"retry": {"attempts": 1}},
+    }
+    with start_gateway(tmp_path, write_config(tmp_path, config), timeout=20) as gateway:
+        yield gateway.url
 
 
 @pytest.fixture(params=["sqlite", "redis"])
-def store_yaml(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Json:
     if request.param == "sqlite":
-        return f"{{type: sqlite, path: '{tmp_path / 'cache.sqlite3'}'}}"
+        return {"type": "sqlite", "path": str(tmp_path / "cache.sqlite3")}
     url = request.getfixturevalue("redis_url")
-    return f"{{type: redis, url: '{url}', namespace: '{unique_namespace('ryw')}'}}"
+    return {"type": "redis", "url": url, "namespace": unique_namespace("ryw")}
 
 
 def test_an_immediate_repeat_is_an_exact_hit_plain_and_streamed(
-    tmp_path: Path, fake_upstream: FakeUpstream, store_yaml: str
+    tmp_path: Path, fake_upstream: FakeUpstream, store: Json
 ) -> None:
     """Read-your-writes: the answer is in the cache before the client has it, so a sync SDK
     loop that asks again at once always hits (it missed 1-3 % when the store was only a
     background task)."""
-    with cached_gateway(tmp_path, fake_upstream.url, store_yaml) as url:
+    with cached_gateway(tmp_path, fake_upstream.url, store) as url:
         client = sdk_client(url, "k", 30)
         results: dict[str, list[str]] = {"plain": [], "stream": []}
         for i in range(REPEATS):
@@ -137,8 +122,8 @@ def test_huge_near_duplicates_do_not_stall_the_event_loop(
     polled from another process: the loop stays responsive and no prompt gets another's
     answer (the answers echo each prompt's tail)."""
     fake_upstream.defaults = Knobs(echo_tail=80)
-    store = f"{{type: sqlite, path: '{tmp_path / 'cache.sqlite3'}'}}"
-    server = "{access_log: false, max_body_bytes: 16777216}"
+    store = {"type": "sqlite", "path": str(tmp_path / "cache.sqlite3")}
+    server = {"max_body_bytes": 16777216}
     with cached_gateway(tmp_path, fake_upstream.url, store, server) as url:
         host, port = url.removeprefix("http://").split(":")
         bodies = [

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gateway.testing.harness.inprocess import GatewayServer
 from tests.e2e.conftest import GATEWAY_KEY
 from tests.e2e.helpers import (
     Json,
@@ -20,7 +21,6 @@ from tests.e2e.helpers import (
     schema_validator,
     sse_json,
 )
-from tests.servers import GatewayServer
 
 TOOLS: list[Json] = [
     {

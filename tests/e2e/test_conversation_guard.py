@@ -13,9 +13,10 @@ import pytest
 from gateway.guard.compression import SUMMARY_PREFIX
 from gateway.guard.summarizer import INSTRUCTION
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.harness.fake_settings import settings_for
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.clients import sdk_client
-from tests.e2e.helpers import running_gateway, upstream_requests
-from tests.servers import GatewayServer, ServerThread, settings_for
+from tests.e2e.helpers import upstream_requests
 
 Json = dict[str, Any]
 TOOLS = [
@@ -29,23 +30,22 @@ TOOLS = [
 ]
 
 
-def guard_yaml(action: str) -> str:
-    return f"""
-guard:
-  loops: {{action: {action}, max_identical_calls: 3}}
-  compression: {{enabled: true, max_turns: 8, keep_turns: 2, summarizer_model: mapped}}
-"""
+def guarded(action: str) -> Json:
+    compression = {"enabled": True, "max_turns": 8, "keep_turns": 2, "summarizer_model": "mapped"}
+    return {
+        "guard": {"loops": {"action": action, "max_identical_calls": 3}, "compression": compression}
+    }
 
 
 @pytest.fixture(scope="module")
 def finalize_gw(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
-    with running_gateway(server_thread, settings_for(fake.url, guard_yaml("finalize"))) as gw:
+    with running_gateway(server_thread, settings_for(fake.url, guarded("finalize"))) as gw:
         yield gw
 
 
 @pytest.fixture(scope="module")
 def error_gw(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
-    with running_gateway(server_thread, settings_for(fake.url, guard_yaml("error"))) as gw:
+    with running_gateway(server_thread, settings_for(fake.url, guarded("error"))) as gw:
         yield gw
 
 

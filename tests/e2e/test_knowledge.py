@@ -18,9 +18,9 @@ from gateway.config import build_settings, parse_config
 from gateway.http.keys import BREAKERS
 from gateway.testing.fake_retriever import FakeRetriever
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.clients import sdk_client
-from tests.e2e.helpers import last_upstream_body, request, running_gateway, sse_json
-from tests.servers import GatewayServer, ServerThread
+from tests.e2e.helpers import last_upstream_body, request, sse_json
 
 Json = dict[str, Any]
 DISCLAIMER = "General knowledge, not your documents."

@@ -20,17 +20,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.http.keys import CACHE
 from gateway.testing.fake_retriever import FakeRetriever
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.clients import sdk_client
 from tests.e2e.helpers import (
     assert_raw_error,
     last_upstream_body,
     metric_value,
     request,
-    running_gateway,
     settings_from_files,
     upstream_requests,
 )
-from tests.servers import GatewayServer, ServerThread
 
 Json = dict[str, Any]
 ADMIN_KEY = "policy-test-admin-key"
@@ -71,6 +70,7 @@ TOOLS = [
 def config(fake_url: str, retriever_url: str) -> Json:
     def model(name: str, **more: Any) -> Json:
         return {"name": name, "provider": "fake", "upstream_model": f"{name}-up", **more}
+
     return {
         "server": {"access_log": False, "watch_config": False},
         "auth": {
@@ -88,7 +88,9 @@ def config(fake_url: str, retriever_url: str) -> Json:
         ],
         "cache": {"store": {"type": "memory"}, "embedder": {"type": "hash"}},
         "routing": {
-            "aliases": {"auto": {"tiers": [{"model": "small", "max_score": 0.5}, {"model": "large"}]}}
+            "aliases": {
+                "auto": {"tiers": [{"model": "small", "max_score": 0.5}, {"model": "large"}]}
+            }
         },
         "knowledge_bases": {
             "handbook": {
@@ -107,7 +109,6 @@ def config(fake_url: str, retriever_url: str) -> Json:
             "unavailable": {"mode": "answer", "retry_after_seconds": 7},
         },
     }
-
 
 
 POLICIES: dict[str, Json] = {
@@ -172,7 +173,7 @@ def policy_gateway(
 ) -> Iterator[GatewayServer]:
     settings = settings_from_files(
         tmp_path_factory.mktemp("policies"),
-        config_yaml(fake.url, retriever.url),
+        config(fake.url, retriever.url),
         POLICIES,
         ENVIRON,
     )
@@ -294,11 +295,10 @@ def test_a_policy_alone_can_turn_the_cache_on(
 ) -> None:
     """No model of config.yaml enables the cache; a policy does, for one tenant. The cache
     must then exist (a policy is documented to turn it on: policies/examples/)."""
-    config = config_yaml(fake_upstream.url, retriever.url).replace(
-        "cache: {enabled: true}", "cache: {enabled: false}"
-    )
-    policy = "match: {tenants: [basic]}\ncache: {enabled: true, semantic: false}\n"
-    settings = settings_from_files(tmp_path, config, {"cache-on": policy}, ENVIRON)
+    data = config(fake_upstream.url, retriever.url)
+    data["models"][0]["cache"] = {"enabled": False}
+    policy = {"match": {"tenants": ["basic"]}, "cache": {"enabled": True, "semantic": False}}
+    settings = settings_from_files(tmp_path, data, {"cache-on": policy}, ENVIRON)
     with running_gateway(server_thread, settings) as gw:
         question = "Is the cache on for me?"
         first = ask(gw, "basic", question)

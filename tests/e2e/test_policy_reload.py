@@ -25,47 +25,46 @@ from pathlib import Path
 import aiohttp
 
 from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.harness.configs import Json, dump_yaml, write_config
+from gateway.testing.harness.starters import start_gateway
 from tests.e2e.helpers import poll_until, request
-from tests.resilience.test_redis_breakers import ADMIN_KEY, gateway_process, listening_url
+from tests.resilience.test_redis_breakers import ADMIN_ENV, ADMIN_KEY
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 ROUTE_MODEL = re.compile(r"\bmodel=([\w-]+);")
 CHAT = {"model": "auto", "messages": [{"role": "user", "content": "hi"}]}
 
 
-def config_text(fake_url: str, watch: bool = True) -> str:
+def config(fake_url: str, watch: bool = True) -> Json:
     """Models m0..m3 on the fake; `auto` routes to m0 unless a policy says otherwise."""
-    models = "\n".join(
-        f"  - {{name: m{i}, provider: fake, upstream_model: up-m{i}}}" for i in range(4)
-    )
-    return f"""
-server: {{access_log: false, watch_config: {str(watch).lower()}}}
-auth: {{admin_key_env: GATEWAY_ADMIN_KEY}}
-providers:
-  fake: {{type: openai, base_url: "{fake_url}", timeouts: {{connect: 2, read: 10, total: 10}}}}
-models:
-{models}
-cache: {{store: {{type: memory}}, embedder: {{type: hash}}, defaults: {{enabled: false}}}}
-resilience:
-  retry: {{attempts: 1}}
-  breaker: {{failures: 1000}}
-routing:
-  aliases:
-    auto: {{tiers: [{{model: m0}}], sticky: false}}
-"""
+    timeouts = {"connect": 2, "read": 10, "total": 10}
+    return {
+        "server": {"access_log": False, "watch_config": watch},
+        "auth": {"admin_key_env": "GATEWAY_ADMIN_KEY"},
+        "providers": {"fake": {"type": "openai", "base_url": fake_url, "timeouts": timeouts}},
+        "models": [
+            {"name": f"m{i}", "provider": "fake", "upstream_model": f"up-m{i}"} for i in range(4)
+        ],
+        "cache": {
+            "store": {"type": "memory"},
+            "embedder": {"type": "hash"},
+            "defaults": {"enabled": False},
+        },
+        "resilience": {"retry": {"attempts": 1}, "breaker": {"failures": 1000}},
+        "routing": {"aliases": {"auto": {"tiers": [{"model": "m0"}], "sticky": False}}},
+    }
 
 
 def route_policy(model: str) -> str:
-    """A policy that sends every request for `auto` to `model` (block style: known lines)."""
-    return f"""description: auto goes to {model}
-match:
-  models: [auto]
-routing:
-  aliases:
-    auto:
-      tiers:
-        - {{model: {model}}}
-"""
+    """A policy that sends every request for `auto` to `model`, as text: the tests below edit
+    it on disk, whole or broken. One key a line, so the lines are known (tiers: line 7)."""
+    return dump_yaml(
+        {
+            "description": f"auto goes to {model}",
+            "match": {"models": ["auto"]},
+            "routing": {"aliases": {"auto": {"tiers": [{"model": model}]}}},
+        }
+    )
 
 
 def with_unknown_field(model: str) -> str:
@@ -74,12 +73,11 @@ def with_unknown_field(model: str) -> str:
 
 
 # A second policy that stays valid throughout: the directory holds more than one file.
-OTHER_POLICY = """description: direct requests for m0 are never cached
-match:
-  models: [m0]
-cache:
-  enabled: false
-"""
+OTHER_POLICY = {
+    "description": "direct requests for m0 are never cached",
+    "match": {"models": ["m0"]},
+    "cache": {"enabled": False},
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,16 +90,11 @@ class Gateway:
 @contextmanager
 def gateway(tmp_path: Path, fake_url: str, watch: bool = True) -> Iterator[Gateway]:
     """A gateway process on a tmp config with a policies/ directory beside it."""
-    config = tmp_path / "config.yaml"
-    config.write_text(config_text(fake_url, watch), encoding="utf-8")
-    policies = tmp_path / "policies"
-    policies.mkdir()
-    route = policies / "route.yaml"
+    path = write_config(tmp_path, config(fake_url, watch), {"other": OTHER_POLICY})
+    route = tmp_path / "policies" / "route.yaml"
     route.write_text(route_policy("m1"), encoding="utf-8")
-    (policies / "other.yaml").write_text(OTHER_POLICY, encoding="utf-8")
-    log = tmp_path / "gateway.log"
-    with gateway_process(config, log) as proc:
-        yield Gateway(listening_url(proc, log), route, proc)
+    with start_gateway(tmp_path, path, env=ADMIN_ENV, timeout=20) as server:
+        yield Gateway(server.url, route, server.proc)
 
 
 async def reloads(session: aiohttp.ClientSession, url: str) -> dict[str, float]:

@@ -11,27 +11,26 @@ import openai
 import pytest
 
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.harness.fake_settings import settings_for
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.clients import sdk_client
-from tests.e2e.helpers import request, running_gateway
-from tests.servers import GatewayServer, ServerThread, settings_for
+from tests.e2e.helpers import request
 
 KEYS = {"KEY_SLOW_TEAM": "sk-slow-team", "KEY_BIG_TEAM": "sk-big-team", "KEY_SOLO": "sk-solo"}
 
 
 @pytest.fixture(scope="module")
 def limited(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
-    extra = """
-auth:
-  keys:
-    - {env: KEY_SLOW_TEAM, tenant: slow-team}
-    - {env: KEY_BIG_TEAM, tenant: big-team}
-    - {env: KEY_SOLO, tenant: solo}
-rate_limits:
-  default: {requests_per_second: 0.5, burst: 2, concurrent: 1}
-  tenants:
-    big-team: {requests_per_second: 1000}
-    solo: {concurrent: 1}
-"""
+    keys = [
+        {"env": "KEY_SLOW_TEAM", "tenant": "slow-team"},
+        {"env": "KEY_BIG_TEAM", "tenant": "big-team"},
+        {"env": "KEY_SOLO", "tenant": "solo"},
+    ]
+    limits = {
+        "default": {"requests_per_second": 0.5, "burst": 2, "concurrent": 1},
+        "tenants": {"big-team": {"requests_per_second": 1000}, "solo": {"concurrent": 1}},
+    }
+    extra = {"auth": {"keys": keys}, "rate_limits": limits}
     with running_gateway(server_thread, settings_for(fake.url, extra, KEYS)) as server:
         yield server
 

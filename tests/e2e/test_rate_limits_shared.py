@@ -23,8 +23,10 @@ import aiohttp
 import pytest
 
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.harness.configs import Json, write_config
+from gateway.testing.harness.starters import listening, spawn_gateway
 from tests.e2e.helpers import assert_openai_error, request
-from tests.resilience.test_redis_breakers import ADMIN_KEY, gateway_process, listening_url
+from tests.resilience.test_redis_breakers import ADMIN_ENV, ADMIN_KEY
 
 TENANTS = ["fast", "shared", "slots", "plain", "gold", "platinum"]
 KEYS = {f"RLS_KEY_{t.upper()}": f"sk-rls-{t}" for t in TENANTS}
@@ -35,45 +37,43 @@ def key(tenant: str) -> str:
     return f"sk-rls-{tenant}"
 
 
-def config_text(fake_url: str, rate_limits: str) -> str:
-    keys = "\n".join(f"    - {{env: {env}, tenant: {env[8:].lower()}}}" for env in KEYS)
-    return f"""
-server: {{access_log: false, watch_config: false}}
-auth:
-  admin_key_env: GATEWAY_ADMIN_KEY
-  keys:
-{keys}
-providers:
-  fake: {{type: openai, base_url: "{fake_url}", timeouts: {{connect: 2, read: 10, total: 10}}}}
-models:
-  - {{name: quick, provider: fake, upstream_model: up-quick}}
-  - {{name: slow, provider: fake, upstream_model: up-slow}}
-cache: {{store: {{type: memory}}, embedder: {{type: hash}}, defaults: {{enabled: false}}}}
-resilience:
-  retry: {{attempts: 1}}
-  breaker: {{failures: 1000}}
-rate_limits:
-{rate_limits}
-"""
+def config(fake_url: str, rate_limits: Json) -> Json:
+    timeouts = {"connect": 2, "read": 10, "total": 10}
+    return {
+        "server": {"access_log": False, "watch_config": False},
+        "auth": {
+            "admin_key_env": "GATEWAY_ADMIN_KEY",
+            "keys": [{"env": env, "tenant": env[8:].lower()} for env in KEYS],
+        },
+        "providers": {"fake": {"type": "openai", "base_url": fake_url, "timeouts": timeouts}},
+        "models": [
+            {"name": "quick", "provider": "fake", "upstream_model": "up-quick"},
+            {"name": "slow", "provider": "fake", "upstream_model": "up-slow"},
+        ],
+        "cache": {
+            "store": {"type": "memory"},
+            "embedder": {"type": "hash"},
+            "defaults": {"enabled": False},
+        },
+        "resilience": {"retry": {"attempts": 1}, "breaker": {"failures": 1000}},
+        "rate_limits": rate_limits,
+    }
 
 
 @contextmanager
 def gateways(
-    tmp_path: Path, text: str, count: int, policies: dict[str, str] | None = None
+    tmp_path: Path, data: Json, count: int, policies: dict[str, Json] | None = None
 ) -> Iterator[list[str]]:
     """`count` gateway processes on one config (and its policies/): their URLs."""
-    config = tmp_path / "config.yaml"
-    config.write_text(text, encoding="utf-8")
-    directory = tmp_path / "policies"
-    directory.mkdir()
-    for name, policy in (policies or {}).items():
-        (directory / f"{name}.yaml").write_text(policy, encoding="utf-8")
-    with pytest.MonkeyPatch.context() as env, ExitStack() as stack:
-        for name, value in KEYS.items():
-            env.setenv(name, value)
-        logs = [tmp_path / f"gateway-{i}.log" for i in range(count)]
-        procs = [stack.enter_context(gateway_process(config, log)) for log in logs]
-        yield [listening_url(proc, log) for proc, log in zip(procs, logs, strict=True)]
+    path = write_config(tmp_path, data, policies)
+    with ExitStack() as stack:
+        started = [
+            stack.enter_context(
+                spawn_gateway(tmp_path, path, name=f"gateway-{i}", env={**ADMIN_ENV, **KEYS})
+            )
+            for i in range(count)
+        ]
+        yield [listening(server, 20).url for server in started]
 
 
 # --- hammering ------------------------------------------------------------------------------
@@ -150,10 +150,11 @@ def test_the_token_bucket_holds_its_rate_through_the_gateway(
     tmp_path: Path, fake_upstream: FakeUpstream
 ) -> None:
     rate, burst, seconds = 20, 10, 3.5
-    limits = f"""  storage: {{type: memory}}
-  tenants:
-    fast: {{requests_per_second: {rate}, burst: {burst}}}"""
-    with gateways(tmp_path, config_text(fake_upstream.url, limits), 1) as urls:
+    limits = {
+        "storage": {"type": "memory"},
+        "tenants": {"fast": {"requests_per_second": rate, "burst": burst}},
+    }
+    with gateways(tmp_path, config(fake_upstream.url, limits), 1) as urls:
         replies = hammer(urls, "fast", seconds, per_gateway=4)
     expected = burst + rate * seconds
     got = admitted(replies)
@@ -167,14 +168,16 @@ def test_the_token_bucket_holds_its_rate_through_the_gateway(
 
 # --- (b), (c) two processes sharing Redis ---------------------------------------------------
 
-GOLD = """description: gold gets a bigger burst than config.yaml's default
-match: {tenants: [gold]}
-rate_limit: {requests_per_second: 0.1, burst: 4}
-"""
-PLATINUM = """description: platinum is limited by its request rate only
-match: {tenants: [platinum]}
-rate_limit: {requests_per_second: 1000}
-"""
+GOLD = {
+    "description": "gold gets a bigger burst than config.yaml's default",
+    "match": {"tenants": ["gold"]},
+    "rate_limit": {"requests_per_second": 0.1, "burst": 4},
+}
+PLATINUM = {
+    "description": "platinum is limited by its request rate only",
+    "match": {"tenants": ["platinum"]},
+    "rate_limit": {"requests_per_second": 1000},
+}
 
 
 @pytest.fixture(scope="module")
@@ -183,14 +186,14 @@ def pair(
 ) -> Iterator[list[str]]:
     """Two gateway processes, one config, one Redis namespace."""
     namespace = f"rls-{uuid.uuid4().hex[:12]}"  # this module's own keys in the session's Redis
-    limits = f"""  storage: {{type: redis, url: "{redis_url}", namespace: {namespace}}}
-  default: {{requests_per_second: 0.1, burst: 1, concurrent: 1}}
-  tenants:
-    shared: {{requests_per_second: 20, burst: 10}}
-    slots: {{concurrent: 4}}"""
-    text = config_text(fake.url, limits)
+    limits = {
+        "storage": {"type": "redis"},
+        "default": {"requests_per_second": 0.1, "burst": 1, "concurrent": 1},
+        "tenants": {"shared": {"requests_per_second": 20, "burst": 10}, "slots": {"concurrent": 4}},
+    }
+    data = {**config(fake.url, limits), "redis": {"url": redis_url, "namespace": namespace}}
     policies = {"gold": GOLD, "platinum": PLATINUM}
-    with gateways(tmp_path_factory.mktemp("pair"), text, 2, policies) as urls:
+    with gateways(tmp_path_factory.mktemp("pair"), data, 2, policies) as urls:
         yield urls
 
 

@@ -18,17 +18,10 @@ import pytest
 
 from gateway.config import build_settings, parse_config
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
+from gateway.testing.harness.process import free_port
 from tests.clients import sdk_client
-from tests.e2e.helpers import (
-    assert_openai_error,
-    closed_port,
-    poll_until,
-    request,
-    running_gateway,
-    sse_json,
-    upstream_requests,
-)
-from tests.servers import GatewayServer, ServerThread
+from tests.e2e.helpers import assert_openai_error, poll_until, request, sse_json, upstream_requests
 
 Json = dict[str, Any]
 ADMIN_KEY = "admin-secret-for-tests"
@@ -45,7 +38,7 @@ auth: {{admin_key_env: ADMIN}}
 providers:
   fake: {{type: openai, base_url: "{fake_url}", timeouts: {{connect: 1, read: 0.4, total: 5}}}}
   backup: {{type: openai, base_url: "{fake_url}"}}
-  dead: {{type: openai, base_url: "http://127.0.0.1:{closed_port()}/v1"}}
+  dead: {{type: openai, base_url: "http://127.0.0.1:{free_port()}/v1"}}
 models:
   - {{name: flaky, provider: fake, upstream_model: flaky-up, fallbacks: [steady]}}
   - {{name: steady, provider: backup, upstream_model: steady-up}}

@@ -13,9 +13,9 @@ import pytest
 from gateway.config import build_settings, parse_config
 from gateway.http.keys import BREAKERS, RUNTIME_REF
 from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.clients import sdk_client
-from tests.e2e.helpers import poll_until, request, running_gateway, upstream_requests
-from tests.servers import GatewayServer, ServerThread
+from tests.e2e.helpers import poll_until, request, upstream_requests
 
 Json = dict[str, Any]
 SIMPLE = "hi, how are you?"

@@ -19,6 +19,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
 from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.harness.inprocess import GatewayServer
 from gateway.upstream.demo import DEMO_NOTICE
 from tests.e2e.conftest import GATEWAY_KEY, SHORT_READ_TIMEOUT, SdkFactory
 from tests.e2e.helpers import (
@@ -37,7 +38,6 @@ from tests.e2e.helpers import (
     wire_body,
 )
 from tests.e2e.sdk import Sdk
-from tests.servers import GatewayServer
 
 CHAT_MODELS = ["demo", "fake-alias", "fake-model", "mapped"]
 ALL_MODELS = {*CHAT_MODELS, "fake-embedding", "demo-embedding"}
@@ -378,8 +378,8 @@ def test_upstream_400_keeps_status_and_message(sdk: Sdk) -> None:
     assert message in err.message
 
 
-# The shared gateway tries once and answers errors (tests/servers.py): when the only upstream
-# fails, the client gets a 503 whose code names the cause, with Retry-After.
+# The shared gateway tries once and answers errors (harness/fake_settings.py): when the only
+# upstream fails, the client gets a 503 whose code names the cause, with Retry-After.
 
 
 def test_upstream_429_keeps_retry_after(sdk: Sdk) -> None:

@@ -11,10 +11,11 @@ import openai
 import pytest
 
 from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.harness.fake_settings import settings_for
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.clients import sdk_client
-from tests.e2e.helpers import request, running_gateway, upstream_requests
+from tests.e2e.helpers import request, upstream_requests
 from tests.e2e.sdk import Sdk
-from tests.servers import GatewayServer, ServerThread, settings_for
 
 Json = dict[str, Any]
 TOOLS = [
@@ -175,14 +176,18 @@ def test_headers_and_metrics_say_what_happened(gw: GatewayServer, fake_upstream:
 
 @pytest.fixture(scope="module")
 def pass_gw(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
-    settings = settings_for(fake.url, "guard: {tools: {on_failure: pass, repair_attempts: 1}}")
+    settings = settings_for(
+        fake.url, {"guard": {"tools": {"on_failure": "pass", "repair_attempts": 1}}}
+    )
     with running_gateway(server_thread, settings) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def error_gw(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
-    settings = settings_for(fake.url, "guard: {tools: {on_failure: error, repair_attempts: 0}}")
+    settings = settings_for(
+        fake.url, {"guard": {"tools": {"on_failure": "error", "repair_attempts": 0}}}
+    )
     with running_gateway(server_thread, settings) as server:
         yield server
 

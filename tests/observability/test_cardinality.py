@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.servers import GatewayServer
+from gateway.testing.harness.inprocess import GatewayServer
 
 CONCURRENCY = 50
 REAL_CHAT = ("demo",)

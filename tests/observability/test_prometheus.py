@@ -29,16 +29,18 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.config import build_settings, parse_config
 from gateway.testing.fake_retriever import FakeRetriever
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
-from tests.e2e.helpers import closed_port, request, running_gateway
-from tests.observability.prometheus_server import (
+from gateway.testing.harness.configs import dump_yaml
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
+from gateway.testing.harness.process import free_port
+from gateway.testing.harness.prometheus import (
     Prometheus,
     prometheus_path,
     prometheus_server,
     promtool_path,
     scrape_config,
 )
+from tests.e2e.helpers import request
 from tests.observability.promql import ALERTS, ROOT, alert_rules, dashboard_exprs, substitute
-from tests.servers import GatewayServer, ServerThread
 
 Json = dict[str, Any]
 
@@ -75,64 +77,86 @@ KEY, TINY_KEY, ADMIN_KEY = "sk-obs-traffic", "sk-obs-tiny", "obs-admin-key"
 ENV = {"OBS_KEY": KEY, "OBS_TINY_KEY": TINY_KEY, "OBS_ADMIN_KEY": ADMIN_KEY}
 
 
-def gateway_yaml(fake_url: str, retriever_url: str) -> str:
-    return f"""
-server: {{access_log: false}}
-auth:
-  admin_key_env: OBS_ADMIN_KEY
-  keys: [{{env: OBS_KEY, tenant: obs}}, {{env: OBS_TINY_KEY, tenant: tiny}}]
-rate_limits:
-  tenants:
-    tiny: {{requests_per_second: 0.1, burst: 1}}  # one request, then 429 for 10 s
-providers:
-  fake: {{type: openai, base_url: "{fake_url}", timeouts: {{connect: 1, read: 5, total: 10}}}}
-  dead:
-    type: openai
-    base_url: "http://127.0.0.1:{closed_port()}/v1"
-    timeouts: {{connect: 0.5, read: 1, total: 2}}
-models:
-  - name: cheap
-    provider: fake
-    upstream_model: cheap-up
-    pricing: {{input_per_million: 0.15, output_per_million: 0.6}}
-    cache: {{enabled: true, similarity_threshold: 0.5}}  # near misses reach the guards
-  - name: strong
-    provider: fake
-    upstream_model: strong-up
-    pricing: {{input_per_million: 2.5, output_per_million: 10}}
-  - {{name: flaky, provider: fake, upstream_model: flaky-up, fallbacks: [cheap]}}
-  - {{name: streamer, provider: fake, upstream_model: streamer-up}}
-  - {{name: broken, provider: dead}}
-  - {{name: helpdesk, provider: fake, upstream_model: helpdesk-up}}
-  - {{name: summarizer, provider: fake, upstream_model: summarizer-up}}
-  - {{name: vectors, provider: fake, upstream_model: vectors-up, kind: embedding}}
-cache:
-  store: {{type: memory}}
-  embedder: {{type: hash}}
-routing:
-  aliases:
-    auto:
-      tiers: [{{model: cheap, max_score: 0.5}}, {{model: strong}}]
-      escalate: {{tools: 1}}
-knowledge_bases:
-  handbook:
-    type: http
-    url: "{retriever_url}"
-    timeout_seconds: 2
-    min_chunks: 1
-    min_score: 0.3
-    attach: {{models: [helpdesk]}}
-resilience:
-  retry: {{attempts: 2, initial_backoff_ms: 1, max_backoff_ms: 5}}
-  breaker: {{failures: 2, reset_seconds: 600}}
-  deadline_seconds: 10
-guard:
-  tools: {{enabled: true, repair_attempts: 1, on_failure: strip}}
-  loops: {{action: finalize, max_identical_calls: 3}}
-  compression: {{enabled: true, max_turns: 8, keep_turns: 2, summarizer_model: summarizer}}
-degradation:
-  unavailable: {{mode: error}}
-"""
+def gateway_config(fake_url: str, retriever_url: str) -> Json:
+    def model(name: str, **more: Any) -> Json:
+        return {"name": name, "provider": "fake", "upstream_model": f"{name}-up", **more}
+
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    compression = {
+        "enabled": True,
+        "max_turns": 8,
+        "keep_turns": 2,
+        "summarizer_model": "summarizer",
+    }
+    return {
+        "server": {"access_log": False},
+        "auth": {
+            "admin_key_env": "OBS_ADMIN_KEY",
+            "keys": [
+                {"env": "OBS_KEY", "tenant": "obs"},
+                {"env": "OBS_TINY_KEY", "tenant": "tiny"},
+            ],
+        },
+        # tiny: one request, then 429 for 10 s
+        "rate_limits": {"tenants": {"tiny": {"requests_per_second": 0.1, "burst": 1}}},
+        "providers": {
+            "fake": {
+                "type": "openai",
+                "base_url": fake_url,
+                "timeouts": {"connect": 1, "read": 5, "total": 10},
+            },
+            "dead": {
+                "type": "openai",
+                "base_url": dead,
+                "timeouts": {"connect": 0.5, "read": 1, "total": 2},
+            },
+        },
+        "models": [
+            model(
+                "cheap",
+                pricing={"input_per_million": 0.15, "output_per_million": 0.6},
+                # near misses reach the guards
+                cache={"enabled": True, "similarity_threshold": 0.5},
+            ),
+            model("strong", pricing={"input_per_million": 2.5, "output_per_million": 10}),
+            model("flaky", fallbacks=["cheap"]),
+            model("streamer"),
+            {"name": "broken", "provider": "dead"},
+            model("helpdesk"),
+            model("summarizer"),
+            model("vectors", kind="embedding"),
+        ],
+        "cache": {"store": {"type": "memory"}, "embedder": {"type": "hash"}},
+        "routing": {
+            "aliases": {
+                "auto": {
+                    "tiers": [{"model": "cheap", "max_score": 0.5}, {"model": "strong"}],
+                    "escalate": {"tools": 1},
+                }
+            }
+        },
+        "knowledge_bases": {
+            "handbook": {
+                "type": "http",
+                "url": retriever_url,
+                "timeout_seconds": 2,
+                "min_chunks": 1,
+                "min_score": 0.3,
+                "attach": {"models": ["helpdesk"]},
+            }
+        },
+        "resilience": {
+            "retry": {"attempts": 2, "initial_backoff_ms": 1, "max_backoff_ms": 5},
+            "breaker": {"failures": 2, "reset_seconds": 600},
+            "deadline_seconds": 10,
+        },
+        "guard": {
+            "tools": {"enabled": True, "repair_attempts": 1, "on_failure": "strip"},
+            "loops": {"action": "finalize", "max_identical_calls": 3},
+            "compression": compression,
+        },
+        "degradation": {"unavailable": {"mode": "error"}},
+    }
 
 
 def _chat(model: str, text: str, **fields: Any) -> Json:
@@ -272,7 +296,8 @@ def observed(
     fake.reset()
     fake.per_model["flaky-up"] = Knobs(status=500)
     retriever = server_thread.call(FakeRetriever().start())
-    settings = build_settings(parse_config(gateway_yaml(fake.url, retriever.url)), "<t>", ENV)
+    text = dump_yaml(gateway_config(fake.url, retriever.url))
+    settings = build_settings(parse_config(text), "<t>", ENV)
     try:
         with running_gateway(server_thread, settings) as gw:
             config = scrape_config(f"127.0.0.1:{gw.port}", [str(ALERTS)])

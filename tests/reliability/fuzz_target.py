@@ -7,11 +7,7 @@ tests/reliability/fuzzing.py.)
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,72 +15,83 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from gateway.testing.harness.configs import Json, write_config
+from gateway.testing.harness.process import Server
+from gateway.testing.harness.starters import start_fake_upstream, start_gateway
+
 ADMIN_KEY = "adm-fuzz-0123456789abcdef"
 TENANT_KEYS = {"team-a": "sk-fuzz-team-a-0123456789", "team-b": "sk-fuzz-team-b-0123456789"}
 PROVIDER_KEY = "sk-fuzz-provider-secret-42"
 MAX_BODY = 131072
 CHAT_MODELS = ["fake-model", "fake-alias", "fake-strong", "auto", "demo"]
 EMBEDDING_MODELS = ["fake-embedding", "demo-embedding"]
-LISTENING = re.compile(r"listening on http://[\d.]+:(\d+)")
 
 
-def config_text(fake_url: str) -> str:
-    return f"""
-server: {{access_log: false, max_body_bytes: {MAX_BODY}, watch_config: false}}
-auth:
-  admin_key_env: FUZZ_ADMIN_KEY
-  keys:
-    - {{env: FUZZ_KEY_A, tenant: team-a}}
-    - {{env: FUZZ_KEY_B, tenant: team-b}}
-providers:
-  fake:
-    type: openai
-    base_url: "{fake_url}"
-    api_key_env: FUZZ_PROVIDER_KEY
-    timeouts: {{connect: 2, read: 5, total: 10}}
-  demo: {{type: demo}}
-models:
-  - {{name: fake-model, provider: fake, aliases: [fake-alias]}}
-  - {{name: fake-strong, provider: fake, upstream_model: strong-up}}
-  - {{name: fake-embedding, provider: fake, kind: embedding}}
-  - {{name: demo, provider: demo}}
-  - {{name: demo-embedding, provider: demo, kind: embedding}}
-cache:
-  store: {{type: memory, max_entries: 300}}
-  embedder: {{type: hash}}
-  defaults: {{enabled: true, cache_tool_calls: true}}
-guard:
-  tools: {{enabled: true, repair_attempts: 1, on_failure: strip}}
-routing:
-  aliases:
-    auto:
-      tiers: [{{model: fake-model, max_score: 0.5}}, {{model: fake-strong}}]
-      escalate: {{tools: 1}}
-resilience:
-  retry: {{attempts: 1}}
-  breaker: {{failures: 1000}}
-rate_limits:
-  tenants:
-    team-b: {{requests_per_second: 100, burst: 30, concurrent: 2}}
-"""
+def config(fake_url: str) -> Json:
+    timeouts = {"connect": 2, "read": 5, "total": 10}
+    return {
+        "server": {"access_log": False, "max_body_bytes": MAX_BODY, "watch_config": False},
+        "auth": {
+            "admin_key_env": "FUZZ_ADMIN_KEY",
+            "keys": [
+                {"env": "FUZZ_KEY_A", "tenant": "team-a"},
+                {"env": "FUZZ_KEY_B", "tenant": "team-b"},
+            ],
+        },
+        "providers": {
+            "fake": {
+                "type": "openai",
+                "base_url": fake_url,
+                "api_key_env": "FUZZ_PROVIDER_KEY",
+                "timeouts": timeouts,
+            },
+            "demo": {"type": "demo"},
+        },
+        "models": [
+            {"name": "fake-model", "provider": "fake", "aliases": ["fake-alias"]},
+            {"name": "fake-strong", "provider": "fake", "upstream_model": "strong-up"},
+            {"name": "fake-embedding", "provider": "fake", "kind": "embedding"},
+            {"name": "demo", "provider": "demo"},
+            {"name": "demo-embedding", "provider": "demo", "kind": "embedding"},
+        ],
+        "cache": {
+            "store": {"type": "memory", "max_entries": 300},
+            "embedder": {"type": "hash"},
+            "defaults": {"enabled": True, "cache_tool_calls": True},
+        },
+        "guard": {"tools": {"enabled": True, "repair_attempts": 1, "on_failure": "strip"}},
+        "routing": {
+            "aliases": {
+                "auto": {
+                    "tiers": [{"model": "fake-model", "max_score": 0.5}, {"model": "fake-strong"}],
+                    "escalate": {"tools": 1},
+                }
+            }
+        },
+        "resilience": {"retry": {"attempts": 1}, "breaker": {"failures": 1000}},
+        "rate_limits": {
+            "tenants": {"team-b": {"requests_per_second": 100, "burst": 30, "concurrent": 2}}
+        },
+    }
 
 
-@dataclass
 class Process:
-    proc: subprocess.Popen[bytes]
-    log: Path
-    port: int = 0
+    """A server the fuzzers talk to over raw sockets: its port, whether it still runs, what
+    it said, and its resident memory."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.port = int(server.url.rsplit(":", 1)[1])
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        return self.server.pid
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.server.running
 
     def output(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
+        return self.server.output()
 
     def rss_kib(self) -> int:
         status = Path(f"/proc/{self.pid}/status").read_text()
@@ -107,42 +114,6 @@ class FuzzGateway:
         return self.gateway.port
 
 
-def _start(command: list[str], log: Path, env: dict[str, str], cwd: Path) -> Process:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=cwd,
-        )
-    started = Process(proc, log)
-    deadline = time.monotonic() + 60
-    while True:
-        found = LISTENING.search(started.output())
-        if found:
-            started.port = int(found.group(1))
-            return started
-        if proc.poll() is not None:
-            raise AssertionError(f"{command} exited with {proc.returncode}:\n{started.output()}")
-        if time.monotonic() > deadline:
-            _stop(started)
-            raise AssertionError(f"{command} did not listen within 60 s:\n{started.output()}")
-        time.sleep(0.02)
-
-
-def _stop(process: Process) -> None:
-    proc = process.proc
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
 @contextmanager
 def running_fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzGateway]:
     """The fake upstream and the gateway, each its own process, warmed up: the baseline RSS
@@ -152,34 +123,15 @@ def running_fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[F
 
     directory = tmp_path_factory.mktemp("fuzz")
     env = {
-        **os.environ,
         "FUZZ_ADMIN_KEY": ADMIN_KEY,
         "FUZZ_KEY_A": TENANT_KEYS["team-a"],
         "FUZZ_KEY_B": TENANT_KEYS["team-b"],
         "FUZZ_PROVIDER_KEY": PROVIDER_KEY,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
     }
-    upstream = _start(
-        [sys.executable, "-m", "gateway.testing.fake_upstream", "--port", "0"],
-        directory / "upstream.log",
-        env,
-        directory,
-    )
-    try:
-        config = directory / "gateway.yaml"
-        config.write_text(config_text(f"http://127.0.0.1:{upstream.port}/v1"), encoding="utf-8")
-        gateway = _start(
-            [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "0"],
-            directory / "gateway.log",
-            env,
-            directory,
-        )
-        try:
-            fuzz = FuzzGateway(gateway, upstream, config)
+    with start_fake_upstream(directory, name="upstream") as upstream:
+        path = write_config(directory, config(upstream.url + "/v1"))
+        with start_gateway(directory, path, env=env) as gateway:
+            fuzz = FuzzGateway(Process(gateway), Process(upstream), path)
             warm_up(fuzz)
-            fuzz.baseline_rss_kib = gateway.rss_kib()
+            fuzz.baseline_rss_kib = fuzz.gateway.rss_kib()
             yield fuzz
-        finally:
-            _stop(gateway)
-    finally:
-        _stop(upstream)

@@ -32,7 +32,6 @@ import time
 import tracemalloc
 import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,9 @@ import pytest
 from gateway.cache.embedded_store import EmbeddedStore
 from gateway.cache.store import CacheEntry
 from gateway.testing.fake_upstream import FakeUpstream
-from tests.resilience.test_redis_breakers import ADMIN_KEY, gateway_process, listening_url
+from gateway.testing.harness.configs import Json, write_config
+from gateway.testing.harness.starters import start_gateway
+from tests.resilience.test_redis_breakers import ADMIN_ENV, ADMIN_KEY
 
 ROUNDS = 20
 CLIENTS = 16
@@ -70,19 +71,19 @@ class Ledger:
     rechecked: int = 0
 
 
-def config_text(fake_url: str, store: Path) -> str:
-    return f"""
-server: {{access_log: false, watch_config: false, shutdown_timeout_seconds: 1}}
-auth: {{admin_key_env: GATEWAY_ADMIN_KEY}}
-providers:
-  fake: {{type: openai, base_url: "{fake_url}", timeouts: {{connect: 2, read: 5}}}}
-models:
-  - {{name: writer, provider: fake, upstream_model: writer-up}}
-cache:
-  store: {{type: sqlite, path: "{store}", max_entries: 1000000}}
-  embedder: {{type: hash}}
-  defaults: {{enabled: true}}
-"""
+def config(fake_url: str, store: Path) -> Json:
+    fake = {"type": "openai", "base_url": fake_url, "timeouts": {"connect": 2, "read": 5}}
+    return {
+        "server": {"access_log": False, "watch_config": False, "shutdown_timeout_seconds": 1},
+        "auth": {"admin_key_env": "GATEWAY_ADMIN_KEY"},
+        "providers": {"fake": fake},
+        "models": [{"name": "writer", "provider": "fake", "upstream_model": "writer-up"}],
+        "cache": {
+            "store": {"type": "sqlite", "path": str(store), "max_entries": 1000000},
+            "embedder": {"type": "hash"},
+            "defaults": {"enabled": True},
+        },
+    }
 
 
 def question(rng: random.Random, round_no: int, n: int) -> str:
@@ -220,17 +221,14 @@ def test_kill_9_during_writes_loses_no_acknowledged_entry_and_serves_no_corrupt_
 ) -> None:
     started = time.monotonic()
     fake_upstream.defaults.latency_ms = 2  # answers take a moment: writes overlap requests
-    config = tmp_path / "gateway.yaml"
-    config.write_text(config_text(fake_upstream.url, store_path), encoding="utf-8")
+    path = write_config(tmp_path, config(fake_upstream.url, store_path))
     rng = random.Random(20240601)
     ledger = Ledger()
     asked_total = 0
     lost: list[str] = []
     for round_no in range(1, ROUNDS + 1):
-        log = tmp_path / f"gateway-{round_no}.log"
-        with ExitStack() as stack:
-            proc = stack.enter_context(gateway_process(config, log))
-            base = listening_url(proc, log)
+        with start_gateway(tmp_path, path, name=f"gateway-{round_no}", env=ADMIN_ENV) as gateway:
+            base, proc = gateway.url, gateway.proc
             stats = wait_ready(base)
             assert stats["entries"] >= ledger.counted, (
                 f"round {round_no}: the store opened with {stats['entries']} entries, but "
@@ -245,9 +243,8 @@ def test_kill_9_during_writes_loses_no_acknowledged_entry_and_serves_no_corrupt_
             assert proc.wait(10) == -signal.SIGKILL, "the gateway died of the kill, not before"
 
     # Once more: the store opens after the last kill; every acknowledged entry is there.
-    log = tmp_path / "gateway-final.log"
-    with gateway_process(config, log) as proc:
-        base = listening_url(proc, log)
+    with start_gateway(tmp_path, path, name="gateway-final", env=ADMIN_ENV) as gateway:
+        base = gateway.url
         stats = wait_ready(base)
         assert stats["entries"] >= ledger.counted
         final = [q for q, r in ledger.acknowledged.items() if r == ROUNDS]

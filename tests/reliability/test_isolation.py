@@ -27,7 +27,9 @@ from typing import Any
 import pytest
 
 from gateway.testing.fake_upstream import FakeUpstream, Knobs, ScriptedReply
-from tests.resilience.test_redis_breakers import ADMIN_KEY, gateway_process, listening_url
+from gateway.testing.harness.configs import write_config
+from gateway.testing.harness.starters import start_gateway
+from tests.resilience.test_redis_breakers import ADMIN_ENV, ADMIN_KEY
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 if str(BENCH) not in sys.path:
@@ -145,24 +147,22 @@ VALID = Knobs(replies=[ScriptedReply(tool_calls=[{"name": "lookup", "arguments":
 
 @pytest.fixture
 def cached_gateway(tmp_path: Path, fake_upstream: FakeUpstream) -> Iterator[str]:
-    config = tmp_path / "gateway.yaml"
-    config.write_text(
-        f"""
-server: {{access_log: false, watch_config: false}}
-auth: {{admin_key_env: GATEWAY_ADMIN_KEY}}
-providers:
-  fake: {{type: openai, base_url: "{fake_upstream.url}", timeouts: {{connect: 2, read: 5}}}}
-models:
-  - {{name: assistant, provider: fake, upstream_model: assistant-up}}
-cache: {{store: {{type: memory}}, embedder: {{type: hash}}, defaults: {{enabled: true}}}}
-guard:
-  tools: {{enabled: true, repair_attempts: 1, on_failure: strip}}
-""",
-        encoding="utf-8",
-    )
-    log = tmp_path / "gateway.log"
-    with gateway_process(config, log) as proc:
-        yield listening_url(proc, log)
+    fake = {"type": "openai", "base_url": fake_upstream.url, "timeouts": {"connect": 2, "read": 5}}
+    config = {
+        "server": {"access_log": False, "watch_config": False},
+        "auth": {"admin_key_env": "GATEWAY_ADMIN_KEY"},
+        "providers": {"fake": fake},
+        "models": [{"name": "assistant", "provider": "fake", "upstream_model": "assistant-up"}],
+        "cache": {
+            "store": {"type": "memory"},
+            "embedder": {"type": "hash"},
+            "defaults": {"enabled": True},
+        },
+        "guard": {"tools": {"enabled": True, "repair_attempts": 1, "on_failure": "strip"}},
+    }
+    path = write_config(tmp_path, config)
+    with start_gateway(tmp_path, path, env=ADMIN_ENV, timeout=20) as gateway:
+        yield gateway.url
 
 
 def chat(base: str, body: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:

@@ -1,8 +1,8 @@
 """Security review of the gateway: one test per property, over real sockets.
 
-The gateway runs in-process on a loopback port (tests/servers.py), in front of the shared
+The gateway runs in-process on a loopback port (harness/inprocess.py), in front of the shared
 fake upstream (which records the path, headers and body of every call it gets) and, for the
-error-echo checks, a tiny upstream of our own that quotes the credentials it was sent. Raw
+error-echo checks, a second fake whose fault hook quotes the credentials it was sent. Raw
 sockets are used wherever the bytes matter (control characters, folded or oversized headers,
 un-normalised paths, a Content-Length that lies).
 
@@ -56,17 +56,17 @@ from gateway.config.loading import ConfigError
 from gateway.http import auth
 from gateway.http.keys import BREAKERS, CACHE
 from gateway.observability.accesslog import AccessLog
-from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.fake_upstream import FakeUpstream, Knobs, Received
+from gateway.testing.harness.fake_settings import settings_for
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.e2e.helpers import (
     RawResponse,
     assert_openai_error,
     assert_raw_error,
     request,
-    running_gateway,
     settings_from_files,
     upstream_requests,
 )
-from tests.servers import GatewayServer, ServerThread, settings_for
 
 Json = dict[str, Any]
 MAX_BODY = 65536
@@ -110,106 +110,85 @@ ENVIRON = {
 }
 
 
-def config_yaml(fake_url: str, echo_url: str, cache_path: Path) -> str:
-    keys = "\n".join(f"    - {{env: {env_name(t)}, tenant: {t}}}" for t in TENANT_KEYS)
-    return f"""
-server: {{watch_config: false, max_body_bytes: {MAX_BODY}}}
-auth:
-  admin_key_env: SEC_ADMIN
-  metrics_key_env: SEC_METRICS
-  keys:
-{keys}
-providers:
-  fake:
-    type: openai
-    base_url: "{fake_url}"
-    api_key_env: SEC_PROVIDER
-    headers: {{X-Provider-Token: "{HEADER_TOKEN}"}}
-    timeouts: {{connect: 2, read: 5, total: 10}}
-  echo:
-    type: openai
-    base_url: "{echo_url}"
-    api_key_env: SEC_ECHO
-    timeouts: {{connect: 2, read: 5, total: 10}}
-models:
-  - name: chat
-    provider: fake
-    upstream_model: chat-up
-    aliases: [chat-alias]
-    cache: {{enabled: true, semantic: true, similarity_threshold: 0.9}}
-  - {{name: plain, provider: fake, upstream_model: plain-up}}
-  - {{name: echo-model, provider: echo, upstream_model: echo-up}}
-  - {{name: embed, provider: fake, upstream_model: embed-up, kind: embedding}}
-cache:
-  store: {{type: sqlite, path: "{cache_path}"}}
-  embedder: {{type: hash}}
-rate_limits:
-  tenants:
-    tpm-sized: {{tokens_per_minute: 2000}}
-    tpm-chunked: {{tokens_per_minute: 2000}}
-    rps-byok: {{requests_per_second: 0.01, burst: 1}}
-    rps-xff: {{requests_per_second: 0.01, burst: 1}}
-resilience:
-  retry: {{attempts: 1}}
-  breaker: {{failures: 1000}}
-degradation:
-  unavailable: {{mode: error}}
-"""
+def config(fake_url: str, echo_url: str, cache_path: Path) -> Json:
+    timeouts = {"connect": 2, "read": 5, "total": 10}
+    tpm, rps = {"tokens_per_minute": 2000}, {"requests_per_second": 0.01, "burst": 1}
+    return {
+        "server": {"watch_config": False, "max_body_bytes": MAX_BODY},
+        "auth": {
+            "admin_key_env": "SEC_ADMIN",
+            "metrics_key_env": "SEC_METRICS",
+            "keys": [{"env": env_name(t), "tenant": t} for t in TENANT_KEYS],
+        },
+        "providers": {
+            "fake": {
+                "type": "openai",
+                "base_url": fake_url,
+                "api_key_env": "SEC_PROVIDER",
+                "headers": {"X-Provider-Token": HEADER_TOKEN},
+                "timeouts": timeouts,
+            },
+            "echo": {
+                "type": "openai",
+                "base_url": echo_url,
+                "api_key_env": "SEC_ECHO",
+                "timeouts": timeouts,
+            },
+        },
+        "models": [
+            {
+                "name": "chat",
+                "provider": "fake",
+                "upstream_model": "chat-up",
+                "aliases": ["chat-alias"],
+                "cache": {"enabled": True, "semantic": True, "similarity_threshold": 0.9},
+            },
+            {"name": "plain", "provider": "fake", "upstream_model": "plain-up"},
+            {"name": "echo-model", "provider": "echo", "upstream_model": "echo-up"},
+            {
+                "name": "embed",
+                "provider": "fake",
+                "upstream_model": "embed-up",
+                "kind": "embedding",
+            },
+        ],
+        "cache": {
+            "store": {"type": "sqlite", "path": str(cache_path)},
+            "embedder": {"type": "hash"},
+        },
+        "rate_limits": {
+            "tenants": {"tpm-sized": tpm, "tpm-chunked": tpm, "rps-byok": rps, "rps-xff": rps}
+        },
+        "resilience": {"retry": {"attempts": 1}, "breaker": {"failures": 1000}},
+        "degradation": {"unavailable": {"mode": "error"}},
+    }
 
 
 POLICIES = {
-    "own-keys": """
-description: These tenants may bring their own provider key.
-match: {tenants: [team-a, rps-byok]}
-byok: {enabled: true, providers: [fake, echo]}
-""",
-    "team-a-metrics": """
-match: {tenants: [team-a]}
-metrics: {per_tenant: true}
-""",
+    "own-keys": {
+        "description": "These tenants may bring their own provider key.",
+        "match": {"tenants": ["team-a", "rps-byok"]},
+        "byok": {"enabled": True, "providers": ["fake", "echo"]},
+    },
+    "team-a-metrics": {"match": {"tenants": ["team-a"]}, "metrics": {"per_tenant": True}},
 }
 
 
 # --- an upstream that quotes the credentials it was sent ----------------------------------
 
 
-class EchoUpstream:
-    """Answers every chat call with an OpenAI error body whose every field quotes the
-    Authorization header it received (status from the body's `echo_status`, default 400)."""
-
-    def __init__(self) -> None:
-        self.received: list[Json] = []
-        self._runner: web.AppRunner | None = None
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    async def start(self) -> EchoUpstream:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self.port = self._runner.addresses[0][1]
-        return self
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    async def _chat(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        self.received.append({"headers": dict(request.headers), "body": body})
-        said = request.headers.get("Authorization", "")
-        error = {
-            "message": f"rejected {said}",
-            "type": f"type {said}",
-            "code": f"code {said}",
-            "param": f"param {said}",
-        }
-        return web.json_response({"error": error}, status=int(body.get("echo_status", 400)))
+def quote_credentials(got: Received) -> web.Response:
+    """A fault for the fake upstream: every chat call is answered with an OpenAI error body
+    whose every field quotes the Authorization header it received (status from the body's
+    `echo_status`, default 400)."""
+    said = got.request.headers.get("Authorization", "")
+    error = {
+        "message": f"rejected {said}",
+        "type": f"type {said}",
+        "code": f"code {said}",
+        "param": f"param {said}",
+    }
+    return web.json_response({"error": error}, status=int(got.body.get("echo_status", 400)))
 
 
 # --- the gateway under review -------------------------------------------------------------
@@ -223,7 +202,7 @@ class Secured:
     log: AccessLog
     cache_path: Path
     config_path: Path
-    echo: EchoUpstream
+    echo: FakeUpstream
     seen: list[str] = field(default_factory=list)  # every response: status, headers, body
 
     @property
@@ -290,9 +269,9 @@ def secured_gateway(
 ) -> Iterator[Secured]:
     root = tmp_path_factory.mktemp("security")
     cache_path = root / "cache" / "cache.sqlite3"
-    echo = server_thread.call(EchoUpstream().start())
+    echo = server_thread.call(FakeUpstream(fault=quote_credentials).start())
     settings = settings_from_files(
-        root / "conf", config_yaml(fake.url, echo.url, cache_path), POLICIES, ENVIRON
+        root / "conf", config(fake.url, echo.url, cache_path), POLICIES, ENVIRON
     )
     sink = io.BytesIO()
     log = AccessLog(sink)
@@ -833,13 +812,13 @@ def test_the_admin_key_is_compared_by_digest(sec: Secured, monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize(
-    ("extra_yaml", "environ"),
+    ("extra", "environ"),
     [
-        ("", {"GATEWAY_ADMIN_KEY_UNUSED": ADMIN_KEY}),  # anonymous mode, admin env var unset
-        ("auth: {admin_key_env: SEC_EMPTY_ADMIN}", {"SEC_EMPTY_ADMIN": ""}),  # set but empty
-        ("auth: {admin_key_env: null}", {"GATEWAY_ADMIN_KEY": ADMIN_KEY}),  # no variable named
+        ({}, {"GATEWAY_ADMIN_KEY_UNUSED": ADMIN_KEY}),  # anonymous mode, admin env var unset
+        ({"auth": {"admin_key_env": "SEC_EMPTY_ADMIN"}}, {"SEC_EMPTY_ADMIN": ""}),  # set, empty
+        ({"auth": {"admin_key_env": None}}, {"GATEWAY_ADMIN_KEY": ADMIN_KEY}),  # none named
         (
-            "auth: {keys: [{env: SEC_T, tenant: t}]}",  # keyed, admin env var unset
+            {"auth": {"keys": [{"env": "SEC_T", "tenant": "t"}]}},  # keyed, admin env var unset
             {"SEC_T": KEY_A},
         ),
     ],
@@ -848,10 +827,10 @@ def test_the_admin_key_is_compared_by_digest(sec: Secured, monkeypatch: pytest.M
 def test_the_admin_api_is_disabled_without_an_admin_key(
     server_thread: ServerThread,
     fake_upstream: FakeUpstream,
-    extra_yaml: str,
+    extra: Json,
     environ: dict[str, str],
 ) -> None:
-    settings = settings_for(fake_upstream.url, extra_yaml, environ)
+    settings = settings_for(fake_upstream.url, extra, environ)
     assert settings.admin_key_hash is None
     with running_gateway(server_thread, settings) as gw:
         for authorization in (None, f"Bearer {ADMIN_KEY}", f"Bearer {KEY_A}", "Bearer ", "Bearer"):
@@ -890,12 +869,11 @@ def test_was_finding_key_collisions_are_accepted_at_load(
     with the tenant keys, so a tenant whose key equals the admin key gets every admin route
     (config, purge of every tenant's cache, breakers, reload). Should: build_settings raises
     (the load and a reload are refused, naming the variables, never the values)."""
-    yaml = (
-        "auth:\n  admin_key_env: SEC_ADM\n  keys:\n"
-        "    - {env: SEC_T1, tenant: t1}\n    - {env: SEC_T2, tenant: t2}\n"
-    )
+    keys = [{"env": "SEC_T1", "tenant": "t1"}, {"env": "SEC_T2", "tenant": "t2"}]
     try:
-        settings = settings_for(fake_upstream.url, yaml, environ)
+        settings = settings_for(
+            fake_upstream.url, {"auth": {"admin_key_env": "SEC_ADM", "keys": keys}}, environ
+        )
     except (ValueError, ConfigError):
         return  # refused at load: what should happen
     with running_gateway(server_thread, settings) as gw:

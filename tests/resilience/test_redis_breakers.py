@@ -9,14 +9,10 @@ upstream, and an admin reset through the second closes it for the first.
 from __future__ import annotations
 
 import asyncio
-import os
-import re
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +23,14 @@ from gateway.errors import UpstreamError
 from gateway.resilience.breaker import CLOSED, OPEN, BreakerOpen, Breakers
 from gateway.resilience.shared_storage import STATE_SECONDS
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.harness.configs import Json, write_config
+from gateway.testing.harness.process import free_port
+from gateway.testing.harness.starters import listening, spawn_gateway
 from tests.clients import sdk_client
-from tests.e2e.helpers import closed_port, request, upstream_requests
+from tests.e2e.helpers import request, upstream_requests
 
 ADMIN_KEY = "admin-key-for-the-redis-breaker-test"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LISTENING = re.compile(r"listening on (http://\S+)")
+ADMIN_ENV = {"GATEWAY_ADMIN_KEY": ADMIN_KEY}  # for gateway processes whose config names it
 NAME = "fake/lonely-up"  # <provider>/<upstream_model>
 
 
@@ -98,7 +96,7 @@ def test_failures_counted_by_both_replicas_add_up(replicas: tuple[Breakers, Brea
 def test_an_unreachable_redis_leaves_the_breakers_closed() -> None:
     """What the storage promises: Redis down is not an outage of the gateway. Making a breaker
     (at start-up, for every deployment) must not fail either."""
-    url = f"redis://127.0.0.1:{closed_port()}/0"
+    url = f"redis://127.0.0.1:{free_port()}/0"
     breakers = Breakers(BreakerConfig(failures=1), RedisTarget(url, "gateway"))
     breaker = breakers.get(NAME)
     assert breaker.state == CLOSED
@@ -113,76 +111,22 @@ def test_an_unreachable_redis_leaves_the_breakers_closed() -> None:
 # --- two gateway processes -------------------------------------------------------------------
 
 
-def write_config(tmp_path: Path, fake_url: str, redis_url: str) -> Path:
-    path = tmp_path / "gateway.yaml"
-    path.write_text(
-        f"""
-server: {{access_log: false}}
-auth: {{admin_key_env: GATEWAY_ADMIN_KEY}}
-providers:
-  fake: {{type: openai, base_url: "{fake_url}", timeouts: {{connect: 1, read: 5, total: 5}}}}
-models:
-  - {{name: lonely, provider: fake, upstream_model: lonely-up}}
-cache: {{store: {{type: memory}}, defaults: {{enabled: false}}}}
-resilience:
-  retry: {{attempts: 1}}
-  breaker: {{failures: 2, reset_seconds: 30}}
-  breaker_storage:
-    type: redis
-    url: "{redis_url}"
-    namespace: {unique_namespace("e2e")}
-degradation:
-  unavailable: {{mode: answer}}
-""",
-        encoding="utf-8",
-    )
-    return path
-
-
-@contextmanager
-def gateway_process(config: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """`python -m gateway serve --port 0`, its output in `log`; terminated when the block
-    ends, killed if it does not stop."""
-    env = {
-        **os.environ,
-        "GATEWAY_ADMIN_KEY": ADMIN_KEY,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+def config(fake_url: str, redis_url: str) -> Json:
+    timeouts = {"connect": 1, "read": 5, "total": 5}
+    return {
+        "server": {"access_log": False},
+        "auth": {"admin_key_env": "GATEWAY_ADMIN_KEY"},
+        "providers": {"fake": {"type": "openai", "base_url": fake_url, "timeouts": timeouts}},
+        "models": [{"name": "lonely", "provider": "fake", "upstream_model": "lonely-up"}],
+        "cache": {"store": {"type": "memory"}, "defaults": {"enabled": False}},
+        "resilience": {
+            "retry": {"attempts": 1},
+            "breaker": {"failures": 2, "reset_seconds": 30},
+            "breaker_storage": {"type": "redis"},
+        },
+        "redis": {"url": redis_url, "namespace": unique_namespace("e2e")},
+        "degradation": {"unavailable": {"mode": "answer"}},
     }
-    command = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "0"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=config.parent,
-        )
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-
-
-def listening_url(proc: subprocess.Popen[bytes], log: Path, timeout: float = 20) -> str:
-    """The address the gateway printed once it listens."""
-    deadline = time.monotonic() + timeout
-    while True:
-        output = log.read_text(encoding="utf-8", errors="replace")
-        found = LISTENING.search(output)
-        if found:
-            return found.group(1)
-        if proc.poll() is not None:
-            raise AssertionError(f"the gateway exited with {proc.returncode}:\n{output}")
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"the gateway did not listen within {timeout} s:\n{output}")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -190,11 +134,14 @@ def two_gateways(
     tmp_path: Path, redis_url: str, fake_upstream: FakeUpstream
 ) -> Iterator[tuple[str, str]]:
     """Two gateway processes with one config: the same Redis, the same namespace."""
-    config = write_config(tmp_path, fake_upstream.url, redis_url)
+    path = write_config(tmp_path, config(fake_upstream.url, redis_url))
     with ExitStack() as stack:
-        logs = [tmp_path / "a.log", tmp_path / "b.log"]
-        procs = [stack.enter_context(gateway_process(config, log)) for log in logs]
-        yield listening_url(procs[0], logs[0]), listening_url(procs[1], logs[1])
+        started = [
+            stack.enter_context(spawn_gateway(tmp_path, path, name=name, env=ADMIN_ENV))
+            for name in ("a", "b")
+        ]
+        a, b = (listening(server, 20).url for server in started)
+        yield a, b
 
 
 def ask(gateway: str, text: str = "hello") -> Any:

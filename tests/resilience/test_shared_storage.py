@@ -11,7 +11,7 @@ import pytest
 from gateway.config import BreakerConfig, RedisTarget
 from gateway.resilience.breaker import Breakers
 from gateway.state.health import PAUSE_AFTER_FAILURE
-from tests.redis_server import redis_server, redis_server_path
+from gateway.testing.harness.redis_server import redis_server, redis_server_path
 
 CONFIG = BreakerConfig(failures=2, reset_seconds=30)
 
@@ -38,7 +38,8 @@ def test_an_open_breaker_is_seen_by_the_other_replica(redis_url: str) -> None:
 def test_redis_away_keeps_breakers_working_locally_then_shares_again() -> None:
     if redis_server_path() is None:
         pytest.skip("redis-server is not on PATH")
-    with redis_server() as url:
+    with redis_server() as server:
+        url = server.url
         breakers = _breakers(url, "outage")
         breaker = breakers.get("p/m")
         assert breaker.state == "closed"

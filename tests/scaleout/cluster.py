@@ -1,21 +1,18 @@
 """Three gateway replicas, each a real `python -m gateway serve` process, sharing one real
 redis-server: starting them, asking them, reading their readiness, admin API and metrics.
 
-The replicas run from one config file (written by each test module) in front of the fake
-upstream, which runs in the test process (tests/conftest.py), so tests count what it
-receives. `RedisProcess` is a redis-server a test may kill and start again on the same port.
+The replicas run from one config file (written by each test module from a dict) in front of
+the fake upstream, which runs in the test process (tests/conftest.py), so tests count what it
+receives. A test that kills Redis and starts it again on the same port uses the harness's
+`RedisServer`.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
-import tempfile
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -25,10 +22,12 @@ from typing import Any
 import pytest
 
 from gateway.testing.fake_upstream import FakeUpstream, Knobs, ScriptedReply
+from gateway.testing.harness.configs import Json, deep_merge, write_config
+from gateway.testing.harness.redis_server import INSTALL_HINT, redis_server_path
+from gateway.testing.harness.starters import listening, spawn_gateway
+from gateway.testing.harness.sync_http import Reply, http
 from tests.clients import sdk_client
-from tests.processes import free_port, stop
-from tests.redis_server import redis_server_path, wait_until_ready
-from tests.resilience.test_redis_breakers import ADMIN_KEY, gateway_process, listening_url
+from tests.resilience.test_redis_breakers import ADMIN_ENV, ADMIN_KEY
 
 REPLICAS = 3
 READY_TIMEOUT = 60.0  # MiniLM loads in a few seconds per process; three share two cores
@@ -41,44 +40,7 @@ UNCACHEABLE = Knobs(replies=[ScriptedReply(content=UNCACHEABLE_CONTENT, finish_r
 
 def require_redis_server() -> None:
     if redis_server_path() is None:
-        pytest.skip("redis-server is not on PATH (CI installs it: apt-get install redis-server)")
-
-
-# --- plain HTTP ----------------------------------------------------------------------------
-
-_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    status: int
-    headers: dict[str, str]  # lower-cased names
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def http(
-    method: str,
-    url: str,
-    body: Any = None,
-    headers: dict[str, str] | None = None,
-    timeout: float = 10.0,
-) -> Reply:
-    data = None if body is None else json.dumps(body).encode()
-    sent = {"Content-Type": "application/json"} if data is not None else {}
-    request = urllib.request.Request(url, data=data, method=method, headers=sent | (headers or {}))
-    try:
-        with _opener.open(request, timeout=timeout) as resp:
-            return Reply(resp.status, _lower(resp.headers.items()), resp.read())
-    except urllib.error.HTTPError as err:
-        with err:
-            return Reply(err.code, _lower(err.headers.items()), err.read())
-
-
-def _lower(items: Any) -> dict[str, str]:
-    return {k.lower(): v for k, v in items}
+        pytest.skip(INSTALL_HINT)
 
 
 # --- the replicas --------------------------------------------------------------------------
@@ -143,28 +105,33 @@ class Replica:
             model=model, messages=[{"role": "user", "content": text}], **extra
         )
         content = raw.parse().choices[0].message.content or ""
-        return Answer(content, _lower(raw.headers.items()))
+        return Answer(content, {k.lower(): v for k, v in raw.headers.items()})
 
 
 @contextmanager
 def replicas(
-    directory: Path, config_text: str, env: dict[str, str] | None = None, count: int = REPLICAS
+    directory: Path,
+    config: Mapping[str, Any],
+    env: dict[str, str] | None = None,
+    count: int = REPLICAS,
 ) -> Iterator[list[Replica]]:
     """`count` gateway processes on one config file (written to `directory`), started at
     once; each is terminated when the block ends."""
-    config = directory / "gateway.yaml"
-    config.write_text(config_text, encoding="utf-8")
+    path = write_config(directory, config)
     with ExitStack() as stack:
-        started = []
-        with pytest.MonkeyPatch.context() as patch:  # the keys' variables, for the children only
-            for name, value in (env or {}).items():
-                patch.setenv(name, value)
-            for i in range(1, count + 1):
-                log = directory / f"replica-{i}.log"
-                started.append((i, stack.enter_context(gateway_process(config, log)), log))
+        started = [
+            stack.enter_context(
+                spawn_gateway(
+                    directory, path, name=f"replica-{i}", env={**ADMIN_ENV, **(env or {})}
+                )
+            )
+            for i in range(1, count + 1)
+        ]
         yield [
-            Replica(f"replica {i}", proc, listening_url(proc, log, timeout=READY_TIMEOUT), log)
-            for i, proc, log in started
+            Replica(
+                f"replica {i}", server.proc, listening(server, READY_TIMEOUT).url, server.log_path
+            )
+            for i, server in enumerate(started, 1)
         ]
 
 
@@ -216,56 +183,18 @@ def upstream_calls(fake: FakeUpstream, upstream_model: str) -> int:
     return sum(1 for r in fake.received if r["body"].get("model") == upstream_model)
 
 
-def base_config(fake_url: str, keys: dict[str, str] | None = None, server: str = "") -> str:
-    """server, auth and the fake provider; `keys`: tenant -> name of its key's variable."""
-    auth = "auth: {admin_key_env: GATEWAY_ADMIN_KEY}"
+def base_config(
+    fake_url: str, keys: dict[str, str] | None = None, server: Json | None = None, **sections: Any
+) -> Json:
+    """server, auth and the fake provider, with `sections` laid over them (deep_merge);
+    `keys`: tenant -> name of its key's variable."""
+    auth: Json = {"admin_key_env": "GATEWAY_ADMIN_KEY"}
     if keys:
-        lines = "".join(f"\n    - {{env: {env}, tenant: {t}}}" for t, env in keys.items())
-        auth = f"auth:\n  admin_key_env: GATEWAY_ADMIN_KEY\n  keys:{lines}"
-    return f"""
-server: {{access_log: false, watch_config: false{server}}}
-{auth}
-providers:
-  fake: {{type: openai, base_url: "{fake_url}", timeouts: {{connect: 2, read: 10, total: 15}}}}
-"""
-
-
-# --- a redis-server that can be killed and started again -----------------------------------
-
-
-class RedisProcess:
-    """redis-server on a fixed loopback port; nothing persisted, so a restart starts empty
-    (as a crashed Redis without persistence does)."""
-
-    def __init__(self) -> None:
-        executable = redis_server_path()
-        assert executable is not None
-        self._executable = executable
-        self._workdir = tempfile.TemporaryDirectory(prefix="gateway-scaleout-redis-")
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self, timeout: float = 10.0) -> None:
-        args = [self._executable, "--port", str(self.port), "--bind", "127.0.0.1"]
-        args += ["--save", "", "--appendonly", "no", "--dir", self._workdir.name]
-        log = Path(self._workdir.name) / "redis.log"
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        wait_until_ready(self.proc, self.url, log, timeout)
-
-    def kill(self) -> None:
-        """SIGKILL: Redis crashes, as far as its clients can tell."""
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(10)
-
-    def close(self) -> None:
-        if self.proc is not None:
-            stop(self.proc)
-        self._workdir.cleanup()
+        auth["keys"] = [{"env": env, "tenant": t} for t, env in keys.items()]
+    timeouts = {"connect": 2, "read": 10, "total": 15}
+    config = {
+        "server": {"access_log": False, "watch_config": False, **(server or {})},
+        "auth": auth,
+        "providers": {"fake": {"type": "openai", "base_url": fake_url, "timeouts": timeouts}},
+    }
+    return deep_merge(config, sections)

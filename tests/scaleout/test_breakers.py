@@ -29,21 +29,21 @@ def cluster(
     tmp_path_factory: pytest.TempPathFactory, redis_url: str, fake: FakeUpstream
 ) -> Iterator[list[Replica]]:
     namespace = f"so-breakers-{uuid.uuid4().hex[:12]}"
-    text = (
-        base(fake.url)
-        + f"""
-models:
-  - {{name: flaky, provider: fake, upstream_model: up-flaky}}
-  - {{name: steady, provider: fake, upstream_model: up-steady}}
-resilience:
-  retry: {{attempts: 1}}
-  breaker: {{failures: {FAILURES}, reset_seconds: {RESET_SECONDS}}}
-  breaker_storage: {{type: redis, url: "{redis_url}", namespace: {namespace}}}
-degradation:
-  unavailable: {{mode: answer}}
-"""
+    config = base(
+        fake.url,
+        models=[
+            {"name": "flaky", "provider": "fake", "upstream_model": "up-flaky"},
+            {"name": "steady", "provider": "fake", "upstream_model": "up-steady"},
+        ],
+        redis={"url": redis_url, "namespace": namespace},
+        resilience={
+            "retry": {"attempts": 1},
+            "breaker": {"failures": FAILURES, "reset_seconds": RESET_SECONDS},
+            "breaker_storage": {"type": "redis"},
+        },
+        degradation={"unavailable": {"mode": "answer"}},
     )
-    with replicas(tmp_path_factory.mktemp("breakers"), text) as group:
+    with replicas(tmp_path_factory.mktemp("breakers"), config) as group:
         wait_ready(group)
         yield group
 

@@ -41,19 +41,19 @@ def cluster(
     tmp_path_factory: pytest.TempPathFactory, redis_url: str, fake: FakeUpstream
 ) -> Iterator[list[Replica]]:
     namespace = f"so-cache-{uuid.uuid4().hex[:12]}"  # this module's keys in the session's Redis
-    text = (
-        base(fake.url, KEYS)
-        + f"""
-models:
-  - {{name: assistant, provider: fake, upstream_model: {UPSTREAM}}}
-cache:
-  store: {{type: redis, url: "{redis_url}", namespace: {namespace}}}
-  embedder: {{type: sentence-transformers}}
-  defaults: {{enabled: true}}
-"""
+    config = base(
+        fake.url,
+        KEYS,
+        models=[{"name": "assistant", "provider": "fake", "upstream_model": UPSTREAM}],
+        redis={"url": redis_url, "namespace": namespace},
+        cache={
+            "store": {"type": "redis"},
+            "embedder": {"type": "sentence-transformers"},
+            "defaults": {"enabled": True},
+        },
     )
     env = {KEYS[t]: SECRET[t] for t in KEYS}
-    with replicas(tmp_path_factory.mktemp("cache"), text, env) as group:
+    with replicas(tmp_path_factory.mktemp("cache"), config, env) as group:
         wait_ready(group, semantic=True)
         yield group
 

@@ -31,18 +31,18 @@ def cluster(
     tmp_path_factory: pytest.TempPathFactory, redis_url: str, fake: FakeUpstream
 ) -> Iterator[list[Replica]]:
     namespace = f"so-rl-{uuid.uuid4().hex[:12]}"
-    text = (
-        base(fake.url, KEYS)
-        + f"""
-models:
-  - {{name: quick, provider: fake, upstream_model: up-quick}}
-rate_limits:
-  storage: {{type: redis, url: "{redis_url}", namespace: {namespace}}}
-  tenants:
-    metered: {{requests_per_second: {RATE}, burst: {BURST}}}
-"""
+    config = base(
+        fake.url,
+        KEYS,
+        models=[{"name": "quick", "provider": "fake", "upstream_model": "up-quick"}],
+        redis={"url": redis_url, "namespace": namespace},
+        rate_limits={
+            "storage": {"type": "redis"},
+            "tenants": {"metered": {"requests_per_second": RATE, "burst": BURST}},
+        },
     )
-    with replicas(tmp_path_factory.mktemp("ratelimits"), text, {KEYS["metered"]: SECRET}) as group:
+    env = {KEYS["metered"]: SECRET}
+    with replicas(tmp_path_factory.mktemp("ratelimits"), config, env) as group:
         wait_ready(group)
         yield group
 

@@ -27,9 +27,10 @@ import redis
 from gateway.resilience.shared_storage import STATE_SECONDS
 from gateway.state.health import PAUSE_AFTER_FAILURE
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.harness.inprocess import ServerThread
+from gateway.testing.harness.redis_server import RedisServer
 from tests.scaleout.cluster import (
     Answer,
-    RedisProcess,
     Replica,
     replicas,
     require_redis_server,
@@ -39,7 +40,6 @@ from tests.scaleout.cluster import (
     wait_ready,
 )
 from tests.scaleout.cluster import base_config as base
-from tests.servers import ServerThread
 
 CAPPED = [f"capped-{i}" for i in range(4)]  # each may send 2 requests, then (nearly) nothing
 CAPPED_BURST = 2
@@ -54,12 +54,11 @@ RESYNC_SECONDS = 5.0  # Redis back -> every replica ready again
 
 
 @pytest.fixture(scope="module")
-def redis_process() -> Iterator[RedisProcess]:
+def redis_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     require_redis_server()
-    server = RedisProcess()
-    server.start()
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
     yield server
-    server.close()
+    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -71,39 +70,37 @@ def own_fake(server_thread: ServerThread) -> Iterator[FakeUpstream]:
 
 @pytest.fixture(scope="module")
 def cluster(
-    tmp_path_factory: pytest.TempPathFactory, redis_process: RedisProcess, own_fake: FakeUpstream
+    tmp_path_factory: pytest.TempPathFactory, redis_process: RedisServer, own_fake: FakeUpstream
 ) -> Iterator[list[Replica]]:
     url, ns = redis_process.url, f"so-outage-{uuid.uuid4().hex[:8]}"
-    capped_limits = "\n".join(
-        f"    {t}: {{requests_per_second: 0.01, burst: {CAPPED_BURST}}}" for t in CAPPED
-    )
-    text = (
-        base(own_fake.url, KEYS)
-        + f"""
-models:
-  - {{name: assistant, provider: fake, upstream_model: up-assistant}}
-  - {{name: flaky-a, provider: fake, upstream_model: up-flaky-a, cache: {{enabled: false}}}}
-  - {{name: flaky-b, provider: fake, upstream_model: up-flaky-b, cache: {{enabled: false}}}}
-cache:
-  store: {{type: redis, url: "{url}", namespace: {ns}}}
-  embedder: {{type: hash}}
-  defaults: {{enabled: true}}
-resilience:
-  retry: {{attempts: 1}}
-  breaker: {{failures: 2, reset_seconds: 30}}
-  breaker_storage: {{type: redis, url: "{url}", namespace: {ns}}}
-degradation:
-  unavailable: {{mode: answer}}
-rate_limits:
-  storage: {{type: redis, url: "{url}", namespace: {ns}}}
-  tenants:
-    ops: {{requests_per_second: 1000, burst: 1000}}
-{capped_limits}
-    {STRICT}: {{requests_per_second: 0.01, burst: {STRICT_BURST}}}
-"""
+    # Each part with its own url and namespace, as before the redis: section (issue 16): still
+    # accepted (with a warning), so the old form stays tested against a real outage.
+    storage = {"type": "redis", "url": url, "namespace": ns}
+    limits = {
+        "ops": {"requests_per_second": 1000, "burst": 1000},
+        **{t: {"requests_per_second": 0.01, "burst": CAPPED_BURST} for t in CAPPED},
+        STRICT: {"requests_per_second": 0.01, "burst": STRICT_BURST},
+    }
+    uncached = {"cache": {"enabled": False}}
+    config = base(
+        own_fake.url,
+        KEYS,
+        models=[
+            {"name": "assistant", "provider": "fake", "upstream_model": "up-assistant"},
+            {"name": "flaky-a", "provider": "fake", "upstream_model": "up-flaky-a", **uncached},
+            {"name": "flaky-b", "provider": "fake", "upstream_model": "up-flaky-b", **uncached},
+        ],
+        cache={"store": storage, "embedder": {"type": "hash"}, "defaults": {"enabled": True}},
+        resilience={
+            "retry": {"attempts": 1},
+            "breaker": {"failures": 2, "reset_seconds": 30},
+            "breaker_storage": storage,
+        },
+        degradation={"unavailable": {"mode": "answer"}},
+        rate_limits={"storage": storage, "tenants": limits},
     )
     env = {KEYS[t]: SECRET[t] for t in KEYS}
-    with replicas(tmp_path_factory.mktemp("outage"), text, env) as group:
+    with replicas(tmp_path_factory.mktemp("outage"), config, env) as group:
         wait_ready(group)
         yield group
 
@@ -227,17 +224,17 @@ def nudged(replica: Replica, cache: bool = True) -> tuple[str, dict[str, str]]:
 
 
 @pytest.fixture
-def settled(cluster: list[Replica], redis_process: RedisProcess) -> list[Replica]:
+def settled(cluster: list[Replica], redis_process: RedisServer) -> list[Replica]:
     """Redis running and every replica ready on it (whatever an earlier test left)."""
-    assert redis_process.proc is not None
-    if redis_process.proc.poll() is not None:
+    assert redis_process.server is not None
+    if not redis_process.server.running:
         redis_process.start()
     wait_each(cluster, lambda r: nudged(r)[0] == "ready", RESYNC_SECONDS, described, poll=0.2)
     return cluster
 
 
 def test_replicas_serve_through_a_redis_outage_and_resynchronise_after_it(
-    settled: list[Replica], redis_process: RedisProcess, own_fake: FakeUpstream
+    settled: list[Replica], redis_process: RedisServer, own_fake: FakeUpstream
 ) -> None:
     cluster = settled
     r1, r2, r3 = cluster
@@ -353,7 +350,7 @@ def test_replicas_serve_through_a_redis_outage_and_resynchronise_after_it(
 
 
 def test_readiness_sees_redis_back_without_requests_reaching_breakers_or_limits(
-    settled: list[Replica], redis_process: RedisProcess
+    settled: list[Replica], redis_process: RedisServer
 ) -> None:
     """Was a gateway bug (gateway/state/shared.py, shared_parts): /readyz and gateway_redis_up
     report the breakers' and rate limits' Redis as the last call to it went
@@ -383,7 +380,7 @@ def test_readiness_sees_redis_back_without_requests_reaching_breakers_or_limits(
 
 
 def test_stale_connections_after_a_redis_restart_neither_skip_limits_nor_miss_the_cache(
-    settled: list[Replica], redis_process: RedisProcess
+    settled: list[Replica], redis_process: RedisServer
 ) -> None:
     """Was a gateway bug (gateway/ratelimit/redis_backend.py RedisBackend.__init__, and the same in
     gateway/cache/redis_store.py RedisStore.__init__): the asyncio connection pools keep the

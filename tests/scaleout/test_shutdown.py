@@ -38,20 +38,21 @@ PLAIN = "a plain request that takes a while"
 def cluster(
     tmp_path_factory: pytest.TempPathFactory, redis_url: str, fake: FakeUpstream
 ) -> Iterator[list[Replica]]:
-    server = f", drain_seconds: {DRAIN}, shutdown_timeout_seconds: {TIMEOUT}"
-    text = (
-        base(fake.url, server=server)
-        + f"""
-models:
-  - {{name: slow, provider: fake, upstream_model: up-slow}}
-  - {{name: lazy, provider: fake, upstream_model: up-lazy}}
-cache:
-  store: {{type: redis, url: "{redis_url}", namespace: so-shutdown-{uuid.uuid4().hex[:12]}}}
-  embedder: {{type: hash}}
-  defaults: {{enabled: true}}
-"""
+    config = base(
+        fake.url,
+        server={"drain_seconds": DRAIN, "shutdown_timeout_seconds": TIMEOUT},
+        models=[
+            {"name": "slow", "provider": "fake", "upstream_model": "up-slow"},
+            {"name": "lazy", "provider": "fake", "upstream_model": "up-lazy"},
+        ],
+        redis={"url": redis_url, "namespace": f"so-shutdown-{uuid.uuid4().hex[:12]}"},
+        cache={
+            "store": {"type": "redis"},
+            "embedder": {"type": "hash"},
+            "defaults": {"enabled": True},
+        },
     )
-    with replicas(tmp_path_factory.mktemp("shutdown"), text) as group:
+    with replicas(tmp_path_factory.mktemp("shutdown"), config) as group:
         wait_ready(group)
         yield group
 

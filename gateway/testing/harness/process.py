@@ -51,7 +51,8 @@ class ServerError(RuntimeError):
 
 
 class Server:
-    """A subprocess in its own process group, its output in `workdir/NAME.log`."""
+    """A subprocess in its own process group, its output in `workdir/NAME.log`; it runs in
+    `workdir` too unless `cwd` says otherwise (relative paths in a config resolve there)."""
 
     def __init__(
         self,
@@ -59,10 +60,12 @@ class Server:
         argv: Sequence[str],
         workdir: Path,
         env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.name = name
         self.argv = list(argv)
         self.workdir = workdir
+        self.cwd = cwd or workdir
         self.env = {**os.environ, **(env or {})}
         self.log_path = workdir / f"{name}.log"
         self.url = ""
@@ -79,7 +82,7 @@ class Server:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=self.env,
-                cwd=self.workdir,
+                cwd=self.cwd,
                 start_new_session=True,
             )
 

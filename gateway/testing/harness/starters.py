@@ -28,11 +28,11 @@ def python_server(
     argv: Sequence[str],
     env: Mapping[str, str] | None = None,
     root: Path = REPO_ROOT,
+    cwd: Path | None = None,
 ) -> Server:
     """`python ARGV...` as a `Server`, importing `gateway` from `root`."""
-    return Server(
-        name, [sys.executable, *argv], workdir, {"PYTHONPATH": pythonpath(root), **(env or {})}
-    )
+    env = {"PYTHONPATH": pythonpath(root), **(env or {})}
+    return Server(name, [sys.executable, *argv], workdir, env, cwd)
 
 
 def listening(server: Server, timeout: float) -> Server:
@@ -64,12 +64,12 @@ def spawn_gateway(
     name: str = "gateway",
     env: Mapping[str, str] | None = None,
     root: Path = REPO_ROOT,
-    args: Sequence[str] = (),
+    cwd: Path | None = None,
 ) -> Server:
     """`python -m gateway serve --config CONFIG --port 0`, not waited for: start several at
     once, then `listening` each."""
-    argv = ["-m", "gateway", "serve", "--config", str(config), "--port", "0", *args]
-    return python_server(name, workdir, argv, env, root)
+    argv = ["-m", "gateway", "serve", "--config", str(config), "--port", "0"]
+    return python_server(name, workdir, argv, env, root, cwd)
 
 
 def start_gateway(
@@ -79,10 +79,12 @@ def start_gateway(
     name: str = "gateway",
     env: Mapping[str, str] | None = None,
     root: Path = REPO_ROOT,
+    cwd: Path | None = None,
     timeout: float = 60.0,
 ) -> Server:
     """A gateway process, once it listens (its base URL is `server.url`)."""
-    return listening(spawn_gateway(workdir, config, name=name, env=env, root=root), timeout)
+    server = spawn_gateway(workdir, config, name=name, env=env, root=root, cwd=cwd)
+    return listening(server, timeout)
 
 
 def start_fake_upstream(
