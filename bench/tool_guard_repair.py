@@ -184,10 +184,10 @@ def repair_cases(
 
 def start_repair_servers(
     workdir: Path, attempts: int, stack: ExitStack
-) -> tuple[str, dict[str, str]]:
+) -> tuple[str, dict[str, Server]]:
     """The fake upstream, and two gateways in front of it: the tool guard on (repair_attempts,
     on_failure strip) and off. Access log and cache off (no cache section) in both. Returns
-    the fake's URL and each gateway's chat-completions URL."""
+    the fake's URL and the gateways, stopped when `stack` closes."""
     fake = stack.enter_context(start_fake_upstream(workdir))
     servers: dict[str, Server] = {}
     for name, guard in (
@@ -407,58 +407,56 @@ class Judge:
         return [str(p) for call in reply.calls for p in catalog.check(call).problems]
 
 
-def median_over_rounds(values: list[float]) -> float:
-    return median(values)  # NaN rounds (nothing answered) are left out
+@dataclass
+class Row:
+    """The replies of one phase and mutation kind, judged."""
+
+    requests: int = 0
+    as_expected: int = 0
+    leaked: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    upstream_calls: Counter[int] = field(default_factory=Counter)
+    p50_by_round: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
+    wrong: list[dict[str, Any]] = field(default_factory=list)
 
 
 def summarize_repair(
     runs: dict[str, list[PhaseRun]], opts: RepairOptions, samples: list[Sample]
 ) -> dict[str, Any]:
     judge = Judge(opts.repair_attempts)
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    rows: dict[tuple[str, str], Row] = {}
     for label in LABELS:
         for round_no, run in enumerate(runs.get(label, [])):
             for reply in run.replies:
                 kind = "(all)" if label.endswith(SERIAL) else reply.case.kind
-                row = rows.setdefault(
-                    (label, kind),
-                    {
-                        "requests": 0,
-                        "as_expected": 0,
-                        "leaked": 0,
-                        "outcomes": Counter(),
-                        "upstream_calls": Counter(),
-                        "p50_by_round": defaultdict(list),
-                        "wrong": [],
-                    },
-                )
-                row["requests"] += 1
+                row = rows.setdefault((label, kind), Row())
+                row.requests += 1
                 wrong = judge.wrong(reply)
-                row["as_expected"] += not wrong
-                row["outcomes"][str(reply.outcome)] += 1
-                row["upstream_calls"][reply.upstream_calls] += 1
+                row.as_expected += not wrong
+                row.outcomes[str(reply.outcome)] += 1
+                row.upstream_calls[reply.upstream_calls] += 1
                 if reply.status == 200:
-                    row["p50_by_round"][round_no].append(reply.seconds * 1000)
+                    row.p50_by_round[round_no].append(reply.seconds * 1000)
                 leaks = judge.leaked(reply) if reply.case.scenario != UNGUARDED else []
-                row["leaked"] += bool(leaks)
-                if (wrong or leaks) and len(row["wrong"]) < 5:
-                    row["wrong"].append({"key": reply.case.key, "wrong": wrong, "leaked": leaks})
-    table = []
-    for (label, kind), row in rows.items():
-        calls = row["upstream_calls"]
-        p50s = [percentile(v, 50) for v in row.pop("p50_by_round").values()]
-        table.append(
-            {
-                "phase": label,
-                "kind": kind,
-                **row,
-                "rate": row["as_expected"] / row["requests"],
-                "outcomes": dict(row["outcomes"]),
-                "upstream_calls": {str(k): v for k, v in sorted(calls.items())},
-                "upstream_calls_mean": sum(k * v for k, v in calls.items()) / row["requests"],
-                "p50_ms": median_over_rounds(p50s),
-            }
-        )
+                row.leaked += bool(leaks)
+                if (wrong or leaks) and len(row.wrong) < 5:
+                    row.wrong.append({"key": reply.case.key, "wrong": wrong, "leaked": leaks})
+    table = [
+        {
+            "phase": label,
+            "kind": kind,
+            "requests": row.requests,
+            "as_expected": row.as_expected,
+            "leaked": row.leaked,
+            "outcomes": dict(row.outcomes),
+            "upstream_calls": {str(k): v for k, v in sorted(row.upstream_calls.items())},
+            "wrong": row.wrong,
+            "rate": row.as_expected / row.requests,
+            "upstream_calls_mean": sum(k * v for k, v in row.upstream_calls.items()) / row.requests,
+            "p50_ms": median([percentile(v, 50) for v in row.p50_by_round.values()]),
+        }
+        for (label, kind), row in rows.items()
+    ]
     return {
         "options": asdict(opts),
         "samples": len(samples),
@@ -472,17 +470,18 @@ def summarize_repair(
 
 
 def paired(runs: dict[str, list[PhaseRun]], a: str, b: str, fn: Callable[..., float]) -> float:
-    """Median over rounds of fn(a's run, b's run) from the same round."""
-    return median_over_rounds([fn(x, y) for x, y in zip(runs[a], runs[b], strict=False)])
+    """Median over rounds of fn(a's run, b's run) from the same round (rounds that measured
+    nothing, NaN, left out)."""
+    return median([fn(x, y) for x, y in zip(runs[a], runs[b], strict=False)])
 
 
 def repair_latency(runs: dict[str, list[PhaseRun]], attempts: int) -> dict[str, Any]:
     phases = {
         name: {
             "n_per_round": len(runs[name][0].replies) if runs[name] else 0,
-            "p50_ms": median_over_rounds([r.p50_ms for r in runs[name]]),
-            "p99_ms": median_over_rounds([r.p99_ms for r in runs[name]]),
-            "gateway_cpu_ms_per_request": median_over_rounds([r.cpu_ms for r in runs[name]]),
+            "p50_ms": median([r.p50_ms for r in runs[name]]),
+            "p99_ms": median([r.p99_ms for r in runs[name]]),
+            "gateway_cpu_ms_per_request": median([r.cpu_ms for r in runs[name]]),
             "p50_by_round": [r.p50_ms for r in runs[name]],
             "p99_by_round": [r.p99_ms for r in runs[name]],
         }
