@@ -30,6 +30,7 @@ from gateway.config.cache import CacheStoreConfig
 from gateway.observability.accesslog import AccessLog
 from gateway.testing.fake_retriever import FakeRetriever
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.harness.configs import write_config
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread
 from gateway.testing.harness.process import free_port
 from tests.clients import sdk_client
@@ -63,68 +64,73 @@ CONFIG_MARKERS = ("SECRETS_", "X-Api-Token", "X-Kb-Token", "api_key_env", "127.0
 CACHE_STORE_URL = "url" in CacheStoreConfig.model_fields
 
 
-def config_yaml(fake_url: str, retriever_url: str) -> str:
-    cache_url = (
-        f', url: "redis://:{SECRETS["cache Redis password"]}@127.0.0.1:6379/2"'
-        if CACHE_STORE_URL
-        else ""
-    )
+def config(fake_url: str, retriever_url: str) -> Json:
+    cache_store: Json = {"type": "memory"}
+    if CACHE_STORE_URL:
+        cache_store["url"] = f"redis://:{SECRETS['cache Redis password']}@127.0.0.1:6379/2"
     vault = f"http://vault-user:{SECRETS['provider URL password']}@127.0.0.1:{free_port()}/v1"
-    return f"""
-server: {{watch_config: false}}
-auth:
-  admin_key_env: SECRETS_ADMIN_KEY
-  keys: [{{env: SECRETS_GW_KEY, tenant: team}}]
-providers:
-  fake:
-    type: openai
-    base_url: "{fake_url}"
-    api_key_env: SECRETS_PROVIDER_KEY
-    headers: {{X-Api-Token: "{SECRETS["provider header"]}"}}
-    timeouts: {{connect: 1, read: 5, total: 10}}
-  vaulted:
-    type: openai
-    base_url: "{vault}"
-    timeouts: {{connect: 1, read: 1, total: 2}}
-models:
-  - name: chat
-    provider: fake
-    upstream_model: chat-up
-    cache: {{enabled: true, semantic: false}}
-  - {{name: grounded, provider: fake, upstream_model: grounded-up}}
-  - {{name: vault-model, provider: vaulted}}
-cache:
-  store: {{type: memory{cache_url}}}
-knowledge_bases:
-  docs:
-    type: http
-    url: "{retriever_url}"
-    api_key_env: SECRETS_KB_KEY
-    headers: {{X-Kb-Token: "{SECRETS["knowledge base header"]}"}}
-    timeout_seconds: 2
-    min_chunks: 1
-    min_score: 0.3
-    attach: {{models: [grounded]}}
-rate_limits:
-  storage: {{type: memory, url: "redis://:{SECRETS["rate-limit Redis password"]}@127.0.0.1:6379/0"}}
-resilience:
-  retry: {{attempts: 1}}
-  breaker: {{failures: 1000}}
-  breaker_storage:
-    type: memory
-    url: "redis://breaker:{SECRETS["breaker Redis password"]}@127.0.0.1:6379/1"
-degradation:
-  unavailable: {{mode: error}}
-redis: {{url: "redis://:{SECRETS["shared Redis password"]}@127.0.0.1:6379/3"}}
-"""
+    rate_limit_url = f"redis://:{SECRETS['rate-limit Redis password']}@127.0.0.1:6379/0"
+    breaker_url = f"redis://breaker:{SECRETS['breaker Redis password']}@127.0.0.1:6379/1"
+    return {
+        "server": {"watch_config": False},
+        "auth": {
+            "admin_key_env": "SECRETS_ADMIN_KEY",
+            "keys": [{"env": "SECRETS_GW_KEY", "tenant": "team"}],
+        },
+        "providers": {
+            "fake": {
+                "type": "openai",
+                "base_url": fake_url,
+                "api_key_env": "SECRETS_PROVIDER_KEY",
+                "headers": {"X-Api-Token": SECRETS["provider header"]},
+                "timeouts": {"connect": 1, "read": 5, "total": 10},
+            },
+            "vaulted": {
+                "type": "openai",
+                "base_url": vault,
+                "timeouts": {"connect": 1, "read": 1, "total": 2},
+            },
+        },
+        "models": [
+            {
+                "name": "chat",
+                "provider": "fake",
+                "upstream_model": "chat-up",
+                "cache": {"enabled": True, "semantic": False},
+            },
+            {"name": "grounded", "provider": "fake", "upstream_model": "grounded-up"},
+            {"name": "vault-model", "provider": "vaulted"},
+        ],
+        "cache": {"store": cache_store},
+        "knowledge_bases": {
+            "docs": {
+                "type": "http",
+                "url": retriever_url,
+                "api_key_env": "SECRETS_KB_KEY",
+                "headers": {"X-Kb-Token": SECRETS["knowledge base header"]},
+                "timeout_seconds": 2,
+                "min_chunks": 1,
+                "min_score": 0.3,
+                "attach": {"models": ["grounded"]},
+            }
+        },
+        "rate_limits": {"storage": {"type": "memory", "url": rate_limit_url}},
+        "resilience": {
+            "retry": {"attempts": 1},
+            "breaker": {"failures": 1000},
+            "breaker_storage": {"type": "memory", "url": breaker_url},
+        },
+        "degradation": {"unavailable": {"mode": "error"}},
+        "redis": {"url": f"redis://:{SECRETS['shared Redis password']}@127.0.0.1:6379/3"},
+    }
 
 
-POLICY = """
-description: The team may bring its own key.
-match: {tenants: [team]}
-byok: {enabled: true, providers: [fake]}
-metrics: {per_tenant: true}
-"""
+POLICY = {
+    "description": "The team may bring its own key.",
+    "match": {"tenants": ["team"]},
+    "byok": {"enabled": True, "providers": ["fake"]},
+    "metrics": {"per_tenant": True},
+}
 
 
 @dataclass
@@ -175,16 +181,13 @@ def retriever(server_thread: ServerThread) -> Iterator[FakeRetriever]:
 def start(
     server_thread: ServerThread,
     directory: Path,
-    config: str,
+    config: Json,
     monkeypatch: pytest.MonkeyPatch,
     environ: dict[str, str],
 ) -> Secured:
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    (directory / "policies").mkdir(exist_ok=True)
-    (directory / "policies" / "team.yaml").write_text(POLICY)
-    path = directory / "config.yaml"
-    path.write_text(config)
+    path = write_config(directory, config, {"team": POLICY})
     sink = io.BytesIO()
     log = AccessLog(sink)
     server = server_thread.call(GatewayServer(load_settings(path), log).start())
@@ -201,7 +204,7 @@ def secured(
 ) -> Iterator[Secured]:
     retriever.reset()
     gw = start(
-        server_thread, tmp_path, config_yaml(fake_upstream.url, retriever.url), monkeypatch, ENVIRON
+        server_thread, tmp_path, config(fake_upstream.url, retriever.url), monkeypatch, ENVIRON
     )
     try:
         yield gw
@@ -309,8 +312,8 @@ def test_the_admin_api_is_disabled_without_an_admin_key(
 ) -> None:
     monkeypatch.delenv("SECRETS_ADMIN_KEY", raising=False)
     environ = {k: v for k, v in ENVIRON.items() if k != "SECRETS_ADMIN_KEY"}
-    config = config_yaml(fake_upstream.url, retriever.url)
-    gw = start(server_thread, tmp_path, config, monkeypatch, environ)
+    data = config(fake_upstream.url, retriever.url)
+    gw = start(server_thread, tmp_path, data, monkeypatch, environ)
     try:
         for authorization in (None, f"Bearer {ADMIN_KEY}", f"Bearer {GATEWAY_KEY}", "Bearer "):
             for method, path, body, _ in ADMIN_ROUTES:
@@ -431,7 +434,7 @@ def test_a_broken_config_on_reload_does_not_echo_its_secrets(
     the 422 of POST /admin/reload and the log line must not quote it."""
     caplog.set_level(logging.DEBUG)
     text = secured.config.read_text()
-    header = f'headers: {{X-Api-Token: "{SECRETS["provider header"]}"}}'
+    header = f"headers: {{X-Api-Token: {SECRETS['provider header']}}}"  # as dump_yaml writes it
     assert header in text
     secured.config.write_text(text.replace(header, header.removesuffix("}")))
     resp = secured.call("POST", "/admin/reload", key=ADMIN_KEY)

@@ -14,10 +14,11 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.config import build_settings, parse_config
 from gateway.http.keys import BREAKERS
 from gateway.testing.fake_retriever import FakeRetriever
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.harness.configs import write_config
+from gateway.testing.harness.fake_settings import settings_of
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.clients import sdk_client
 from tests.e2e.helpers import last_upstream_body, request, sse_json
@@ -45,38 +46,45 @@ def kb(retriever: FakeRetriever) -> FakeRetriever:
 def kgw(
     server_thread: ServerThread, fake: FakeUpstream, retriever: FakeRetriever
 ) -> Iterator[GatewayServer]:
-    text = f"""
-server: {{access_log: false}}
-auth:
-  keys: [{{env: TENANT_KEY, tenant: docs-team}}, {{env: OTHER_KEY, tenant: others}}]
-providers:
-  fake: {{type: openai, base_url: "{fake.url}"}}
-models:
-  - {{name: helpdesk, provider: fake, upstream_model: helpdesk-up}}
-  - {{name: plain, provider: fake, upstream_model: plain-up}}
-  - name: cached-helpdesk
-    provider: fake
-    upstream_model: cached-up
-    cache: {{enabled: true, semantic: false}}
-cache: {{store: {{type: memory}}}}
-knowledge_bases:
-  handbook:
-    type: http
-    url: "{retriever.url}"
-    api_key_env: KB_TOKEN
-    timeout_seconds: 0.3
-    min_chunks: 1
-    min_score: 0.3
-    breaker: {{failures: 100, reset_seconds: 1}}
-    attach: {{models: [helpdesk, cached-helpdesk], tenants: [docs-team]}}
-resilience:
-  retry: {{attempts: 1}}
-degradation:
-  disclaimer: {{en: "{DISCLAIMER}", zh: "{DISCLAIMER_ZH}"}}
-  unavailable: {{mode: answer}}
-"""
+    handbook = {
+        "type": "http",
+        "url": retriever.url,
+        "api_key_env": "KB_TOKEN",
+        "timeout_seconds": 0.3,
+        "min_chunks": 1,
+        "min_score": 0.3,
+        "breaker": {"failures": 100, "reset_seconds": 1},
+        "attach": {"models": ["helpdesk", "cached-helpdesk"], "tenants": ["docs-team"]},
+    }
+    config = {
+        "server": {"access_log": False},
+        "auth": {
+            "keys": [
+                {"env": "TENANT_KEY", "tenant": "docs-team"},
+                {"env": "OTHER_KEY", "tenant": "others"},
+            ]
+        },
+        "providers": {"fake": {"type": "openai", "base_url": fake.url}},
+        "models": [
+            {"name": "helpdesk", "provider": "fake", "upstream_model": "helpdesk-up"},
+            {"name": "plain", "provider": "fake", "upstream_model": "plain-up"},
+            {
+                "name": "cached-helpdesk",
+                "provider": "fake",
+                "upstream_model": "cached-up",
+                "cache": {"enabled": True, "semantic": False},
+            },
+        ],
+        "cache": {"store": {"type": "memory"}},
+        "knowledge_bases": {"handbook": handbook},
+        "resilience": {"retry": {"attempts": 1}},
+        "degradation": {
+            "disclaimer": {"en": DISCLAIMER, "zh": DISCLAIMER_ZH},
+            "unavailable": {"mode": "answer"},
+        },
+    }
     environ = {"TENANT_KEY": TENANT_KEY, "OTHER_KEY": "sk-other", "KB_TOKEN": "kb-token-123"}
-    settings = build_settings(parse_config(text), "<t>", environ)
+    settings = settings_of(config, environ)
     with running_gateway(server_thread, settings) as server:
         yield server
 
@@ -292,20 +300,15 @@ def embedded_gateway(
     (docs / "shipping.md").write_text(
         "# Shipping\n\nStandard shipping to Canada takes 7 to 10 business days.\n"
     )
-    config = root / "config.yaml"
-    config.write_text(
-        f"""
-server: {{access_log: false}}
-providers:
-  fake: {{type: openai, base_url: "{fake.url}"}}
-models:
-  - {{name: shop, provider: fake, upstream_model: shop-up}}
-knowledge_bases:
-  shop-docs:
-    path: "{root / "index"}"
-    timeout_seconds: 10
-    attach: {{models: [shop]}}
-"""
+    shop_docs = {"path": str(root / "index"), "timeout_seconds": 10, "attach": {"models": ["shop"]}}
+    config = write_config(
+        root,
+        {
+            "server": {"access_log": False},
+            "providers": {"fake": {"type": "openai", "base_url": fake.url}},
+            "models": [{"name": "shop", "provider": "fake", "upstream_model": "shop-up"}],
+            "knowledge_bases": {"shop-docs": shop_docs},
+        },
     )
     assert main(["kb", "ingest", "shop-docs", str(docs), "--config", str(config), "--quiet"]) == 0
     from gateway.config import load_settings

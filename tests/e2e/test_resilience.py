@@ -16,8 +16,8 @@ import aiohttp
 import openai
 import pytest
 
-from gateway.config import build_settings, parse_config
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.harness.fake_settings import settings_of
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from gateway.testing.harness.process import free_port
 from tests.clients import sdk_client
@@ -31,46 +31,61 @@ RESET_SECONDS = 0.6
 ATTEMPT_CAP = 0.45
 
 
-def resilience_yaml(fake_url: str, mode: str = "answer") -> str:
-    return f"""
-server: {{access_log: false}}
-auth: {{admin_key_env: ADMIN}}
-providers:
-  fake: {{type: openai, base_url: "{fake_url}", timeouts: {{connect: 1, read: 0.4, total: 5}}}}
-  backup: {{type: openai, base_url: "{fake_url}"}}
-  dead: {{type: openai, base_url: "http://127.0.0.1:{free_port()}/v1"}}
-models:
-  - {{name: flaky, provider: fake, upstream_model: flaky-up, fallbacks: [steady]}}
-  - {{name: steady, provider: backup, upstream_model: steady-up}}
-  - {{name: lonely, provider: fake, upstream_model: lonely-up}}
-  - {{name: patient, provider: backup, upstream_model: patient-up, fallbacks: [steady]}}
-  - {{name: unreachable, provider: dead, fallbacks: [steady]}}
-  - name: balanced
-    deployments:
-      - {{provider: backup, upstream_model: heavy-up, weight: 3}}
-      - {{provider: backup, upstream_model: light-up, weight: 1}}
-  - name: cached
-    provider: fake
-    upstream_model: cached-up
-    cache: {{enabled: true, semantic: false}}
-  - {{name: vectors, provider: fake, upstream_model: vectors-up, kind: embedding}}
-cache: {{store: {{type: memory}}}}
-resilience:
-  retry: {{attempts: 3, initial_backoff_ms: 5, max_backoff_ms: 20, max_retry_after_seconds: 2}}
-  breaker: {{failures: 3, reset_seconds: {RESET_SECONDS}}}
-  deadline_seconds: 10
-  attempt_timeout_seconds: {ATTEMPT_CAP}
-degradation:
-  unavailable:
-    mode: {mode}
-    retry_after_seconds: 9
-    message: {{en: "{UNAVAILABLE}", zh: "{UNAVAILABLE_ZH}"}}
-"""
+def resilience_config(fake_url: str, mode: str = "answer") -> Json:
+    def model(name: str, provider: str, **more: Any) -> Json:
+        return {"name": name, "provider": provider, "upstream_model": f"{name}-up", **more}
+
+    backup = [
+        {"provider": "backup", "upstream_model": "heavy-up", "weight": 3},
+        {"provider": "backup", "upstream_model": "light-up", "weight": 1},
+    ]
+    return {
+        "server": {"access_log": False},
+        "auth": {"admin_key_env": "ADMIN"},
+        "providers": {
+            "fake": {
+                "type": "openai",
+                "base_url": fake_url,
+                "timeouts": {"connect": 1, "read": 0.4, "total": 5},
+            },
+            "backup": {"type": "openai", "base_url": fake_url},
+            "dead": {"type": "openai", "base_url": f"http://127.0.0.1:{free_port()}/v1"},
+        },
+        "models": [
+            model("flaky", "fake", fallbacks=["steady"]),
+            model("steady", "backup"),
+            model("lonely", "fake"),
+            model("patient", "backup", fallbacks=["steady"]),
+            {"name": "unreachable", "provider": "dead", "fallbacks": ["steady"]},
+            {"name": "balanced", "deployments": backup},
+            model("cached", "fake", cache={"enabled": True, "semantic": False}),
+            model("vectors", "fake", kind="embedding"),
+        ],
+        "cache": {"store": {"type": "memory"}},
+        "resilience": {
+            "retry": {
+                "attempts": 3,
+                "initial_backoff_ms": 5,
+                "max_backoff_ms": 20,
+                "max_retry_after_seconds": 2,
+            },
+            "breaker": {"failures": 3, "reset_seconds": RESET_SECONDS},
+            "deadline_seconds": 10,
+            "attempt_timeout_seconds": ATTEMPT_CAP,
+        },
+        "degradation": {
+            "unavailable": {
+                "mode": mode,
+                "retry_after_seconds": 9,
+                "message": {"en": UNAVAILABLE, "zh": UNAVAILABLE_ZH},
+            }
+        },
+    }
 
 
 @pytest.fixture(scope="module")
 def rgw(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
-    settings = build_settings(parse_config(resilience_yaml(fake.url)), "<t>", {"ADMIN": ADMIN_KEY})
+    settings = settings_of(resilience_config(fake.url), {"ADMIN": ADMIN_KEY})
     with running_gateway(server_thread, settings) as server:
         yield server
 
@@ -393,8 +408,7 @@ def test_level_4_streams_as_proper_sse(gw: GatewayServer, fake_upstream: FakeUps
 def test_level_4_as_a_503_when_the_policy_says_so(
     server_thread: ServerThread, fake_upstream: FakeUpstream
 ) -> None:
-    text = resilience_yaml(fake_upstream.url, mode="error")
-    settings = build_settings(parse_config(text), "<t>", {"ADMIN": ADMIN_KEY})
+    settings = settings_of(resilience_config(fake_upstream.url, "error"), {"ADMIN": ADMIN_KEY})
     fault(fake_upstream, "lonely-up", status=500)
     with running_gateway(server_thread, settings) as gw:
         with pytest.raises(openai.InternalServerError) as info:

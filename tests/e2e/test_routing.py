@@ -10,9 +10,9 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.config import build_settings, parse_config
 from gateway.http.keys import BREAKERS, RUNTIME_REF
 from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.harness.fake_settings import settings_of
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.clients import sdk_client
 from tests.e2e.helpers import poll_until, request, upstream_requests
@@ -23,31 +23,30 @@ HARD = (
     "Prove step by step that the square root of 2 is irrational, then analyse and compare two "
     "different proofs, and derive a general rule for square roots of non-square integers."
 )
+TIERS = [{"model": "cheap", "max_score": 0.5}, {"model": "strong"}]
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
 
 
 @pytest.fixture(scope="module")
 def rgw(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
-    text = f"""
-server: {{access_log: false}}
-providers:
-  fake: {{type: openai, base_url: "{fake.url}"}}
-models:
-  - name: cheap
-    provider: fake
-    upstream_model: cheap-up
-    pricing: {{input_per_million: 0.15, output_per_million: 0.6}}
-  - name: strong
-    provider: fake
-    upstream_model: strong-up
-    pricing: {{input_per_million: 2.5, output_per_million: 10}}
-routing:
-  aliases:
-    auto:
-      tiers: [{{model: cheap, max_score: 0.5}}, {{model: strong}}]
-      escalate: {{tools: 1, tenants: {{}}}}
-"""
-    settings = build_settings(parse_config(text), "<t>", {})
+    def priced(name: str, input_price: float, output_price: float) -> Json:
+        pricing = {"input_per_million": input_price, "output_per_million": output_price}
+        return {
+            "name": name,
+            "provider": "fake",
+            "upstream_model": f"{name}-up",
+            "pricing": pricing,
+        }
+
+    auto = {"tiers": TIERS, "escalate": {"tools": 1, "tenants": {}}}
+    settings = settings_of(
+        {
+            "server": {"access_log": False},
+            "providers": {"fake": {"type": "openai", "base_url": fake.url}},
+            "models": [priced("cheap", 0.15, 0.6), priced("strong", 2.5, 10)],
+            "routing": {"aliases": {"auto": auto}},
+        }
+    )
     with running_gateway(server_thread, settings) as server:
         router = server.app[RUNTIME_REF].current.router
         assert poll_until(lambda: router.ready, timeout=60), "exemplars embedded"
@@ -133,17 +132,18 @@ def test_cost_and_savings_are_metered(rgw: GatewayServer, fake_upstream: FakeUps
 def test_an_alias_without_a_usable_tier_is_a_clear_404(
     server_thread: ServerThread, fake: FakeUpstream
 ) -> None:
-    text = f"""
-providers:
-  fake: {{type: openai, base_url: "{fake.url}", api_key_env: UNSET_FOR_THIS_TEST}}
-  demo: {{type: demo}}
-models:
-  - {{name: cheap, provider: fake}}
-  - {{name: strong, provider: fake}}
-  - {{name: d, provider: demo}}
-routing: {{aliases: {{auto: {{tiers: [{{model: cheap, max_score: 0.5}}, {{model: strong}}]}}}}}}
-"""
-    settings = build_settings(parse_config(text), "<t>", {})
+    fake_provider = {"type": "openai", "base_url": fake.url, "api_key_env": "UNSET_FOR_THIS_TEST"}
+    settings = settings_of(
+        {
+            "providers": {"fake": fake_provider, "demo": {"type": "demo"}},
+            "models": [
+                {"name": "cheap", "provider": "fake"},
+                {"name": "strong", "provider": "fake"},
+                {"name": "d", "provider": "demo"},
+            ],
+            "routing": {"aliases": {"auto": {"tiers": TIERS}}},
+        }
+    )
     with running_gateway(server_thread, settings) as gw:
         client = sdk_client(gw.url, "k")
         assert "auto" not in {m.id for m in client.models.list()}

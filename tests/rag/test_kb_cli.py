@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.rag.embedded import load_version, read_current
+from gateway.testing.harness.configs import write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,16 +26,19 @@ def _gateway(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
-    path = tmp_path / "config.yaml"
-    path.write_text(
-        "providers: {d: {type: demo}}\n"
-        "models: [{name: x, provider: d}]\n"
-        "cache: {store: {type: memory}, embedder: {type: hash}}\n"  # instant, for mechanics
-        "knowledge_bases:\n"
-        f"  docs: {{path: {tmp_path / 'kb'}}}\n"
-        "  web: {type: http, url: 'http://127.0.0.1:9/search'}\n"
+    return write_config(
+        tmp_path,
+        {
+            "providers": {"d": {"type": "demo"}},
+            "models": [{"name": "x", "provider": "d"}],
+            # the hash embedder: instant, for mechanics
+            "cache": {"store": {"type": "memory"}, "embedder": {"type": "hash"}},
+            "knowledge_bases": {
+                "docs": {"path": str(tmp_path / "kb")},
+                "web": {"type": "http", "url": "http://127.0.0.1:9/search"},
+            },
+        },
     )
-    return path
 
 
 @pytest.fixture

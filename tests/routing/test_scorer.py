@@ -30,6 +30,7 @@ from gateway.routing.scorer import (
     resolve,
     resolve_weights,
 )
+from gateway.testing.harness.configs import write_yaml
 
 HI = "hi"
 PROOF = "Prove rigorously, step by step, that the square root of 2 is irrational."
@@ -40,10 +41,8 @@ def features(text: str) -> Features:
 
 
 def write_exemplars(tmp_path: Path, rows: list[tuple[str, float]]) -> str:
-    lines = ["exemplars:"] + [f"  - {{text: {t!r}, difficulty: {d}}}" for t, d in rows]
-    path = tmp_path / "exemplars.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
+    exemplars = [{"text": t, "difficulty": d} for t, d in rows]
+    return str(write_yaml(tmp_path / "exemplars.yaml", {"exemplars": exemplars}))
 
 
 def test_every_scored_feature_has_a_default_weight_and_a_saturation() -> None:

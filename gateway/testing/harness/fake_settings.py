@@ -58,5 +58,10 @@ def settings_for(
     if "resilience" not in extra:
         data.update(TEST_RESILIENCE)
     data.update(extra)
-    env = {FAKE_PROVIDER_KEY_ENV: FAKE_PROVIDER_KEY, **(environ or {})}
-    return build_settings(parse_config(dump_yaml(data), "<test>"), "<test>", env)
+    return settings_of(data, {FAKE_PROVIDER_KEY_ENV: FAKE_PROVIDER_KEY, **(environ or {})})
+
+
+def settings_of(config: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from a config dict, validated as the gateway validates config.yaml (through
+    its YAML text, so errors name lines), keys read from `environ` only."""
+    return build_settings(parse_config(dump_yaml(config), "<test>"), "<test>", environ or {})
