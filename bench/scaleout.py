@@ -47,7 +47,6 @@ other processes to go quiet, and the table shows how many cores they used meanwh
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import json
 import math
@@ -90,6 +89,7 @@ from gateway.testing.harness.procstat import children, load_average
 from gateway.testing.harness.scrape import by_label, scrape
 from gateway.testing.harness.starters import python_server, start_fake_upstream
 from gateway.testing.harness.stats import fmt, median, percentile, ratio
+from gateway.testing.harness.stream_lags import StreamLags
 from gateway.testing.harness.sync_http import post_json
 from gateway.testing.harness.tables import markdown_table
 
@@ -101,29 +101,6 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 POOL_NS, LAG_NS = "scaleout-pool", "scaleout-lag"
 UPSTREAM, DIRECT = "upstream", "gw1-direct"
 TARGETS = (UPSTREAM, DIRECT, "nginx-1", "nginx-2", "nginx-3")  # replicas: 0, 1, 1, 2, 3
-
-# An external follower of the cache's event streams: for every event, the time from its write
-# (the writer's clock, in the event) to its arrival here. Lines "write_ts lag_seconds".
-OBSERVER = r"""
-import sys, time, redis
-url, out, *streams = sys.argv[1:]
-client = redis.Redis.from_url(url)
-last = {}
-for s in streams:
-    newest = client.xrevrange(s, count=1)
-    last[s] = newest[0][0] if newest else b"0-0"
-with open(out, "a") as f:
-    while True:
-        replies = client.xread(last, count=1000, block=1000)
-        now = time.time()
-        for stream, events in replies:
-            for event_id, fields in events:
-                last[stream.decode()] = event_id
-                ts = fields.get(b"ts")
-                if ts:
-                    f.write(f"{float(ts):.6f} {now - float(ts):.6f}\n")
-        f.flush()
-"""
 
 
 @dataclass
@@ -270,7 +247,7 @@ def start_stack(es: ExitStack, workdir: Path, opts: Options) -> Stack:
     es.enter_context(balancer)
     observed = workdir / "stream-lags.txt"
     streams = [f"{POOL_NS}:cache:events", f"{LAG_NS}:cache:events"]
-    argv = ["-c", OBSERVER, redis.url, str(observed), *streams]
+    argv = ["-m", "gateway.testing.harness.stream_lags", redis.url, str(observed), *streams]
     observer = es.enter_context(python_server("stream-observer", workdir, argv))
     for gateway in (writer, reader):
         embedder_loaded(gateway, 600)
@@ -437,15 +414,6 @@ async def throughput(stack: Stack, opts: Options) -> dict[tuple[str, int], list[
 # --- (b) shared cache ------------------------------------------------------------------------
 
 
-@dataclass
-class Answer:
-    question: int
-    replica: str
-    result: str  # x-gateway-cache
-    latency: float
-    done: float  # perf_counter when read
-
-
 def metric_counts(server: Server) -> Counter[str]:
     """gateway_cache_lookups_total of one replica, by result (summed over models)."""
     found = by_label(scrape(server.url, "gateway_cache_lookups_total"), "result")
@@ -461,87 +429,60 @@ async def shared_cache(stack: Stack, opts: Options) -> dict[str, Any]:
     order = [rng.randrange(len(questions)) for _ in range(opts.pool_requests or 0)]
     bodies = [chat_body(MODEL, SYSTEM, q) for q in questions]
     before = {r.name: metric_counts(r) for r in stack.replicas}
-    answers: list[Answer] = []
+    answers: list[Outcome] = []
     errors: list[str] = []
 
     def observe(o: Outcome) -> None:
-        if o.status != 200:
+        if o.status == 200:
+            answers.append(o)
+        else:
             errors.append(o.error or f"HTTP {o.status}: {o.body[:200]!r}")
-            return
-        header = o.headers.get
-        answer = Answer(
-            order[o.index],
-            header("X-Upstream-Addr", "?"),
-            header("x-gateway-cache", "-"),
-            o.latency_s,
-            o.started + o.latency_s,
-        )
-        answers.append(answer)
 
     url = stack.balancers[-1].url + "/v1/chat/completions"
     async with session_for(opts.pool_concurrency) as session:
         run = await closed_loop(
-            session,
-            lambda i: Request(url, bodies[order[i]]),
-            opts.pool_concurrency,
-            count=len(order),
-            observe=observe,
-        )
+            session, lambda i: Request(url, bodies[order[i]]), opts.pool_concurrency,
+            count=len(order), observe=observe,
+        )  # fmt: skip
     await asyncio.sleep(0.2)
     after = {r.name: metric_counts(r) for r in stack.replicas}
-    return analyse_cache(stack, questions, answers, errors, before, after, run.seconds)
 
-
-def analyse_cache(
-    stack: Stack,
-    questions: list[str],
-    answers: list[Answer],
-    errors: list[str],
-    before: dict[str, Counter[str]],
-    after: dict[str, Counter[str]],
-    seconds: float,
-) -> dict[str, Any]:
-    answers.sort(key=lambda a: a.done)
+    answers.sort(key=lambda o: o.started + o.latency_s)  # in the order they were read
     seen_miss: set[tuple[str, int]] = set()  # (replica, question) it answered by a miss
     seen_any: set[tuple[str, int]] = set()
     missed: Counter[int] = Counter()
     per: dict[str, Counter[str]] = {}
-    for a in answers:
-        c = per.setdefault(a.replica, Counter())
+    results = [
+        (o.headers.get("X-Upstream-Addr", "?"), order[o.index], cache_result(o)) for o in answers
+    ]
+    for replica, question, result in results:
+        c = per.setdefault(replica, Counter())
         c["requests"] += 1
-        c[a.result] += 1
-        if a.result.startswith("hit"):
-            if (a.replica, a.question) not in seen_miss:
-                c["hits_from_others"] += 1
-        elif a.result == "miss":
-            seen_miss.add((a.replica, a.question))
-            missed[a.question] += 1
-        seen_any.add((a.replica, a.question))
+        c[result] += 1
+        if result.startswith("hit"):
+            c["hits_from_others"] += (replica, question) not in seen_miss
+        elif result == "miss":
+            seen_miss.add((replica, question))
+            missed[question] += 1
+        seen_any.add((replica, question))
     rows = []
     for replica in stack.replicas:
         c = per.get(replica.url.removeprefix("http://"), Counter())
         hits = c["hit-exact"] + c["hit-semantic"]
-        rows.append(
-            {
-                "replica": replica.name,
-                "requests": c["requests"],
-                "hit_exact": c["hit-exact"],
-                "hit_semantic": c["hit-semantic"],
-                "miss": c["miss"],
-                "hit_rate": hits / c["requests"] if c["requests"] else math.nan,
-                "hits_from_others": c["hits_from_others"],
-                "metrics": dict(after[replica.name] - before[replica.name]),
-            }
-        )
+        row = {"replica": replica.name, "requests": c["requests"], "hit_exact": c["hit-exact"]}
+        row |= {"hit_semantic": c["hit-semantic"], "miss": c["miss"]}
+        row["hit_rate"] = hits / c["requests"] if c["requests"] else math.nan
+        row["hits_from_others"] = c["hits_from_others"]
+        rows.append(row | {"metrics": dict(after[replica.name] - before[replica.name])})
     addresses = {r.url.removeprefix("http://") for r in stack.replicas}
-    total = len(answers)
-    misses = sum(missed.values())
-    hit_lat = [a.latency for a in answers if a.result.startswith("hit")]
-    miss_lat = [a.latency for a in answers if a.result == "miss"]
+    total, misses = len(answers), sum(missed.values())
+    hit_lat = [o.latency_s for o in answers if cache_result(o).startswith("hit")]
+    miss_lat = [o.latency_s for o in answers if cache_result(o) == "miss"]
+    others = Counter(r for _, _, r in results if r not in ("hit-exact", "hit-semantic", "miss"))
     return {
         "pool": len(questions),
         "requests": total,
-        "seconds": seconds,
+        "seconds": run.seconds,
         "errors": len(errors),
         "error_examples": errors[:3],
         "unknown_replicas": [r for r in per if r not in addresses],
@@ -555,12 +496,12 @@ def analyse_cache(
         "local_hit_rate": 1 - len(seen_any) / total if total else math.nan,
         "hit_p50_ms": percentile(hit_lat, 50) * 1000,
         "miss_p50_ms": percentile(miss_lat, 50) * 1000,
-        "other_results": {
-            k: v
-            for k, v in Counter(a.result for a in answers).items()
-            if k not in ("hit-exact", "hit-semantic", "miss")
-        },
+        "other_results": dict(others),
     }
+
+
+def cache_result(outcome: Outcome) -> str:
+    return outcome.headers.get("x-gateway-cache", "-")
 
 
 # --- (c) replication lag ---------------------------------------------------------------------
@@ -661,27 +602,6 @@ async def replication_lag(stack: Stack, opts: Options, under_load: bool) -> dict
         "window": (t0, t1),
         "probe_list": [asdict(p) for p in probes],
     }
-
-
-# --- the stream observer ---------------------------------------------------------------------
-
-
-class StreamLags:
-    """The observer's samples, looked up by write-time window."""
-
-    def __init__(self, path: Path) -> None:
-        pairs = []
-        with contextlib.suppress(OSError):
-            for line in path.read_text().splitlines():
-                with contextlib.suppress(ValueError):
-                    ts, lag = line.split()
-                    pairs.append((float(ts), float(lag)))
-        pairs.sort()
-        self.ts = [p[0] for p in pairs]
-        self.lags = [p[1] for p in pairs]
-
-    def window(self, start: float, end: float) -> list[float]:
-        return self.lags[bisect.bisect_left(self.ts, start) : bisect.bisect_right(self.ts, end)]
 
 
 # --- report ----------------------------------------------------------------------------------

@@ -43,8 +43,11 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/cache/test_embedded_store.py::"
     "test_kill_9_during_a_write_burst_loses_no_acknowledged_entry": ("process",),
     "tests/harness/test_gateways.py": ("process",),
+    "tests/harness/test_gitrev.py": ("process",),  # git
     "tests/harness/test_inner_probe.py::"
     "test_a_child_started_with_its_environment_reports_its_tasks": ("process",),
+    "tests/harness/test_stream_lags.py::"
+    "test_the_follower_records_each_new_event_of_every_stream": ("process", "redis"),
     "tests/harness/test_process.py": ("process",),
     "tests/harness/test_servers.py": ("process", "redis", "prometheus"),
     "tests/policies/test_examples_and_schema.py::"
