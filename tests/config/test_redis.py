@@ -45,8 +45,10 @@ def test_the_defaults_keep_the_keys_where_they_were() -> None:
     `gateway`, all on 127.0.0.1:6379/0. A deployment upgrading finds its keys again."""
     found = targets(ALL_SHARED)
     assert found["cache"] == RedisTarget("redis://127.0.0.1:6379/0", "gateway:cache")
-    assert found["breakers"] == found["rate_limits"] == RedisTarget(
-        "redis://127.0.0.1:6379/0", "gateway"
+    assert (
+        found["breakers"]
+        == found["rate_limits"]
+        == RedisTarget("redis://127.0.0.1:6379/0", "gateway")
     )
 
 
