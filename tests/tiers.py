@@ -46,9 +46,12 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/harness/test_gitrev.py": ("process",),  # git
     "tests/harness/test_inner_probe.py::"
     "test_a_child_started_with_its_environment_reports_its_tasks": ("process",),
-    "tests/harness/test_stream_lags.py::"
-    "test_the_follower_records_each_new_event_of_every_stream": ("process", "redis"),
+    "tests/harness/test_stream_lags.py::test_the_follower_records_each_new_event_of_every_stream": (
+        "process",
+        "redis",
+    ),
     "tests/harness/test_process.py": ("process",),
+    "tests/harness/test_procstat.py::test_a_busy_core_shows_in_the_spinners_cpu_time": ("process",),
     "tests/harness/test_servers.py": ("process", "redis", "prometheus"),
     "tests/policies/test_examples_and_schema.py::"
     "test_gateway_check_accepts_all_examples_and_counts_them": ("process",),

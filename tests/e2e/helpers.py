@@ -295,16 +295,3 @@ def settings_from_files(
         for name, value in (environ or {}).items():
             patch.setenv(name, value)
         return load_settings(path)
-
-
-def metric_value(exposition: str, sample: str, **labels: str) -> float:
-    """The value of one sample (e.g. `gateway_shed_total`) in a Prometheus exposition whose
-    labels include `labels`, summed over the matching series; 0.0 when there is none."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(exposition)
-        for s in family.samples
-        if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())
-    )

@@ -27,11 +27,11 @@ from gateway.http.keys import BREAKERS, CACHE
 from gateway.observability.accesslog import AccessLog
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread
+from gateway.testing.harness.metrics import metric_value
 from tests.clients import sdk_client
 from tests.e2e.helpers import (
     assert_openai_error,
     assert_raw_error,
-    metric_value,
     request,
     settings_from_files,
     sse_json,

@@ -21,11 +21,11 @@ from gateway.http.keys import CACHE
 from gateway.testing.fake_retriever import FakeRetriever
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
+from gateway.testing.harness.metrics import metric_value
 from tests.clients import sdk_client
 from tests.e2e.helpers import (
     assert_raw_error,
     last_upstream_body,
-    metric_value,
     request,
     settings_from_files,
     upstream_requests,

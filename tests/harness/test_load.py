@@ -141,3 +141,13 @@ async def test_a_paced_closed_loop_that_falls_behind_sends_at_once(slow: Slow) -
     # Due within 0.06 s, but two at a time for 0.2 s each: three waves, never more than two.
     assert result.count == 6 and slow.most_open == 2
     assert 0.5 < result.seconds < 1.5
+
+
+async def test_think_time_spaces_each_workers_requests(slow: Slow) -> None:
+    async with session_for(2) as session:
+        result = await closed_loop(
+            session, lambda i: Request(slow.url, b"x"), 1, count=3, think_s=0.3
+        )
+    gaps = [b - a for a, b in zip(slow.arrivals, slow.arrivals[1:], strict=False)]
+    # One worker: each gap is the previous answer (0.2 s) plus the pause (0.3 s).
+    assert result.count == 3 and all(0.45 < gap < 1.0 for gap in gaps), gaps

@@ -122,11 +122,14 @@ async def closed_loop(
     ok: Check = status_200,
     observe: Observer | None = None,
     rate: float = 0.0,
+    think_s: float = 0.0,
 ) -> LoadResult:
     """`concurrency` workers until `count` requests were sent, `seconds` passed or `stop` is
     set, whichever comes first (at least one of the three must be given). With a `rate`,
     request `i` is not sent before start + i / `rate`, and a worker that is late sends at once:
-    paced, but never more than `concurrency` in flight (clients with a pool that size)."""
+    paced, but never more than `concurrency` in flight (clients with a pool that size). With
+    `think_s`, each worker waits that long before each request: sparse traffic, which finds
+    nothing warm."""
     if count is None and seconds is None and stop is None:
         raise ValueError("closed_loop needs a count, a duration or a stop event")
     recorder = _Recorder(ok, observe)
@@ -143,6 +146,8 @@ async def closed_loop(
             index, issued = issued, issued + 1
             if rate:
                 await asyncio.sleep(started + index / rate - time.perf_counter())
+            if think_s:
+                await asyncio.sleep(think_s)
             recorder.record(await send(session, make(index), index))
 
     started = time.perf_counter()

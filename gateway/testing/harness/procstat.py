@@ -11,6 +11,11 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -81,3 +86,25 @@ def load_average() -> str:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
     except OSError:
         return "unknown"
+
+
+def machine_line() -> str:
+    """Date, architecture, cores, Python and load: the line a benchmark starts its output with."""
+    return (
+        f"date {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, {os.cpu_count()} "
+        f"cores, python {platform.python_version()}, load {os.getloadavg()[0]:.2f}"
+    )
+
+
+@contextlib.contextmanager
+def busy_core(seconds: float = 300) -> Iterator[int]:
+    """A process spinning on one core for the block (never longer than `seconds`): what the
+    code under test meets when another thread or process keeps a core busy. Yields its pid."""
+    code = f"import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
+    spin = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(0.2)  # let it get going
+        yield spin.pid
+    finally:
+        spin.kill()
+        spin.wait()
