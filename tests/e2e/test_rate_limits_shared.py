@@ -171,12 +171,12 @@ def test_the_token_bucket_holds_its_rate_through_the_gateway(
 GOLD = {
     "description": "gold gets a bigger burst than config.yaml's default",
     "match": {"tenants": ["gold"]},
-    "rate_limit": {"requests_per_second": 0.1, "burst": 4},
+    "rate_limits": {"requests_per_second": 0.1, "burst": 4},
 }
 PLATINUM = {
     "description": "platinum is limited by its request rate only",
     "match": {"tenants": ["platinum"]},
-    "rate_limit": {"requests_per_second": 1000},
+    "rate_limits": {"requests_per_second": 1000},
 }
 
 
@@ -264,7 +264,7 @@ def effective_rate_limit(url: str, tenant: str) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
     resp = asyncio.run(request("GET", url + query, headers=headers))
     assert resp.status == 200, resp.text
-    limits: dict[str, Any] = resp.json()["effective"]["rate_limit"]
+    limits: dict[str, Any] = resp.json()["effective"]["rate_limits"]
     return limits
 
 
