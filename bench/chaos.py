@@ -54,11 +54,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from gateway.testing.harness.configs import write_config
 from gateway.testing.harness.gitrev import checkout_state
 from gateway.testing.harness.load import Outcome, Request, closed_loop, send, session_for
+from gateway.testing.harness.metrics import by_label, scrape
 from gateway.testing.harness.options import option, parse_options
 from gateway.testing.harness.process import Server
 from gateway.testing.harness.procstat import cpu_seconds, load_average
 from gateway.testing.harness.replies import parse_reply
-from gateway.testing.harness.scrape import by_label, scrape
 from gateway.testing.harness.starters import (
     FAKE_RETRIEVER,
     FAKE_UPSTREAM,

@@ -6,49 +6,38 @@ breakers, rate limits), in one run.
     python bench/scaleout.py --json out.json  # also save every sample
     python bench/scaleout.py --workloads a --breakers memory   # what-if: local breakers
 
-nginx and redis-server must be installed (the script says how when they are not). The cache
-is exact + semantic with the hash embedder on the pool replicas (MiniLM on every request would
-be the whole cost); --exact-only and --breakers memory measure what those parts cost.
-
-Processes, each on a free loopback port: a throwaway redis-server; the fake upstream with a
-fixed latency (20 ms by default), so the gateway's own work is what scales; three gateway
-replicas sharing Redis for the cache (exact tier read from Redis, semantic tier on each
-replica's local index fed by a Redis Stream), the breakers and the rate limits (a default
-limit far above the load, so every request still goes through the shared limiter); one nginx
-(`nginx -c CONF -p TMPDIR`, config generated here) listening on three ports, balancing over the
-first 1, 2 or 3 replicas (round robin, keep-alive to the replicas, proxy_buffering off, and an
-`X-Upstream-Addr` header naming the replica that answered); and two more replicas with the real
-embedder (MiniLM) in their own cache namespace, for the replication-lag probe. The load
-generator is this process (aiohttp on uvloop) and a stream observer is one more (an external
-follower of the cache's event streams).
+nginx and redis-server must be installed. Processes, each on a free loopback port: redis-server;
+the fake upstream (20 ms), so the gateway's own work is what scales; three replicas sharing
+Redis for the cache (exact tier in Redis, semantic tier on each replica's index fed by a Redis
+Stream; hash embedder, MiniLM on every request would be the whole cost), the breakers and the
+rate limits (a limit far above the load, so every request still goes through it); nginx on
+three ports balancing over the first 1, 2 or 3 replicas (round robin, keep-alive, buffering off,
+`X-Upstream-Addr` naming the replica that answered); two more replicas with MiniLM in their own
+namespace for the lag probe; a follower of the cache's streams (harness.stream_lags). The load
+generator is this process. --exact-only and --breakers memory measure what those parts cost.
 
 Workloads:
-  (a) throughput: closed-loop clients (16 and 64) sending chat completions with unique prompts
-      (every request is a cache miss and a cache write), to the fake upstream directly, to
-      replica 1 directly (no nginx) and through nginx to 1, 2 and 3 replicas. Rounds rotate
-      the target order; tables show medians over rounds, ratios are paired within a round.
-      The cache is purged before each measurement so every one starts from the same state.
-  (b) shared cache: a pool of questions asked in random order through nginx to 3 replicas; the
-      answering replica (X-Upstream-Addr) and x-gateway-cache of every response give each
-      replica's hit rate and how many hits were on entries another replica stored (also read
-      back from each replica's /metrics). Hash embedder: exact repeats only.
+  (a) throughput: closed-loop clients (16 and 64), unique prompts (every request a cache miss
+      and write), to the fake upstream directly, to replica 1 directly and through nginx to 1,
+      2 and 3 replicas. Rounds rotate the target order; tables show medians over rounds,
+      ratios paired within a round. The cache is purged before each measurement.
+  (b) shared cache: a pool of questions asked in random order through nginx to 3 replicas: each
+      replica's hit rate and how many hits were on entries another replica stored (from the
+      answers' X-Upstream-Addr and x-gateway-cache, and each replica's /metrics).
   (c) replication lag of semantic entries: a question written through replica W, its rewording
-      polled on replica R (real MiniLM embedder) until R's search finds W's entry (R reports a
-      similarity: its index holds the entry). Each probe has its own scope, so nothing else can
-      answer; R's upstream answers are truncated (finish_reason length), so R never stores its
-      polls. Measured idle and with both W and R under load.
+      polled on replica R (MiniLM) until R's search finds W's entry (R reports a similarity).
+      Each probe has its own scope; R's upstream answers are truncated, so R stores none of its
+      polls. Measured idle and with W and R under load.
 
-On a 2-core machine every process above shares two cores: absolute numbers are small and
-3 replicas cannot get 3x; the ratios and the CPU per request of each component are the point.
-The machine may be shared: before each measurement the bench waits (up to --quiet-wait s) for
-other processes to go quiet, and the table shows how many cores they used meanwhile.
+On a 2-core machine every process shares two cores: 3 replicas cannot get 3x; the ratios and
+the CPU per request of each component are the point. Before each measurement the bench waits
+(up to --quiet-wait s) for other processes to go quiet, and shows the cores they used.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import math
 import os
 import random
@@ -83,10 +72,11 @@ from gateway.testing.harness.load import (
     send,
     session_for,
 )
+from gateway.testing.harness.metrics import by_label, scrape
 from gateway.testing.harness.options import option, parse_options
 from gateway.testing.harness.process import Server
 from gateway.testing.harness.procstat import children, load_average
-from gateway.testing.harness.scrape import by_label, scrape
+from gateway.testing.harness.results import save_json
 from gateway.testing.harness.starters import python_server, start_fake_upstream
 from gateway.testing.harness.stats import fmt, median, percentile, ratio
 from gateway.testing.harness.stream_lags import StreamLags
@@ -871,23 +861,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in problems:
             print(f"  {line}")
     if opts.json_out:
-        opts.json_out.write_text(
-            json.dumps(
-                {
-                    "options": {k: str(v) for k, v in asdict(opts).items()},
-                    "cpus": cpus,
-                    "throughput": rows,
-                    "samples": {
-                        f"{k[0]}/{k[1]}": [asdict(s) for s in v] for k, v in out["samples"].items()
-                    },
-                    "cache": out["cache"],
-                    "lag": out["lags"],
-                    "log_problems": problems,
-                },
-                indent=1,
-                default=str,
-            )
-        )
+        samples = {f"{k[0]}/{k[1]}": v for k, v in out["samples"].items()}
+        parts = {"cache": out["cache"], "lag": out["lags"], "log_problems": problems}
+        save_json(opts.json_out, options=opts, cpus=cpus, throughput=rows, samples=samples, **parts)
     return 0
 
 
@@ -899,22 +875,15 @@ PROBLEM = re.compile(
 def log_problems(stack: Stack) -> list[str]:
     """Warning and error lines of the gateways' and nginx's logs (first few of each)."""
     out = []
-    for server in stack.servers:
-        if server.name in ("redis", "stream-observer"):
-            continue
-        paths = [server.log_path]
-        if server.name == "nginx":
-            paths.append(stack.dir / "nginx-error.log")
-        for path in paths:
-            with contextlib.suppress(OSError):
-                lines = [
-                    line
-                    for line in path.read_text(errors="replace").splitlines()
-                    if PROBLEM.search(line)
-                ]
-                out += [f"{server.name}: {line[:300]}" for line in lines[:5]]
-                if len(lines) > 5:
-                    out.append(f"{server.name}: ... {len(lines) - 5} more")
+    logs = [
+        (s.name, s.log_path) for s in stack.servers if s.name not in ("redis", "stream-observer")
+    ]
+    for name, path in [*logs, ("nginx", stack.dir / "nginx-error.log")]:
+        with contextlib.suppress(OSError):
+            text = path.read_text(errors="replace")
+            lines = [line for line in text.splitlines() if PROBLEM.search(line)]
+            out += [f"{name}: {line[:300]}" for line in lines[:5]]
+            out += [f"{name}: ... {len(lines) - 5} more"] if len(lines) > 5 else []
     return out
 
 

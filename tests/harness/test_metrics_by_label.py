@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.testing.harness.scrape import by_label, samples
+from gateway.testing.harness.metrics import by_label, samples
 
 TEXT = """\
 # HELP gateway_cache_lookups_total Cache lookups.
