@@ -83,6 +83,7 @@ from gateway.testing.harness.process import Server
 from gateway.testing.harness.procstat import load_average
 from gateway.testing.harness.redis_server import RedisServer
 from gateway.testing.harness.replies import parse_reply
+from gateway.testing.harness.results import save_json
 from gateway.testing.harness.starters import listening, python_server
 from gateway.testing.harness.stats import fmt, percentile
 from gateway.testing.harness.sync_http import get_json
@@ -791,14 +792,8 @@ def main(argv: list[str] | None = None) -> int:
         for example in report.examples:
             print(f"  [{report.target}] {example}")
     if opts.json_out is not None:
-        opts.json_out.write_text(
-            json.dumps(
-                {
-                    "options": {**asdict(opts), "json_out": None, "workdir": None},
-                    "reports": [asdict(r) | {"met": r.met} for r in reports],
-                },
-                indent=2,
-            )
+        save_json(
+            opts.json_out, options=opts, reports=[asdict(r) | {"met": r.met} for r in reports]
         )
         print(f"\nwritten: {opts.json_out}")
     return 0 if all(r.met for r in reports) else 1

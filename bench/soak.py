@@ -46,7 +46,7 @@ import sys
 import tempfile
 from collections import Counter, deque
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ from gateway.testing.harness.load import LoadResult, Outcome, Request, open_loop
 from gateway.testing.harness.options import option, parse_options
 from gateway.testing.harness.process import Server
 from gateway.testing.harness.procstat import cpu_seconds, load_average, open_files, rss_mb, threads
+from gateway.testing.harness.results import save_json
 from gateway.testing.harness.starters import listening, spawn_gateway, start_fake_upstream
 from gateway.testing.harness.stats import fmt, percentile
 from gateway.testing.harness.sync_http import get_json, post_json
@@ -411,18 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run(opts)
     print(summary(result, opts))
     if opts.json_out is not None:
-        opts.json_out.write_text(
-            json.dumps(
-                {
-                    "options": {**asdict(opts), "json_out": None},
-                    "windows": [asdict(w) for w in result["windows"]],
-                    "idle": result["idle"],
-                    "checks": result["checks"],
-                },
-                indent=2,
-                default=str,
-            )
-        )
+        save_json(opts.json_out, options=opts, **result)
         print(f"\nwritten: {opts.json_out}")
     return 0 if result["checks"]["met"] else 1
 
