@@ -1,11 +1,15 @@
-"""Check the routing development set: every step is one arithmetic operation that is right.
+"""Check the routing development sets (the data bench/fit_routing_weights.py fits on).
 
-Each entry of bench/data/routing_dev.yaml has `text`, `language` (en or zh), `steps` (items like
-"12 * 3 = 36": one operation on two numbers, + - * / or **) and `answer`. A step's left side is
-evaluated with Python arithmetic (parsed, never eval'd) and must equal its right side within
-1e-6; the last step's result must equal `answer`. Exit status 1 on any problem.
+bench/data/routing_dev.yaml, math word problems: each entry has `text`, `language` (en or zh),
+`steps` (items like "12 * 3 = 36": one operation on two numbers, + - * / or **) and `answer`.
+A step's left side is evaluated with Python arithmetic (parsed, never eval'd) and must equal
+its right side within 1e-6; the last step's result must equal `answer`.
+bench/data/routing_dev_general.yaml, general prompts labelled by hand: `text`, `language`,
+`domain`, `difficulty` in [0, 1] and `why`, nothing else.
 
-    python bench/check_routing_dev.py [FILE]
+Exit status 1 on any problem.
+
+    python bench/check_routing_dev.py [FILE ...]    (default: both files)
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from typing import Any
 import yaml
 
 DEV = Path(__file__).resolve().parent / "data" / "routing_dev.yaml"
+DEV_GENERAL = DEV.parent / "routing_dev_general.yaml"
 TOLERANCE = 1e-6
+GENERAL_FIELDS = ("text", "language", "domain", "difficulty", "why")
 _OPERATIONS: dict[type[ast.operator], Callable[[float, float], float]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -52,13 +58,18 @@ def evaluate(step: str) -> tuple[float, float]:
     return value, _number(ast.parse(right.strip(), mode="eval").body)
 
 
-def problems(entry: dict[str, Any]) -> list[str]:
-    """What is wrong with one entry (empty when it is right)."""
+def _text_and_language(entry: dict[str, Any]) -> list[str]:
     found = []
     if not isinstance(entry.get("text"), str) or not entry["text"].strip():
         found.append("no text")
     if entry.get("language") not in ("en", "zh"):
         found.append(f"language {entry.get('language')!r}")
+    return found
+
+
+def problems(entry: dict[str, Any]) -> list[str]:
+    """What is wrong with one word problem (empty when it is right)."""
+    found = _text_and_language(entry)
     steps = entry.get("steps")
     if not isinstance(steps, list) or not steps:
         return [*found, "no steps"]
@@ -77,6 +88,21 @@ def problems(entry: dict[str, Any]) -> list[str]:
     return found
 
 
+def general_problems(entry: dict[str, Any]) -> list[str]:
+    """What is wrong with one general prompt (empty when it is right)."""
+    if not isinstance(entry, dict):
+        return ["not a mapping"]
+    found = [f"unknown field {k!r}" for k in entry if k not in GENERAL_FIELDS]
+    found += _text_and_language(entry)
+    for name in ("domain", "why"):
+        if not isinstance(entry.get(name), str) or not entry[name].strip():
+            found.append(f"no {name}")
+    value = entry.get("difficulty")
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
+        found.append(f"difficulty {value!r}, not in [0, 1]")
+    return found
+
+
 def load(path: Path = DEV) -> list[dict[str, Any]]:
     entries = yaml.safe_load(path.read_text("utf-8"))
     if not isinstance(entries, list):
@@ -84,21 +110,41 @@ def load(path: Path = DEV) -> list[dict[str, Any]]:
     return entries
 
 
+def checker(path: Path) -> Callable[[dict[str, Any]], list[str]]:
+    return general_problems if path.name == DEV_GENERAL.name else problems
+
+
+def checked(path: Path) -> list[dict[str, Any]]:
+    """The entries of `path`; SystemExit naming the first problem if there is one."""
+    entries = load(path)
+    bad = [(i, p) for i, e in enumerate(entries) for p in checker(path)(e)]
+    if bad:
+        raise SystemExit(f"{path}: {len(bad)} problems, first {bad[0]}; see check_routing_dev.py")
+    return entries
+
+
+def _counts(counter: Counter[Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counter.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    path = Path(args[0]) if args else DEV
-    entries = load(path)
     bad = 0
-    for i, entry in enumerate(entries):
-        for problem in problems(entry):
-            bad += 1
-            print(f"{path}: entry {i} ({str(entry.get('text'))[:50]!r}): {problem}")
-    by_language = Counter(e.get("language") for e in entries)
-    steps = Counter(len(e.get("steps") or []) for e in entries)
-    print(
-        f"{len(entries)} entries ({', '.join(f'{k} {v}' for k, v in sorted(by_language.items()))});"
-        f" steps: {', '.join(f'{k}: {steps[k]}' for k in sorted(steps))}; {bad} problems"
-    )
+    for path in [Path(a) for a in args] or [DEV, DEV_GENERAL]:
+        entries = load(path)
+        found = 0
+        for i, entry in enumerate(entries):
+            for problem in checker(path)(entry):
+                found += 1
+                print(f"{path}: entry {i} ({str(entry.get('text'))[:50]!r}): {problem}")
+        languages = _counts(Counter(e.get("language") for e in entries))
+        if checker(path) is problems:
+            steps = Counter(len(e.get("steps") or []) for e in entries)
+            kinds = "steps: " + ", ".join(f"{k}: {steps[k]}" for k in sorted(steps))
+        else:
+            kinds = "domains: " + _counts(Counter(e.get("domain") for e in entries))
+        print(f"{len(entries)} entries ({languages}); {kinds}; {found} problems")
+        bad += found
     return 1 if bad else 0
 
 

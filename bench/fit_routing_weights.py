@@ -69,7 +69,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from check_routing_dev import DEV, load, problems
+from check_routing_dev import DEV, DEV_GENERAL, checked
 from routing_quality import body, score_all
 
 from gateway.cache.factory import new_embedder
@@ -88,7 +88,6 @@ from gateway.testing.harness.stats import fmt
 from gateway.testing.harness.tables import markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
-DEV_GENERAL = DEV.parent / "routing_dev_general.yaml"
 PROBES: dict[str, str] = yaml.safe_load((DEV.parent / "routing_probes.yaml").read_text("utf-8"))
 WORD_PROBLEM = "word-problem"  # the domain of math word problems (exemplars and routing_dev)
 EXEMPLARS, WORD_PROBLEMS, GENERAL = "exemplars", "word problems", "general"  # the sources
@@ -179,36 +178,9 @@ def squashed(texts: list[str]) -> np.ndarray:
     return np.array([[p.get(name, 0.0) for name in SCORED] for p in parts])
 
 
-GENERAL_FIELDS = ("text", "language", "domain", "difficulty", "why")
-
-
-def general_problems(entry: object) -> list[str]:
-    """What is wrong with one entry of routing_dev_general.yaml (empty when it is right)."""
-    if not isinstance(entry, dict):
-        return ["not a mapping"]
-    found = [f"unknown field {k!r}" for k in entry if k not in GENERAL_FIELDS]
-    for name in ("text", "domain", "why"):
-        if not isinstance(entry.get(name), str) or not entry[name].strip():
-            found.append(f"no {name}")
-    if entry.get("language") not in ("en", "zh"):
-        found.append(f"language {entry.get('language')!r}")
-    value = entry.get("difficulty")
-    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
-        found.append(f"difficulty {value!r}, not in [0, 1]")
-    return found
-
-
 def load_data(with_general: bool) -> Data:
-    dev = load(DEV)
-    bad = [(i, p) for i, e in enumerate(dev) for p in problems(e)]
-    if bad:
-        raise SystemExit(f"{DEV}: {len(bad)} problems, first {bad[0]}; see check_routing_dev.py")
-    general = yaml.safe_load(DEV_GENERAL.read_text("utf-8")) if with_general else []
-    if not isinstance(general, list):
-        raise SystemExit(f"{DEV_GENERAL}: expected a list of entries")
-    bad = [(i, p) for i, e in enumerate(general) for p in general_problems(e)]
-    if bad:
-        raise SystemExit(f"{DEV_GENERAL}: {len(bad)} problems, first {bad[0]}")
+    dev = checked(DEV)
+    general = checked(DEV_GENERAL) if with_general else []
     exemplars = load_exemplars()
     texts = [e.text for e in exemplars] + [e["text"] for e in dev] + [e["text"] for e in general]
     y = (
