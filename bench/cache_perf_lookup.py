@@ -28,9 +28,7 @@ import asyncio
 import ctypes
 import gc
 import math
-import statistics
-import subprocess
-import sys
+import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -40,12 +38,14 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from cache_perf_hit import machine
 
 from gateway.cache import index as index_module
 from gateway.cache.embedded_store import EmbeddedStore
 from gateway.cache.index import HnswIndex, ScopedIndex
 from gateway.config import CacheStoreConfig
+from gateway.testing.harness.procstat import busy_core, machine_line, rss_mb
+from gateway.testing.harness.stats import median, percentile
+from gateway.wire import chat_completion, usage
 
 DIM = 384
 CLUSTERS = 2000
@@ -134,10 +134,7 @@ def rss_bytes() -> int:
     gc.collect()
     with suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
+    return int(rss_mb(os.getpid()) * 2**20)
 
 
 def faiss_bytes(index: HnswIndex) -> int:
@@ -151,10 +148,6 @@ def faiss_bytes(index: HnswIndex) -> int:
         + hnsw.levels.size() * 4
         + n * 8
     )
-
-
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else math.nan
 
 
 @dataclass
@@ -182,17 +175,13 @@ def search_pass(
         first += bool(found) and (found[0][0] == b or found[0][1] >= bs - 1e-6)
         anywhere += any(i == b for i, _ in found)
     n = len(queries)
-    return Pass(pct(latencies, 50), pct(latencies, 99), first / n, anywhere / n)
+    return Pass(percentile(latencies, 50), percentile(latencies, 99), first / n, anywhere / n)
 
 
 def best_of(passes: list[Pass]) -> Pass:
     """Median latency over passes (the cores are shared); recall is the same every pass."""
-    return Pass(
-        statistics.median(p.p50 for p in passes),
-        statistics.median(p.p99 for p in passes),
-        passes[0].recall,
-        passes[0].recall_k,
-    )
+    p50, p99 = median([p.p50 for p in passes]), median([p.p99 for p in passes])
+    return Pass(p50, p99, passes[0].recall, passes[0].recall_k)
 
 
 @contextmanager
@@ -308,19 +297,6 @@ def thread_variants(
         with limit(1):
             out.append((f"1 {pool} thread, other core busy", run(1, 500)))
     return out
-
-
-@contextmanager
-def busy_core(seconds: float = 300) -> Iterator[None]:
-    """A process spinning on one core for the block (and never longer than `seconds`)."""
-    code = f"import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
-    spin = subprocess.Popen([sys.executable, "-c", code])
-    try:
-        time.sleep(0.2)  # let it get going
-        yield
-    finally:
-        spin.kill()
-        spin.wait()
 
 
 def single_adds(scoped: ScopedIndex, data: Data, count: int) -> float:
@@ -485,7 +461,8 @@ def bulk_insert(path: str, vectors: np.ndarray) -> None:
 
     import orjson
 
-    response = orjson.dumps(completion("x" * 600))
+    message = {"role": "assistant", "content": "x" * 600}
+    response = orjson.dumps(chat_completion("bench", message, "stop", usage(30, 150)))
     now = time.time()
     rows = (
         (
@@ -511,19 +488,6 @@ def bulk_insert(path: str, vectors: np.ndarray) -> None:
             rows,
         )
     db.close()
-
-
-def completion(text: str) -> dict[str, object]:
-    return {
-        "id": "chatcmpl-bench",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "bench",
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-        ],
-        "usage": {"prompt_tokens": 30, "completion_tokens": 150, "total_tokens": 180},
-    }
 
 
 async def open_with_stall_probe(store: EmbeddedStore) -> None:
@@ -568,11 +532,8 @@ async def time_store_calls(store: EmbeddedStore, queries: np.ndarray, n: int) ->
             found = await call(i)
             times.append((time.perf_counter() - t) * 1e3)
             assert found, label
-        print(
-            f"  {label:20s} p50 {pct(times, 50):.3f} ms  p99 {pct(times, 99):.3f} ms  "
-            f"({len(times)} calls)",
-            flush=True,
-        )
+        p50, p99 = percentile(times, 50), percentile(times, 99)
+        print(f"  {label:20s} p50 {p50:.3f} ms  p99 {p99:.3f} ms  ({len(times)} calls)", flush=True)
 
 
 # --- the section -----------------------------------------------------------------------------
@@ -583,7 +544,7 @@ async def section_lookup(args: argparse.Namespace) -> None:
 
     sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
     rounds = 1 if args.quick else 3
-    print(machine())
+    print(machine_line())
     print(
         f"{DIM}-d, {CLUSTERS} clusters, one scope, k={K}; approximate_above "
         f"{APPROXIMATE_ABOVE:,}; HNSW M {index_module.HNSW_NEIGHBOURS}, efConstruction "

@@ -18,12 +18,10 @@ median is taken. LiteLLM is measured when `--litellm PATH` is given or found at
 from __future__ import annotations
 
 import argparse
-import asyncio
 import io
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -33,21 +31,25 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import aiohttp
-import uvloop
-from procs import (
-    Server,
-    cpu_seconds,
-    fmt,
-    free_port,
-    http_ok,
-    load_average,
-    percentile,
-    post_json,
-    pythonpath,
-)
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # run as a script: the checkout's gateway package
+
+import aiohttp  # noqa: E402
+import uvloop  # noqa: E402
+
+from gateway.testing.harness.configs import write_config  # noqa: E402
+from gateway.testing.harness.load import JSON_HEADERS, Outcome, Request, closed_loop  # noqa: E402
+from gateway.testing.harness.process import Server, answers, free_port  # noqa: E402
+from gateway.testing.harness.procstat import cpu_seconds, load_average  # noqa: E402
+from gateway.testing.harness.starters import (  # noqa: E402
+    start_fake_upstream,
+    start_forwarder,
+    start_gateway,
+)
+from gateway.testing.harness.stats import fmt, median, ratio  # noqa: E402
+from gateway.testing.harness.sync_http import get_json, post_json  # noqa: E402
+from gateway.testing.harness.tables import markdown_table  # noqa: E402
+
 DEFAULT_LITELLM = Path("/tmp/litellm-venv/bin/litellm")
 MODEL = "bench-model"
 # ~30 words, so the fake upstream streams ~30 content chunks (it streams word by word).
@@ -67,7 +69,6 @@ BODIES = {
     "plain": json.dumps(BASE_REQUEST).encode(),
     "stream": json.dumps({**BASE_REQUEST, "stream": True}).encode(),
 }
-HEADERS = {"Content-Type": "application/json"}
 # LiteLLM refuses to start without a master key; clients then send it as a bearer token.
 LITELLM_KEY = "sk-bench-master-key"
 STREAM_END = b"data: [DONE]\n\n"
@@ -95,7 +96,7 @@ class Target:
 
     url: str
     pid: int  # the process the client talks to: its CPU time is counted per request
-    headers: dict[str, str] = field(default_factory=lambda: HEADERS)
+    headers: dict[str, str] = field(default_factory=lambda: dict(JSON_HEADERS))
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class Cell:
 
 @dataclass
 class Sample:
-    """One cell against one target in one round."""
+    """One cell against one target in one round (saved as is by --json)."""
 
     count: int
     errors: int
@@ -143,129 +144,103 @@ class Results:
 # --- servers ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Workspace:
-    """Where the servers keep config and logs, and which gateway checkout they run."""
-
-    dir: Path
-    gateway_root: Path
-
-    def python(self, name: str, *argv: str) -> Server:
-        """One of our Python servers, importing `gateway` from `gateway_root`."""
-        # PYTHONPATH beats an editable install, so an exported older tree can be measured too.
-        env = {"PYTHONPATH": pythonpath(self.gateway_root)}
-        return Server(name, [sys.executable, *argv], self.dir, env)
-
-
-def start_fake(ws: Workspace) -> tuple[Server, str]:
-    server = ws.python("fake-upstream", "-m", "gateway.testing.fake_upstream", "--port", "0")
-    url = server.wait_ready(server.log_url, 30)
-    post_json(url + "/_fake/config", {"defaults": {"content": ANSWER}})
-    return server, url + "/v1"
-
-
-def start_forwarder(ws: Workspace, upstream: str) -> tuple[Server, str]:
-    server = ws.python(FORWARDER, str(HERE / "forwarder.py"), "--upstream", upstream, "--port", "0")
-    return server, server.wait_ready(server.log_url, 30) + "/v1"
-
-
-def start_gateway(ws: Workspace, upstream: str) -> tuple[Server, str]:
-    # No cache or routing section: both are off unless configured.
-    config = ws.dir / "gateway.yaml"
-    config.write_text(
-        "server: {host: 127.0.0.1, port: 0}\n"
-        "providers:\n"
-        f"  fake: {{type: openai, base_url: '{upstream}'}}\n"
-        f"models:\n  - {{name: {MODEL}, provider: fake}}\n"
-    )
-    server = ws.python(GATEWAY, "-m", "gateway", "serve", "--config", str(config), "--port", "0")
-    return server, server.wait_ready(server.log_url, 60) + "/v1"
-
-
-def start_litellm(ws: Workspace, upstream: str, binary: Path) -> tuple[Server, str]:
+def start_litellm(workdir: Path, upstream: str, binary: Path) -> Server:
     """LiteLLM proxy with default settings, one `openai/` model pointed at the fake upstream."""
-    config = ws.dir / "litellm.yaml"
-    config.write_text(
-        "model_list:\n"
-        f"  - model_name: {MODEL}\n"
-        "    litellm_params:\n"
-        f"      model: openai/{MODEL}\n"
-        f"      api_base: '{upstream}'\n"
-        "      api_key: sk-bench-not-a-key\n"
+    params = {"model": f"openai/{MODEL}", "api_base": upstream, "api_key": "sk-bench-not-a-key"}
+    config = write_config(
+        workdir,
+        {"model_list": [{"model_name": MODEL, "litellm_params": params}]},
+        name="litellm.yaml",
     )
     port = free_port()
     # The local cost map only skips a startup download that cannot succeed offline.
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": LITELLM_KEY}
-    server = Server(
-        LITELLM,
-        [str(binary), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
-        ws.dir,
-        env,
-    )
-    base = f"http://127.0.0.1:{port}"
-    server.wait_ready(lambda: base if http_ok(base + "/health/liveliness") else None, 180)
-    return server, base + "/v1"
+    argv = [str(binary), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
+    server = Server(LITELLM, argv, workdir, env)
+    try:
+        server.wait_ready(answers(f"http://127.0.0.1:{port}", "/health/liveliness"), 180)
+    except BaseException:
+        server.stop()
+        raise
+    return server
 
 
-# --- load generation -------------------------------------------------------------------------
+def start_servers(
+    workdir: Path, root: Path, opts: Options, servers: list[Server]
+) -> dict[str, Target]:
+    """Start what `opts` asks for, appending each server to `servers` as soon as it runs; the
+    gateway and the fake run from `root`. Returns the targets by name."""
+    fake = start_fake_upstream(workdir, root=root)
+    servers.append(fake)
+    post_json(fake.url + "/_fake/config", {"defaults": {"content": ANSWER}})
+    upstream = fake.url + "/v1"
+    # No cache or routing section: both are off unless configured.
+    config = {
+        "server": {"host": "127.0.0.1", "port": 0},
+        "providers": {"fake": {"type": "openai", "base_url": upstream}},
+        "models": [{"name": MODEL, "provider": "fake"}],
+    }
+    starters: dict[str, Callable[[], Server]] = {
+        FORWARDER: lambda: start_forwarder(workdir, upstream),
+        GATEWAY: lambda: start_gateway(workdir, write_config(workdir, config), root=root),
+    }
+    binary = opts.litellm
+    if LITELLM in opts.targets and binary and binary.exists():
+        starters[LITELLM] = lambda: start_litellm(workdir, upstream, binary)
+    elif LITELLM in opts.targets:
+        print(f"litellm: skipped (not installed at {binary or DEFAULT_LITELLM}; pass --litellm)")
+    targets = {DIRECT: Target(upstream, fake.pid)} if DIRECT in opts.targets else {}
+    for name, start in starters.items():
+        if name not in opts.targets:
+            continue
+        try:
+            server = start()
+        except RuntimeError as exc:
+            if name != LITELLM:
+                raise
+            print(f"litellm: skipped, it did not start: {exc}")
+            continue
+        servers.append(server)
+        targets[name] = Target(server.url + "/v1", server.pid)
+    for server in servers:
+        print(f"  {server.name}: pid {server.pid}, log {server.log_path}")
+    if LITELLM in targets:
+        auth = {**JSON_HEADERS, "Authorization": f"Bearer {LITELLM_KEY}"}
+        targets[LITELLM] = Target(targets[LITELLM].url, targets[LITELLM].pid, auth)
+    return {n: Target(t.url + "/chat/completions", t.pid, t.headers) for n, t in targets.items()}
+
+
+# --- load ------------------------------------------------------------------------------------
 
 
 def response_ok(mode: str, status: int, body: bytes) -> bool:
     return status == 200 and (body.endswith(STREAM_END) if mode == "stream" else True)
 
 
-async def run_load(
-    session: aiohttp.ClientSession,
-    target: Target,
-    mode: str,
-    concurrency: int,
-    count: int,
-    max_seconds: float,
-) -> Sample:
-    """`count` requests from `concurrency` workers (or until `max_seconds`); full bodies read."""
-    body = BODIES[mode]
-    latencies: list[float] = []
-    errors = 0
-    issued = 0
-    deadline = time.perf_counter() + max_seconds
-
-    async def worker() -> None:
-        nonlocal issued, errors
-        while issued < count and time.perf_counter() < deadline:
-            issued += 1
-            started = time.perf_counter()
-            try:
-                async with session.post(target.url, data=body, headers=target.headers) as resp:
-                    data = await resp.read()
-                    ok = response_ok(mode, resp.status, data)
-            except (TimeoutError, aiohttp.ClientError):
-                ok = False
-            if ok:
-                latencies.append(time.perf_counter() - started)
-            else:
-                errors += 1
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    seconds = time.perf_counter() - started
-    return Sample(
-        len(latencies), errors, seconds, percentile(latencies, 50), percentile(latencies, 99)
-    )
-
-
 async def measure(target: Target, cell: Cell, opts: Options) -> Sample:
+    request = Request(target.url, BODIES[cell.mode], target.headers)
+
+    def ok(outcome: Outcome) -> bool:
+        return response_ok(cell.mode, outcome.status, outcome.body)
+
     # A fresh pool per measurement: every target starts from the same (warmed) state.
     connector = aiohttp.TCPConnector(limit=cell.concurrency, force_close=False)
-    timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(
-        connector=connector, timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=60),
+        cookie_jar=aiohttp.DummyCookieJar(),
     ) as session:
-        warmup = max(opts.warmup, 2 * cell.concurrency)
-        await run_load(session, target, cell.mode, cell.concurrency, warmup, opts.max_seconds / 4)
+
+        async def run(count: int, seconds: float) -> Sample:
+            result = await closed_loop(
+                session, lambda _: request, cell.concurrency, count=count, seconds=seconds, ok=ok
+            )
+            summary = result.summary_ms()
+            return Sample(result.count, result.errors, result.seconds, summary.p50, summary.p99)
+
+        await run(max(opts.warmup, 2 * cell.concurrency), opts.max_seconds / 4)
         cpu_before = cpu_seconds(target.pid)
-        sample = await run_load(
-            session, target, cell.mode, cell.concurrency, opts.requests, opts.max_seconds
-        )
+        sample = await run(opts.requests, opts.max_seconds)
         if sample.count:
             sample.cpu_ms = (cpu_seconds(target.pid) - cpu_before) * 1000 / sample.count
         return sample
@@ -277,8 +252,8 @@ async def check_target(target: Target, stats_url: str) -> str | None:
     Every request must reach the upstream: a proxy that answered from a cache would be
     measuring something else.
     """
+    before = get_json(stats_url)["requests"]
     async with aiohttp.ClientSession() as session:
-        before = await upstream_requests(session, stats_url)
         for mode, body in [*BODIES.items(), *BODIES.items()]:
             try:
                 async with session.post(target.url, data=body, headers=target.headers) as resp:
@@ -289,29 +264,34 @@ async def check_target(target: Target, stats_url: str) -> str | None:
                 return f"{mode}: HTTP {resp.status}: {data[:200]!r}"
             if mode == "plain" and json.loads(data)["choices"][0]["message"]["content"] != ANSWER:
                 return f"plain: unexpected answer {data[:200]!r}"
-        reached = await upstream_requests(session, stats_url) - before
+    reached = get_json(stats_url)["requests"] - before
     if reached != 2 * len(BODIES):
         return f"{reached} of {2 * len(BODIES)} requests reached the upstream (a cache on?)"
     return None
 
 
-async def upstream_requests(session: aiohttp.ClientSession, stats_url: str) -> int:
-    async with session.get(stats_url) as resp:
-        return int((await resp.json())["requests"])
+async def usable(targets: dict[str, Target], stats_url: str) -> dict[str, Target]:
+    """Drop a peer proxy that answers wrongly; a broken gateway or forwarder is fatal."""
+    out = {}
+    for name, target in targets.items():
+        problem = await check_target(target, stats_url)
+        if problem is None:
+            out[name] = target
+        elif name == LITELLM:
+            print(f"litellm: skipped, bad answer: {problem}")
+        else:
+            raise RuntimeError(f"{name} answered wrongly: {problem}")
+    return out
 
 
-def rotated(items: list[str], by: int) -> list[str]:
-    by %= len(items)
-    return items[by:] + items[:by]
-
-
-async def run_rounds(targets: dict[str, Target], opts: Options) -> Results:
+async def bench(targets: dict[str, Target], stats_url: str, opts: Options) -> Results:
+    targets = await usable(targets, stats_url)
     results = Results()
-    cells = [Cell(m, c) for c in opts.concurrency for m in opts.modes]
     names = list(targets)
     for round_no in range(opts.rounds):
-        for cell in cells:
-            for name in rotated(names, round_no):
+        for cell in (Cell(m, c) for c in opts.concurrency for m in opts.modes):
+            shift = round_no % len(names)  # rotated: each target leads a round in turn
+            for name in names[shift:] + names[:shift]:
                 sample = await measure(targets[name], cell, opts)
                 results.add(name, cell, sample)
                 print(
@@ -327,21 +307,12 @@ async def run_rounds(targets: dict[str, Target], opts: Options) -> Results:
 # --- report ----------------------------------------------------------------------------------
 
 
-def median_of(values: list[float]) -> float:
-    clean = [v for v in values if not math.isnan(v)]
-    return statistics.median(clean) if clean else math.nan
-
-
 def paired(
     results: Results, target: str, base: str, cell: Cell, fn: Callable[[Sample, Sample], float]
 ) -> float:
     """Median over rounds of fn(target's sample, base's sample) from the same round."""
     pairs = zip(results.get(target, cell), results.get(base, cell), strict=False)
-    return median_of([fn(t, b) for t, b in pairs])
-
-
-def ratio(a: float, b: float) -> float:
-    return a / b if b else math.nan
+    return median([fn(t, b) for t, b in pairs])
 
 
 @dataclass(frozen=True)
@@ -360,119 +331,123 @@ class Row:
     errors: int
 
 
-def summarize(results: Results, targets: list[str], cells: list[Cell]) -> list[Row]:
-    rows = []
-    for cell in cells:
-        for name in targets:
-            samples = results.get(name, cell)
-            if not samples:
-                continue
-            rows.append(
-                Row(
-                    target=name,
-                    mode=cell.mode,
-                    concurrency=cell.concurrency,
-                    p50_ms=median_of([s.p50_ms for s in samples]),
-                    p99_ms=median_of([s.p99_ms for s in samples]),
-                    rps=median_of([s.rps for s in samples]),
-                    added_p50_ms=paired(
-                        results, name, DIRECT, cell, lambda t, b: t.p50_ms - b.p50_ms
-                    ),
-                    rps_vs_direct=paired(
-                        results, name, DIRECT, cell, lambda t, b: ratio(t.rps, b.rps)
-                    ),
-                    rps_vs_forwarder=paired(
-                        results, name, FORWARDER, cell, lambda t, b: ratio(t.rps, b.rps)
-                    ),
-                    p99_vs_forwarder=paired(
-                        results, name, FORWARDER, cell, lambda t, b: ratio(t.p99_ms, b.p99_ms)
-                    ),
-                    cpu_ms=median_of([s.cpu_ms for s in samples]),
-                    errors=sum(s.errors for s in samples),
-                )
-            )
-    return rows
+def row(results: Results, name: str, cell: Cell) -> Row:
+    samples = results.get(name, cell)
+
+    def vs(base: str, fn: Callable[[Sample, Sample], float]) -> float:
+        return paired(results, name, base, cell, fn)
+
+    return Row(
+        target=name,
+        mode=cell.mode,
+        concurrency=cell.concurrency,
+        p50_ms=median([s.p50_ms for s in samples]),
+        p99_ms=median([s.p99_ms for s in samples]),
+        rps=median([s.rps for s in samples]),
+        added_p50_ms=vs(DIRECT, lambda t, b: t.p50_ms - b.p50_ms),
+        rps_vs_direct=vs(DIRECT, lambda t, b: ratio(t.rps, b.rps)),
+        rps_vs_forwarder=vs(FORWARDER, lambda t, b: ratio(t.rps, b.rps)),
+        p99_vs_forwarder=vs(FORWARDER, lambda t, b: ratio(t.p99_ms, b.p99_ms)),
+        cpu_ms=median([s.cpu_ms for s in samples]),
+        errors=sum(s.errors for s in samples),
+    )
+
+
+# Row fields as table columns: (header, field, format)
+COLUMNS = (
+    ("target", "target", "s"),
+    ("mode", "mode", "s"),
+    ("conc", "concurrency", "d"),
+    ("p50 ms", "p50_ms", ".2f"),
+    ("p99 ms", "p99_ms", ".2f"),
+    ("req/s", "rps", ".0f"),
+    ("+p50 ms vs direct", "added_p50_ms", "+.2f"),
+    ("req/s vs direct", "rps_vs_direct", ".2f"),
+    ("req/s vs forwarder", "rps_vs_forwarder", ".2f"),
+    ("p99 vs forwarder", "p99_vs_forwarder", ".2f"),
+    ("CPU ms/req", "cpu_ms", ".3f"),
+    ("errors", "errors", "d"),
+)
 
 
 def table(rows: list[Row]) -> str:
-    head = (
-        "| target | mode | conc | p50 ms | p99 ms | req/s | +p50 ms vs direct "
-        "| req/s vs direct | req/s vs forwarder | p99 vs forwarder | CPU ms/req | errors |"
-    )
-    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
-    for r in rows:
-        lines.append(
-            f"| {r.target} | {r.mode} | {r.concurrency} | {fmt(r.p50_ms, '.2f')} "
-            f"| {fmt(r.p99_ms, '.2f')} | {fmt(r.rps, '.0f')} | {fmt(r.added_p50_ms, '+.2f')} "
-            f"| {fmt(r.rps_vs_direct, '.2f')} | {fmt(r.rps_vs_forwarder, '.2f')} "
-            f"| {fmt(r.p99_vs_forwarder, '.2f')} | {fmt(r.cpu_ms, '.3f')} | {r.errors} |"
-        )
-    return "\n".join(lines)
+    def cell(value: object, spec: str) -> str:
+        return fmt(value, spec) if isinstance(value, float) else format(value, spec)
+
+    cells = [[cell(getattr(r, name), spec) for _, name, spec in COLUMNS] for r in rows]
+    return markdown_table([header for header, _, _ in COLUMNS], cells)
+
+
+# The issue's three targets for the gateway: (concurrency, what, field, unit, limit, higher wins)
+TARGETS = (
+    (1, "added p50 vs direct", "added_p50_ms", " ms", 1.0, False),
+    (64, "req/s vs forwarder", "rps_vs_forwarder", "x", 0.8, True),
+    (64, "p99 vs forwarder", "p99_vs_forwarder", "x", 1.3, False),
+)
 
 
 def verdicts(rows: list[Row]) -> Iterator[str]:
-    """The issue's three targets for the gateway, per mode."""
-    for r in rows:
-        if r.target != GATEWAY:
-            continue
-        if r.concurrency == 1:
-            yield _verdict(
-                f"c=1  {r.mode:6} added p50 vs direct",
-                r.added_p50_ms,
-                " ms",
-                1.0,
-                higher_is_better=False,
-            )
-        if r.concurrency == 64:
-            yield _verdict(
-                f"c=64 {r.mode:6} req/s vs forwarder",
-                r.rps_vs_forwarder,
-                "x",
-                0.8,
-                higher_is_better=True,
-            )
-            yield _verdict(
-                f"c=64 {r.mode:6} p99 vs forwarder",
-                r.p99_vs_forwarder,
-                "x",
-                1.3,
-                higher_is_better=False,
-            )
+    for r in (r for r in rows if r.target == GATEWAY):
+        for concurrency, what, name, unit, limit, higher in TARGETS:
+            if r.concurrency != concurrency:
+                continue
+            label = f"c={concurrency:<2} {r.mode:6} {what}"
+            value = getattr(r, name)
+            if math.isnan(value):
+                yield f"SKIP  {label}: not measured"
+                continue
+            ok = value >= limit if higher else value <= limit
+            bound = ">=" if higher else "<="
+            verdict = "PASS" if ok else "FAIL"
+            yield f"{verdict}  {label}: {value:.2f}{unit} (target {bound} {limit}{unit})"
 
 
-def _verdict(what: str, value: float, unit: str, limit: float, higher_is_better: bool) -> str:
-    if math.isnan(value):
-        return f"SKIP  {what}: not measured"
-    ok = value >= limit if higher_is_better else value <= limit
-    bound = ">=" if higher_is_better else "<="
-    return f"{'PASS' if ok else 'FAIL'}  {what}: {value:.2f}{unit} (target {bound} {limit}{unit})"
+def print_report(results: Results, names: list[str], cells: list[Cell]) -> list[Row]:
+    rows = [row(results, n, c) for c in cells for n in names if results.get(n, c)]
+    rounds = max((len(v) for v in results.samples.values()), default=0)
+    print(
+        f"Medians over {rounds} round(s); ratios and +p50 are paired per round; "
+        "CPU ms/req is the target's own process (for direct: the fake upstream).\n"
+    )
+    print(table(rows))
+    print()
+    for line in verdicts(rows):
+        print(line)
+    return rows
+
+
+def load_results(paths: tuple[Path, ...]) -> Results:
+    """Samples saved by --json, the rounds of every file pooled (in file order)."""
+    results = Results()
+    for path in paths:
+        for key, samples in json.loads(path.read_text())["samples"].items():
+            target, mode, concurrency = key.split("/")
+            for sample in samples:
+                results.add(target, Cell(mode, int(concurrency)), Sample(**sample))
+    return results
 
 
 # --- main ------------------------------------------------------------------------------------
 
 
 def parse_args(argv: list[str] | None) -> Options:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small counts, one round (smoke)")
-    parser.add_argument("--rounds", type=int, help="rounds over every cell (default 5)")
-    parser.add_argument("--requests", type=int, help="measured requests per cell (default 1500)")
-    parser.add_argument("--warmup", type=int, help="warm-up requests per cell (default 150)")
-    parser.add_argument(
-        "--max-seconds", type=float, help="cap on one measurement, for slow targets (default 6)"
-    )
-    parser.add_argument("--concurrency", default="1,64", help="comma-separated (default 1,64)")
-    parser.add_argument("--modes", default="plain,stream", help="plain,stream or one of them")
-    parser.add_argument(
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small counts, one round (smoke)")
+    p.add_argument("--rounds", type=int, help="rounds over every cell (default 5)")
+    p.add_argument("--requests", type=int, help="measured requests per cell (default 1500)")
+    p.add_argument("--warmup", type=int, help="warm-up requests per cell (default 150)")
+    p.add_argument("--max-seconds", type=float, help="cap on one measurement (default 6)")
+    p.add_argument("--concurrency", default="1,64", help="comma-separated (default 1,64)")
+    p.add_argument("--modes", default="plain,stream", help="plain,stream or one of them")
+    p.add_argument(
         "--targets",
         default=f"{DIRECT},{FORWARDER},{GATEWAY},{LITELLM}",
         help="which paths to measure (litellm only when installed)",
     )
-    parser.add_argument(
-        "--litellm", type=Path, help=f"litellm binary (default {DEFAULT_LITELLM} if it exists)"
-    )
-    parser.add_argument("--no-litellm", action="store_true", help="do not measure LiteLLM")
-    parser.add_argument("--json", type=Path, help="also write every sample to this file")
-    parser.add_argument(
+    p.add_argument("--litellm", type=Path, help=f"litellm binary (default {DEFAULT_LITELLM})")
+    p.add_argument("--no-litellm", action="store_true", help="do not measure LiteLLM")
+    p.add_argument("--json", type=Path, help="also write every sample to this file")
+    p.add_argument(
         "--report",
         nargs="+",
         type=Path,
@@ -480,95 +455,26 @@ def parse_args(argv: list[str] | None) -> Options:
         metavar="JSON",
         help="run nothing: print the table of earlier --json files, their rounds pooled",
     )
-    parser.add_argument(
+    p.add_argument(
         "--gateway-commit",
         metavar="REV",
         help="measure gateway/ as committed at REV (default: this checkout as is)",
     )
-    args = parser.parse_args(argv)
-    quick = args.quick
-    litellm = (
-        None
-        if args.no_litellm
-        else args.litellm or (DEFAULT_LITELLM if DEFAULT_LITELLM.exists() else None)
-    )
+    a = p.parse_args(argv)
+    litellm = a.litellm or (DEFAULT_LITELLM if DEFAULT_LITELLM.exists() else None)
     return Options(
-        rounds=args.rounds or (1 if quick else 5),
-        requests=args.requests or (200 if quick else 1500),
-        warmup=args.warmup if args.warmup is not None else (20 if quick else 150),
-        max_seconds=args.max_seconds or (4.0 if quick else 6.0),
-        concurrency=tuple(int(c) for c in args.concurrency.split(",")),
-        modes=tuple(m for m in args.modes.split(",") if m in BODIES),
-        targets=tuple(args.targets.split(",")),
-        litellm=litellm,
-        json_out=args.json,
-        gateway_commit=args.gateway_commit,
-        report=tuple(args.report),
+        rounds=a.rounds or (1 if a.quick else 5),
+        requests=a.requests or (200 if a.quick else 1500),
+        warmup=a.warmup if a.warmup is not None else (20 if a.quick else 150),
+        max_seconds=a.max_seconds or (4.0 if a.quick else 6.0),
+        concurrency=tuple(int(c) for c in a.concurrency.split(",")),
+        modes=tuple(m for m in a.modes.split(",") if m in BODIES),
+        targets=tuple(a.targets.split(",")),
+        litellm=None if a.no_litellm else litellm,
+        json_out=a.json,
+        gateway_commit=a.gateway_commit,
+        report=tuple(a.report),
     )
-
-
-def start_servers(
-    ws: Workspace, opts: Options, servers: list[Server]
-) -> tuple[dict[str, Target], str]:
-    """Start what `opts` asks for, appending each server to `servers` as soon as it runs.
-    Returns the targets and the fake upstream's base URL."""
-    fake, upstream = start_fake(ws)
-    servers.append(fake)
-    # name -> (base URL, pid of the process answering there)
-    urls = {DIRECT: (upstream, fake.proc.pid)} if DIRECT in opts.targets else {}
-    starters: list[tuple[str, Callable[[], tuple[Server, str]]]] = [
-        (FORWARDER, lambda: start_forwarder(ws, upstream)),
-        (GATEWAY, lambda: start_gateway(ws, upstream)),
-    ]
-    binary = opts.litellm
-    if LITELLM in opts.targets:
-        if binary and binary.exists():
-            starters.append((LITELLM, lambda: start_litellm(ws, upstream, binary)))
-        else:
-            print(
-                f"litellm: skipped (not installed at {opts.litellm or DEFAULT_LITELLM}; "
-                "pass --litellm PATH)"
-            )
-    for name, start in starters:
-        if name not in opts.targets:
-            continue
-        try:
-            server, base = start()
-        except RuntimeError as exc:
-            if name != LITELLM:
-                raise
-            print(f"litellm: skipped, it did not start: {exc}")
-            continue
-        servers.append(server)
-        urls[name] = (base, server.proc.pid)
-    for server in servers:
-        print(f"  {server.name}: pid {server.proc.pid}, log {server.log_path}")
-    litellm_auth = {**HEADERS, "Authorization": f"Bearer {LITELLM_KEY}"}
-    targets = {
-        name: Target(base + "/chat/completions", pid, litellm_auth if name == LITELLM else HEADERS)
-        for name, (base, pid) in urls.items()
-    }
-    return targets, upstream
-
-
-async def usable(targets: dict[str, Target], upstream: str) -> dict[str, Target]:
-    """Drop a peer proxy that answers wrongly; a broken gateway or forwarder is fatal."""
-    stats_url = upstream.removesuffix("/v1") + "/_fake/stats"
-    out = {}
-    for name, target in targets.items():
-        problem = await check_target(target, stats_url)
-        if problem is None:
-            out[name] = target
-        elif name == LITELLM:
-            print(f"litellm: skipped, bad answer: {problem}")
-        else:
-            raise RuntimeError(f"{name} answered wrongly: {problem}")
-    return out
-
-
-async def bench(started: tuple[dict[str, Target], str], opts: Options) -> tuple[list[str], Results]:
-    targets = await usable(*started)
-    return list(targets), await run_rounds(targets, opts)
 
 
 def git(*args: str) -> bytes:
@@ -614,53 +520,23 @@ def main(argv: list[str] | None = None) -> int:
         root, source = gateway_source(opts.gateway_commit, Path(tmp))
         print(f"  code measured: {source}; {os.cpu_count()} cpus, load average {load_average()}")
         try:
-            ws = Workspace(Path(tmp), root)
-            names, results = uvloop.run(bench(start_servers(ws, opts, servers), opts))
+            targets = start_servers(Path(tmp), root, opts, servers)
+            stats_url = servers[0].url + "/_fake/stats"
+            results = uvloop.run(bench(targets, stats_url, opts))
         finally:
             for server in reversed(servers):
                 server.stop()
     print(f"\ndone in {time.monotonic() - started:.0f} s; load average {load_average()}")
+    names = [n for n in (DIRECT, FORWARDER, GATEWAY, LITELLM) if results.has(n)]
     rows = print_report(results, names, [Cell(m, c) for c in opts.concurrency for m in opts.modes])
     if opts.json_out:
-        opts.json_out.write_text(
-            json.dumps(
-                {
-                    "options": {k: str(v) for k, v in asdict(opts).items()},
-                    "rows": [asdict(r) for r in rows],
-                    "samples": {
-                        "/".join(map(str, k)): [asdict(s) for s in v]
-                        for k, v in results.samples.items()
-                    },
-                },
-                indent=1,
-            )
-        )
+        samples = {
+            "/".join(map(str, k)): [asdict(s) for s in v] for k, v in results.samples.items()
+        }
+        options = {k: str(v) for k, v in asdict(opts).items()}
+        data = {"options": options, "rows": [asdict(r) for r in rows], "samples": samples}
+        opts.json_out.write_text(json.dumps(data, indent=1))
     return 0
-
-
-def print_report(results: Results, names: list[str], cells: list[Cell]) -> list[Row]:
-    rows = summarize(results, names, cells)
-    rounds = max((len(v) for v in results.samples.values()), default=0)
-    print(
-        f"Medians over {rounds} round(s); ratios and +p50 are paired per round; "
-        "CPU ms/req is the target's own process (for direct: the fake upstream).\n"
-    )
-    print(table(rows))
-    print()
-    for line in verdicts(rows):
-        print(line)
-    return rows
-
-
-def load_results(paths: tuple[Path, ...]) -> Results:
-    """Samples saved by --json, the rounds of every file pooled (in file order)."""
-    results = Results()
-    for path in paths:
-        for key, samples in json.loads(path.read_text())["samples"].items():
-            target, mode, concurrency = key.split("/")
-            for sample in samples:
-                results.add(target, Cell(mode, int(concurrency)), Sample(**sample))
-    return results
 
 
 if __name__ == "__main__":
