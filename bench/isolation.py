@@ -6,15 +6,13 @@ request, no request may end in a 500, none may hang.
     python bench/isolation.py --json out.json     # also save the report
 
 What runs (each on a free loopback port, in a temporary directory):
-  - a fake upstream (this file with --serve-fake: gateway/testing/fake_upstream.py plus
-    random faults): some answers are HTTP 500, some slow (1.5 s), a few slower than the
-    deadline (12 s), some non-stream bodies malformed, some streams cut mid-way or ending in an
-    error event; requests that declare tools get tool calls, some naming a tool that was never
-    declared or breaking the tool's schema (repairable), a few staying wrong on repair too;
+  - a fake upstream (this file with --serve-fake: FakeUpstream with a fault hook): some
+    answers HTTP 500, some slow (1.5 s), a few past the deadline (12 s), some bodies malformed,
+    some streams cut or ending in an error event; tool calls, some naming an undeclared tool or
+    breaking the schema (repairable), a few staying wrong on repair too;
   - `--target single`: one gateway process (SQLite cache store);
-    `--target replicas`: three replicas sharing one redis-server (cache store, breakers and
-    rate limits in Redis, as docs/DEPLOY.md) behind nginx (round robin, keep-alive,
-    proxy_buffering off); `both` (the default) runs one, then the other;
+    `--target replicas`: three replicas sharing one redis-server (cache, breakers and rate
+    limits, as docs/DEPLOY.md) behind nginx; `both` (the default) runs one, then the other;
   - every gateway: 20 tenants (auth.keys), the cache on for every model (MiniLM by default,
     `--embedder hash` for speed), the routing alias `auto` (two tiers, tools escalate), the
     tool guard (repair, then strip), retries, breakers, a 10 s deadline per request
@@ -89,7 +87,6 @@ from gateway.testing.harness.stats import fmt, percentile
 from gateway.testing.harness.sync_http import get_json
 from gateway.testing.harness.tables import markdown_table
 
-HERE = Path(__file__).resolve().parent
 ADMIN_KEY = "isolation-bench-admin-key"
 TARGETS = ("single", "replicas")
 HUNG_GRACE = 5.0  # a request not finished within its deadline + this is hung
@@ -324,7 +321,7 @@ def request_body(spec: Spec) -> bytes:
 # --- the processes ----------------------------------------------------------------------------
 
 
-def key_env(tenant: str) -> str:
+def key_env(tenant: str) -> str:  # the variable holding the tenant's key
     return f"ISO_KEY_{tenant.upper()}"
 
 
@@ -413,7 +410,7 @@ def start_stack(stack: ExitStack, workdir: Path, opts: Options, target: str) -> 
     """The faulty fake, then one gateway (SQLite store), or redis-server, the replicas sharing
     it and nginx in front of them; all stopped with `stack`."""
     faults = json.dumps(asdict(opts.faults))
-    argv = [str(HERE / "isolation.py"), "--serve-fake", faults, "--seed", str(opts.seed)]
+    argv = [__file__, "--serve-fake", faults, "--seed", str(opts.seed)]
     fake = stack.enter_context(listening(python_server("fake-upstream", workdir, argv), 30))
     redis_url = None
     if target == "replicas":
