@@ -6,7 +6,7 @@ request, no request may end in a 500, none may hang.
     python bench/isolation.py --json out.json     # also save the report
 
 What runs (each on a free loopback port, in a temporary directory):
-  - a fake upstream (this file with --serve-fake: FakeUpstream with a fault hook): some
+  - a fake upstream with random faults (gateway/testing/harness/random_faults.py): some
     answers HTTP 500, some slow (1.5 s), a few past the deadline (12 s), some bodies malformed,
     some streams cut or ending in an error event; tool calls, some naming an undeclared tool or
     breaking the schema (repairable), a few staying wrong on repair too;
@@ -71,7 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # cache_questions (als
 
 from cache_questions import FILLER, PAIRS
 
-from gateway.testing.fake_upstream import FakeUpstream, Knobs, Received, ScriptedReply
+from gateway.testing.harness import random_faults
 from gateway.testing.harness.configs import write_config
 from gateway.testing.harness.gateways import embedder_loaded, start_gateways
 from gateway.testing.harness.load import Outcome, Request, send, session_for
@@ -79,6 +79,7 @@ from gateway.testing.harness.nginx import balancers, start_nginx
 from gateway.testing.harness.options import option, parse_options
 from gateway.testing.harness.process import Server
 from gateway.testing.harness.procstat import load_average
+from gateway.testing.harness.random_faults import Faults
 from gateway.testing.harness.redis_server import RedisServer
 from gateway.testing.harness.replies import parse_reply
 from gateway.testing.harness.results import save_json
@@ -109,101 +110,6 @@ TOOLS = [
     tool("lookup", "Look a question up in the knowledge base.", QUERY, additionalProperties=False),
     tool("convert", "Convert a length.", QUERY | {"unit": {"enum": ["m", "ft"]}}),
 ]
-HALLUCINATED = ["lookup_web", "transfer_money", "convertt", "search"]
-
-
-# --- the faulty upstream (a separate process: `python bench/isolation.py --serve-fake`) -------
-
-
-@dataclass(frozen=True)
-class Faults:
-    """What the fake upstream does wrong, per upstream request (retries draw again)."""
-
-    error_500: float = 0.03  # HTTP 500 (retryable)
-    slow: float = 0.04  # 1.5 s before the answer
-    too_slow: float = 0.003  # 12 s: past the gateway's 10 s deadline
-    malformed: float = 0.01  # non-stream: a 200 whose JSON is cut short
-    stream_cut: float = 0.03  # streams: the connection dropped after two chunks
-    stream_error: float = 0.01  # streams: an error event after two chunks
-    tool_text: float = 0.25  # requests with tools: a text answer, no call
-    hallucinate: float = 0.25  # first answer with tools: an undeclared tool name
-    bad_arguments: float = 0.10  # first answer with tools: arguments break the schema
-    stays_wrong: float = 0.15  # repairs: still an undeclared name
-
-
-class FaultInjector:
-    """The fake upstream's fault hook: draws this request's faults, counts each in `stats`
-    (read back from /_fake/stats as injected_<fault>)."""
-
-    def __init__(self, faults: Faults, seed: int, stats: dict[str, int]) -> None:
-        self.faults, self.rng, self.stats = faults, random.Random(seed), stats
-        stats.update({f"injected_{name}": 0 for name in asdict(faults)})
-
-    def __call__(self, received: Received) -> Knobs:
-        faults, rng, body = self.faults, self.rng, received.body
-        update: dict[str, Any] = {}
-        r = rng.random()
-        if r < faults.error_500:
-            update["status"] = self.count("error_500", 500)
-        elif r < faults.error_500 + faults.too_slow:
-            update["latency_ms"] = self.count("too_slow", 12_000)
-        elif r < faults.error_500 + faults.too_slow + faults.slow:
-            update["latency_ms"] = self.count("slow", 1_500)
-        if "status" not in update:
-            r = rng.random()
-            if body.get("stream"):
-                if r < faults.stream_cut:
-                    update["cut_after"] = self.count("stream_cut", 2)
-                elif r < faults.stream_cut + faults.stream_error:
-                    update["stream_error_after"] = self.count("stream_error", 2)
-            elif r < faults.malformed:
-                update["malformed"] = self.count("malformed", True)
-        if body.get("tools"):
-            reply = self.tool_reply(body)
-            if reply is not None:
-                update["replies"] = [reply]
-        return received.knobs.model_copy(update=update)
-
-    def count(self, fault: str, value: Any) -> Any:
-        self.stats[f"injected_{fault}"] += 1
-        return value
-
-    def tool_reply(self, body: dict[str, Any]) -> ScriptedReply | None:
-        faults, rng = self.faults, self.rng
-        messages = body.get("messages") or []
-        repair = any(m.get("role") == "tool" for m in messages)
-        if not repair and rng.random() < faults.tool_text:
-            return self.count("tool_text", None)  # the default echo, as text
-        last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
-        echo = f"Echo[{body.get('user')}]: {last_user.get('content')}"
-        name, arguments = "lookup", {"query": echo}
-        r = rng.random()
-        if repair:
-            if r < faults.stays_wrong:
-                name = self.count("stays_wrong", rng.choice(HALLUCINATED))
-        elif r < faults.hallucinate:
-            name = self.count("hallucinate", rng.choice(HALLUCINATED))
-        elif r < faults.hallucinate + faults.bad_arguments:
-            name, arguments = (
-                self.count("bad_arguments", "convert"),
-                {"query": echo, "unit": "yards"},
-            )
-        return ScriptedReply(tool_calls=[{"name": name, "arguments": arguments}])
-
-
-def serve_fake(faults_json: str, seed: int) -> None:
-    """Run the faulty fake upstream until killed (prints its URL like the stock fake)."""
-    from gateway.testing.cli import run_fake
-
-    async def start(host: str, port: int) -> str:
-        fake = FakeUpstream(host, port, history=50)
-        fake.defaults = Knobs(echo_user=True)
-        fake.inject(FaultInjector(Faults(**json.loads(faults_json)), seed, fake.stats))
-        await fake.start()
-        return f"fake upstream listening on http://{fake.host}:{fake.port}"
-
-    sys.argv = [sys.argv[0], "--port", "0"]
-    run_fake("A fake upstream with random faults.", 0, start)
 
 
 # --- options and the request plan -------------------------------------------------------------
@@ -410,7 +316,7 @@ def start_stack(stack: ExitStack, workdir: Path, opts: Options, target: str) -> 
     """The faulty fake, then one gateway (SQLite store), or redis-server, the replicas sharing
     it and nginx in front of them; all stopped with `stack`."""
     faults = json.dumps(asdict(opts.faults))
-    argv = [__file__, "--serve-fake", faults, "--seed", str(opts.seed)]
+    argv = ["-m", random_faults.__name__, "--faults", faults, "--seed", str(opts.seed)]
     fake = stack.enter_context(listening(python_server("fake-upstream", workdir, argv), 30))
     redis_url = None
     if target == "replicas":
@@ -770,12 +676,7 @@ def table(reports: list[Report]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--serve-fake"]:
-        seed = int(args[args.index("--seed") + 1]) if "--seed" in args else 1
-        serve_fake(args[1], seed)
-        return 0
-    opts = parse_options(Options, args, __doc__)
+    opts = parse_options(Options, argv, __doc__)
     print(
         f"isolation: {opts.clients} clients, {opts.tenants} tenants, {opts.requests} requests"
         f" per target, embedder {opts.embedder}, deadline {opts.deadline:g} s,"
