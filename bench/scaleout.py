@@ -344,11 +344,7 @@ async def measure(
         print(f"    errors from {target}: {tally.failures}")
     calls = {k: v - calls0.get(k, 0) for k, v in calls1.items() if k != "info"}
     return Sample(
-        count=run.count,
-        errors=run.errors,
-        seconds=run.seconds,
-        p50_ms=percentile(run.latencies_s, 50) * 1000,
-        p99_ms=percentile(run.latencies_s, 99) * 1000,
+        **asdict(run.figures()),
         window=(t0, t1),
         cpu_ms={k: (cpu1[k] - cpu0[k]) * 1000 / n for k in cpu0},
         redis_calls={k: v / n for k, v in calls.items() if v > 0},

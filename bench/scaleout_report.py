@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.testing.harness.cpu import MACHINE
+from gateway.testing.harness.load import RunFigures
 from gateway.testing.harness.stats import fmt, median, ratio
 from gateway.testing.harness.tables import markdown_table
 
@@ -17,14 +18,9 @@ TARGETS = (UPSTREAM, DIRECT, "nginx-1", "nginx-2", "nginx-3")  # replicas: 0, 1,
 
 
 @dataclass
-class Sample:
+class Sample(RunFigures):
     """One target at one concurrency in one round."""
 
-    count: int
-    errors: int
-    seconds: float
-    p50_ms: float
-    p99_ms: float
     window: tuple[float, float]  # wall clock (time.time()) of the measured part
     cpu_ms: dict[str, float]  # component -> CPU ms per request
     redis_calls: dict[str, float]  # Redis command -> calls per request
@@ -32,10 +28,6 @@ class Sample:
     foreign_cores: float  # cores used meanwhile by processes outside this bench
     stream_p50_ms: float = math.nan  # stream delivery lag seen by the observer, in the window
     stream_p99_ms: float = math.nan
-
-    @property
-    def rps(self) -> float:
-        return self.count / self.seconds if self.seconds else 0.0
 
 
 def paired_ratio(

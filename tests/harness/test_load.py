@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 import pytest
 from aiohttp import web
 
-from gateway.testing.harness.load import Outcome, Request, closed_loop, open_loop, session_for
+from gateway.testing.harness.load import (
+    LoadResult,
+    Outcome,
+    Request,
+    closed_loop,
+    open_loop,
+    session_for,
+)
 
 
 @dataclass
@@ -151,3 +158,11 @@ async def test_think_time_spaces_each_workers_requests(slow: Slow) -> None:
     gaps = [b - a for a, b in zip(slow.arrivals, slow.arrivals[1:], strict=False)]
     # One worker: each gap is the previous answer (0.2 s) plus the pause (0.3 s).
     assert result.count == 3 and all(0.45 < gap < 1.0 for gap in gaps), gaps
+
+
+def test_a_runs_figures_are_its_count_errors_seconds_and_percentiles_in_ms() -> None:
+    run = LoadResult(latencies_s=[0.010, 0.020, 0.030], errors=2, seconds=1.5)
+    figures = run.figures()
+    assert (figures.count, figures.errors, figures.seconds) == (3, 2, 1.5)
+    assert figures.p50_ms == pytest.approx(20.0) and figures.p99_ms == pytest.approx(29.8)
+    assert figures.rps == 2.0

@@ -70,6 +70,25 @@ class LoadResult:
     def summary_ms(self) -> Summary:
         return Summary.of([s * 1000 for s in self.latencies_s])
 
+    def figures(self) -> RunFigures:
+        summary = self.summary_ms()
+        return RunFigures(self.count, self.errors, self.seconds, summary.p50, summary.p99)
+
+
+@dataclass
+class RunFigures:
+    """A run as a report (and --json) keeps it; a benchmark's sample adds its own fields."""
+
+    count: int
+    errors: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+
+    @property
+    def rps(self) -> float:
+        return self.count / self.seconds if self.seconds else 0.0
+
 
 MakeRequest = Callable[[int], Request]
 
