@@ -60,7 +60,9 @@ class ChunkStream:
             yield _through(stages, batch)
             try:
                 async for batch in self._source:
-                    yield _through(stages, batch)
+                    for stage in stages:  # _through, inline: this loop runs for every batch
+                        batch = stage.chunks(batch)
+                    yield batch
             except GatewayError:
                 # After the first byte there is no falling back: the client gets an SSE error
                 # event; the stream is counted as broken and never cached.
