@@ -3,24 +3,17 @@
 import json
 import re
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
-from gateway.testing.harness.starters import start_gateway
+from gateway.testing.harness.starters import run_gateway_cli, start_gateway
 from tests.e2e.helpers import poll_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _gateway(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    return run_gateway_cli(*args)
 
 
 def test_check_accepts_the_shipped_config() -> None:

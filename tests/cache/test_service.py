@@ -12,6 +12,7 @@ from gateway.cache.service import SemanticCache, cacheable
 from gateway.cache.store import CacheEntry
 from gateway.config import CachePolicy, ModelRoute
 from gateway.context import RequestContext
+from gateway.wire import chat_completion, usage
 
 DIM = 8
 
@@ -46,20 +47,9 @@ EMBEDDER = ScriptedEmbedder(
         "How do I not reset my password?": CLOSE,
     }
 )
-ANSWER = {
-    "id": "x",
-    "object": "chat.completion",
-    "created": 1,
-    "model": "m",
-    "choices": [
-        {
-            "index": 0,
-            "message": {"role": "assistant", "content": "Use the link."},
-            "finish_reason": "stop",
-        }
-    ],
-    "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
-}
+ANSWER = chat_completion(
+    "m", {"role": "assistant", "content": "Use the link."}, "stop", usage(9, 3)
+)
 
 
 def _route(**policy: Any) -> ModelRoute:

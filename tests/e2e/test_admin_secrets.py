@@ -30,7 +30,7 @@ from gateway.config.cache import CacheStoreConfig
 from gateway.observability.accesslog import AccessLog
 from gateway.testing.fake_retriever import FakeRetriever
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
-from gateway.testing.harness.configs import write_config
+from gateway.testing.harness.configs import openai_provider, write_config
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread
 from gateway.testing.harness.process import free_port
 from tests.clients import sdk_client
@@ -78,18 +78,13 @@ def config(fake_url: str, retriever_url: str) -> Json:
             "keys": [{"env": "SECRETS_GW_KEY", "tenant": "team"}],
         },
         "providers": {
-            "fake": {
-                "type": "openai",
-                "base_url": fake_url,
-                "api_key_env": "SECRETS_PROVIDER_KEY",
-                "headers": {"X-Api-Token": SECRETS["provider header"]},
-                "timeouts": {"connect": 1, "read": 5, "total": 10},
-            },
-            "vaulted": {
-                "type": "openai",
-                "base_url": vault,
-                "timeouts": {"connect": 1, "read": 1, "total": 2},
-            },
+            "fake": openai_provider(
+                fake_url,
+                (1, 5, 10),
+                api_key_env="SECRETS_PROVIDER_KEY",
+                headers={"X-Api-Token": SECRETS["provider header"]},
+            ),
+            "vaulted": openai_provider(vault, (1, 1, 2)),
         },
         "models": [
             {

@@ -23,7 +23,6 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.http.keys import BREAKERS, CACHE
 from gateway.observability.accesslog import AccessLog
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread
@@ -32,8 +31,10 @@ from tests.clients import sdk_client
 from tests.e2e.helpers import (
     assert_openai_error,
     assert_raw_error,
+    fresh_state,
     request,
     settings_from_files,
+    settle_cache,
     sse_json,
     upstream_requests,
 )
@@ -145,13 +146,7 @@ def byok_gateway(
 @pytest.fixture
 def gw(byok_gateway: Logged, fake_upstream: FakeUpstream, server_thread: ServerThread) -> Logged:
     """The BYOK gateway with a fresh fake upstream, closed breakers and an empty cache."""
-    app = byok_gateway.server.app
-    for breaker in app[BREAKERS]:
-        breaker.reset()
-    cache = app[CACHE]
-    assert cache is not None
-    server_thread.call(cache.flush())
-    server_thread.call(cache.store.purge())
+    fresh_state(server_thread, byok_gateway.server)
     return byok_gateway
 
 
@@ -176,9 +171,7 @@ def authorizations(fake: FakeUpstream) -> list[str | None]:
 
 
 def settle(gw: Logged, server_thread: ServerThread) -> None:
-    cache = gw.server.app[CACHE]
-    assert cache is not None
-    server_thread.call(cache.flush())
+    settle_cache(server_thread, gw.server)
 
 
 def get(gw: Logged, path: str, admin: bool = False) -> Any:

@@ -17,24 +17,14 @@ from tests.e2e.helpers import (
     Json,
     assert_conforms,
     assert_raw_error,
+    function_tool,
     request,
     schema_validator,
     sse_json,
 )
 
-TOOLS: list[Json] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "lookup",
-            "parameters": {
-                "type": "object",
-                "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
-                "required": ["query", "limit"],
-            },
-        },
-    }
-]
+LOOKUP_ARGS = {"query": {"type": "string"}, "limit": {"type": "integer"}}
+TOOLS: list[Json] = [function_tool("lookup", LOOKUP_ARGS, ["query", "limit"])]
 SCRIPTED_CALLS = {
     "replies": [
         {

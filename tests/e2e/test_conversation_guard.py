@@ -3,7 +3,6 @@ upstream receives, and what the client sees."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +15,7 @@ from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from gateway.testing.harness.fake_settings import settings_for
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.clients import sdk_client
-from tests.e2e.helpers import upstream_requests
+from tests.e2e.helpers import long_conversation, repeated_calls, upstream_requests
 
 Json = dict[str, Any]
 TOOLS = [
@@ -54,16 +53,8 @@ def client(gw: GatewayServer) -> openai.OpenAI:
 
 
 def looping_history(rounds: int) -> list[Json]:
-    messages: list[Json] = [{"role": "user", "content": "Weather in Paris?"}]
-    for i in range(rounds):
-        call = {
-            "id": f"call_{i}",
-            "type": "function",
-            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})},
-        }
-        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": "sunny, 21C"})
-    return messages
+    weather = {"name": "get_weather", "arguments": {"city": "Paris"}}
+    return repeated_calls("Weather in Paris?", weather, "sunny, 21C", rounds)
 
 
 def test_a_normal_agent_turn_passes_untouched(
@@ -100,15 +91,6 @@ def test_the_error_policy_answers_400_saying_why(
     assert info.value.code == "agent_loop_detected"
     assert "get_weather" in info.value.message and "3" in info.value.message
     assert not upstream_requests(fake_upstream), "nothing was sent upstream"
-
-
-def long_conversation(turns: int, topic: str = "squared") -> list[Json]:
-    messages: list[Json] = [{"role": "system", "content": "You are helpful."}]
-    for i in range(turns // 2):
-        messages.append({"role": "user", "content": f"Question {i}: what is {i} {topic}?"})
-        messages.append({"role": "assistant", "content": f"{i} squared is {i * i}."})
-    messages.append({"role": "user", "content": "And what did I ask first?"})
-    return messages
 
 
 def test_a_long_history_is_summarized_once_then_reused(

@@ -25,9 +25,12 @@ from gateway.testing.harness.metrics import metric_value
 from tests.clients import sdk_client
 from tests.e2e.helpers import (
     assert_raw_error,
+    empty_cache,
+    function_tool,
     last_upstream_body,
     request,
     settings_from_files,
+    settle_cache,
     upstream_requests,
 )
 
@@ -52,19 +55,8 @@ DEFAULT_DISCLAIMER = "From general knowledge, not the handbook."
 STRICT_DISCLAIMER = "Strict mode: the handbook did not cover this well enough."
 RETURNS_QUESTION = "Can items be returned for a refund within 30 days of delivery?"
 HALLUCINATED = {"name": "transfer_money", "arguments": {"amount": 10, "to": "Bob"}}
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "transfer",
-            "parameters": {
-                "type": "object",
-                "properties": {"amount": {"type": "number"}, "to": {"type": "string"}},
-                "required": ["amount", "to"],
-            },
-        },
-    }
-]
+TRANSFER_ARGS = {"amount": {"type": "number"}, "to": {"type": "string"}}
+TOOLS = [function_tool("transfer", TRANSFER_ARGS, ["amount", "to"])]
 
 
 def config(fake_url: str, retriever_url: str) -> Json:
@@ -194,10 +186,7 @@ def pgw(
 ) -> GatewayServer:
     """The policy gateway with a fresh fake upstream, retriever and an empty cache."""
     retriever.reset()
-    cache = policy_gateway.app[CACHE]
-    assert cache is not None
-    server_thread.call(cache.flush())
-    server_thread.call(cache.store.purge())
+    empty_cache(server_thread, policy_gateway)
     return policy_gateway
 
 
@@ -218,9 +207,7 @@ def content(raw: Any) -> str:
 
 def settle(gw: GatewayServer, server_thread: ServerThread) -> None:
     """Cache writes happen in the background: wait for them."""
-    cache = gw.app[CACHE]
-    assert cache is not None
-    server_thread.call(cache.flush())
+    settle_cache(server_thread, gw)
 
 
 def metrics_text(gw: GatewayServer) -> str:

@@ -14,32 +14,19 @@ from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.harness.fake_settings import settings_for
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.clients import sdk_client
-from tests.e2e.helpers import request, upstream_requests
+from tests.e2e.helpers import function_tool, request, upstream_requests
 from tests.e2e.sdk import Sdk
 
 Json = dict[str, Any]
+TRANSFER_ARGS = {
+    "amount": {"type": "number", "minimum": 0},
+    "to": {"type": "string"},
+    "currency": {"type": "string", "enum": ["EUR", "USD"]},
+    "on": {"type": "string", "format": "date"},
+}
 TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "transfer",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "amount": {"type": "number", "minimum": 0},
-                    "to": {"type": "string"},
-                    "currency": {"type": "string", "enum": ["EUR", "USD"]},
-                    "on": {"type": "string", "format": "date"},
-                },
-                "required": ["amount", "to"],
-                "additionalProperties": False,
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {"name": "balance", "parameters": {"type": "object", "properties": {}}},
-    },
+    function_tool("transfer", TRANSFER_ARGS, ["amount", "to"], additionalProperties=False),
+    function_tool("balance", {}),
 ]
 GOOD = {"name": "transfer", "arguments": {"amount": 10, "to": "Bob", "currency": "EUR"}}
 HALLUCINATED = {"name": "transfer_money", "arguments": {"amount": 10, "to": "Bob"}}
@@ -174,22 +161,19 @@ def test_headers_and_metrics_say_what_happened(gw: GatewayServer, fake_upstream:
     )
 
 
+def tool_guard(thread: ServerThread, fake: FakeUpstream, **tools: Any) -> Iterator[GatewayServer]:
+    with running_gateway(thread, settings_for(fake.url, {"guard": {"tools": tools}})) as server:
+        yield server
+
+
 @pytest.fixture(scope="module")
 def pass_gw(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
-    settings = settings_for(
-        fake.url, {"guard": {"tools": {"on_failure": "pass", "repair_attempts": 1}}}
-    )
-    with running_gateway(server_thread, settings) as server:
-        yield server
+    yield from tool_guard(server_thread, fake, on_failure="pass", repair_attempts=1)
 
 
 @pytest.fixture(scope="module")
 def error_gw(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
-    settings = settings_for(
-        fake.url, {"guard": {"tools": {"on_failure": "error", "repair_attempts": 0}}}
-    )
-    with running_gateway(server_thread, settings) as server:
-        yield server
+    yield from tool_guard(server_thread, fake, on_failure="error", repair_attempts=0)
 
 
 def _client(gw: GatewayServer) -> openai.OpenAI:

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from gateway.config import load_settings
-from gateway.testing.harness.configs import deep_merge, dump_yaml, write_config
+from gateway.testing.harness.configs import deep_merge, dump_yaml, openai_provider, write_config
 
 
 def test_awkward_strings_survive_the_round_trip() -> None:
@@ -33,3 +33,12 @@ def test_a_written_config_and_policy_load_as_the_gateway_loads_them(tmp_path: Pa
     settings = load_settings(path)
     assert "m: one" in settings.routes
     assert [p.name for p in settings.policies.policies] == ["team-a"]
+
+
+def test_an_openai_provider_names_its_timeouts() -> None:
+    assert openai_provider("http://x/v1", (1, 5, 10), api_key_env="K") == {
+        "type": "openai",
+        "base_url": "http://x/v1",
+        "api_key_env": "K",
+        "timeouts": {"connect": 1, "read": 5, "total": 10},
+    }

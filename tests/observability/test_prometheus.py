@@ -13,7 +13,6 @@ Debian package).
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import subprocess
 import time
@@ -29,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.config import build_settings, parse_config
 from gateway.testing.fake_retriever import FakeRetriever
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
-from gateway.testing.harness.configs import dump_yaml
+from gateway.testing.harness.configs import dump_yaml, openai_provider
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from gateway.testing.harness.process import free_port
 from gateway.testing.harness.prometheus import (
@@ -39,7 +38,7 @@ from gateway.testing.harness.prometheus import (
     promtool_path,
     scrape_config,
 )
-from tests.e2e.helpers import request
+from tests.e2e.helpers import function_tool, long_conversation, repeated_calls, request
 from tests.observability.promql import ALERTS, ROOT, alert_rules, dashboard_exprs, substitute
 
 Json = dict[str, Any]
@@ -53,20 +52,8 @@ pytestmark = pytest.mark.skipif(
 # the test can produce it. Keep this list short: everything else must show data.
 NO_DATA_ALLOWED: dict[str, str] = {}
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "transfer",
-            "parameters": {
-                "type": "object",
-                "properties": {"amount": {"type": "number"}, "to": {"type": "string"}},
-                "required": ["amount", "to"],
-                "additionalProperties": False,
-            },
-        },
-    }
-]
+TRANSFER_ARGS = {"amount": {"type": "number"}, "to": {"type": "string"}}
+TOOLS = [function_tool("transfer", TRANSFER_ARGS, ["amount", "to"], additionalProperties=False)]
 GOOD_CALL = {"name": "transfer", "arguments": {"amount": 10, "to": "Bob"}}
 BAD_CALL = {"name": "transfer", "arguments": {"amount": "lots", "to": "Bob"}}
 HALLUCINATED_CALL = {"name": "transfer_money", "arguments": {"amount": 10}}
@@ -100,16 +87,8 @@ def gateway_config(fake_url: str, retriever_url: str) -> Json:
         # tiny: one request, then 429 for 10 s
         "rate_limits": {"tenants": {"tiny": {"requests_per_second": 0.1, "burst": 1}}},
         "providers": {
-            "fake": {
-                "type": "openai",
-                "base_url": fake_url,
-                "timeouts": {"connect": 1, "read": 5, "total": 10},
-            },
-            "dead": {
-                "type": "openai",
-                "base_url": dead,
-                "timeouts": {"connect": 0.5, "read": 1, "total": 2},
-            },
+            "fake": openai_provider(fake_url, (1, 5, 10)),
+            "dead": openai_provider(dead, (0.5, 1, 2)),
         },
         "models": [
             model(
@@ -163,28 +142,6 @@ def _chat(model: str, text: str, **fields: Any) -> Json:
     return {"model": model, "messages": [{"role": "user", "content": text}], **fields}
 
 
-def _looping_history(rounds: int) -> list[Json]:
-    messages: list[Json] = [{"role": "user", "content": "Send Bob 10 euros."}]
-    for i in range(rounds):
-        call = {
-            "id": f"call_{i}",
-            "type": "function",
-            "function": {"name": "transfer", "arguments": json.dumps(GOOD_CALL["arguments"])},
-        }
-        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": "failed"})
-    return messages
-
-
-def _long_conversation(turns: int) -> list[Json]:
-    messages: list[Json] = [{"role": "system", "content": "You are helpful."}]
-    for i in range(turns // 2):
-        messages.append({"role": "user", "content": f"Question {i}: what is {i} squared?"})
-        messages.append({"role": "assistant", "content": f"{i} squared is {i * i}."})
-    messages.append({"role": "user", "content": "And what did I ask first?"})
-    return messages
-
-
 def traffic_round(gw: GatewayServer) -> list[int]:
     """One round of requests touching every metric family; returns the statuses."""
     unique = uuid.uuid4().hex[:8]
@@ -232,9 +189,13 @@ def traffic_round(gw: GatewayServer) -> list[int]:
         # agent loop stopped; a long history compressed by the summarizer
         (
             "/v1/chat/completions",
-            {"model": "strong", "messages": _looping_history(3), "tools": TOOLS},
+            {
+                "model": "strong",
+                "messages": repeated_calls("Send Bob 10 euros.", GOOD_CALL, "failed", 3),
+                "tools": TOOLS,
+            },
         ),
-        ("/v1/chat/completions", {"model": "strong", "messages": _long_conversation(10)}),
+        ("/v1/chat/completions", {"model": "strong", "messages": long_conversation(10)}),
         # embeddings, and a model nobody configured (404, model "none")
         ("/v1/embeddings", {"model": "vectors", "input": ["hello", "world"]}),
         ("/v1/chat/completions", _chat("no-such-model", "hello")),

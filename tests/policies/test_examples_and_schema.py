@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from jsonschema import Draft202012Validator, ValidationError
 
 from gateway.config import load_settings
 from gateway.config.json_schemas import SCHEMAS
+from gateway.testing.harness.starters import run_gateway_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "policies" / "examples").glob("*.yaml"))
@@ -22,13 +22,7 @@ SCHEMA_DIR = ROOT / "schemas"
 
 
 def _gateway(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    return run_gateway_cli(*args)
 
 
 def _with_policies(tmp_path: Path, examples: list[Path]) -> Path:

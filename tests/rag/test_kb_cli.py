@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gateway.rag.embedded import load_version, read_current
 from gateway.testing.harness.configs import write_config
+from gateway.testing.harness.starters import run_gateway_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _gateway(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    return run_gateway_cli(*args, timeout=120)
 
 
 @pytest.fixture

@@ -16,7 +16,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.e2e.helpers import LEAK_MARKERS, assert_conforms, assert_openai_error, sse_json
+from tests.e2e.helpers import (
+    LEAK_MARKERS,
+    assert_conforms,
+    assert_openai_error,
+    parse_sse,
+    sse_json,
+)
 
 Header = tuple[bytes, bytes]
 
@@ -341,7 +347,7 @@ def _conforms(data: Any, schema: str, strict: bool) -> None:
 def check_stream(body: bytes, context: str = "", *, strict_schema: bool = True) -> list[Any]:
     """An SSE stream of chat chunks, at most one error event (last), then [DONE]."""
     try:
-        events, done = sse_json(_sse_data(body))
+        events, done = sse_json(parse_sse(body))
     except (AssertionError, ValueError) as exc:
         raise AssertionError(f"bad SSE framing: {exc}" + context) from None
     assert done, "the stream does not end with [DONE]" + context
@@ -360,17 +366,6 @@ def check_stream(body: bytes, context: str = "", *, strict_schema: bool = True) 
             _conforms(event, "CreateChatCompletionStreamResponse", strict_schema)
         except AssertionError as exc:
             raise AssertionError(f"chunk {i}: {exc}" + context) from None
-    return events
-
-
-def _sse_data(raw: bytes) -> list[str]:
-    """The gateway's framing: UTF-8, each event one `data: ` line, a blank line after each."""
-    text = raw.decode("utf-8")
-    assert text.endswith("\n\n"), f"the stream does not end with a complete event: {text[-80:]!r}"
-    events = []
-    for block in text[:-2].split("\n\n"):
-        assert block.startswith("data: ") and "\n" not in block, f"bad SSE event: {block[:200]!r}"
-        events.append(block[len("data: ") :])
     return events
 
 

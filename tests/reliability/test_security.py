@@ -54,7 +54,7 @@ from aiohttp import web
 from gateway.cache.embedded_store import EmbeddedStore
 from gateway.config.loading import ConfigError
 from gateway.http import auth
-from gateway.http.keys import BREAKERS, CACHE
+from gateway.http.keys import CACHE
 from gateway.observability.accesslog import AccessLog
 from gateway.testing.fake_upstream import FakeUpstream, Knobs, Received
 from gateway.testing.harness.fake_settings import settings_for
@@ -63,8 +63,10 @@ from tests.e2e.helpers import (
     RawResponse,
     assert_openai_error,
     assert_raw_error,
+    fresh_state,
     request,
     settings_from_files,
+    settle_cache,
     upstream_requests,
 )
 
@@ -240,9 +242,7 @@ class Secured:
         return self.call("POST", "/v1/chat/completions", key=key, body=body, headers=headers)
 
     def settle(self) -> None:
-        cache = self.server.app[CACHE]
-        assert cache is not None
-        self.thread.call(cache.flush())
+        settle_cache(self.thread, self.server)
 
     def access_log(self) -> bytes:
         async def flush() -> None:
@@ -292,13 +292,7 @@ def secured_gateway(
 @pytest.fixture
 def sec(secured_gateway: Secured, fake_upstream: FakeUpstream) -> Secured:
     """The gateway with a fresh fake upstream, closed breakers and an empty cache."""
-    app = secured_gateway.server.app
-    for breaker in app[BREAKERS]:
-        breaker.reset()
-    cache = app[CACHE]
-    assert cache is not None
-    secured_gateway.thread.call(cache.flush())
-    secured_gateway.thread.call(cache.store.purge())
+    fresh_state(secured_gateway.thread, secured_gateway.server)
     secured_gateway.seen.clear()
     secured_gateway.echo.received.clear()
     return secured_gateway

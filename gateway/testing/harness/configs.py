@@ -46,3 +46,13 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> Json:
         else:
             out[key] = value
     return out
+
+
+def openai_provider(
+    base_url: str, timeouts: tuple[float, float, float] | None = None, **more: Any
+) -> Json:
+    """An `openai`-type provider at `base_url`; `timeouts`: connect, read, total seconds."""
+    provider: Json = {"type": "openai", "base_url": base_url, **more}
+    if timeouts is not None:
+        provider["timeouts"] = dict(zip(("connect", "read", "total"), timeouts, strict=True))
+    return provider

@@ -9,6 +9,8 @@ it prints 'listening on http://...'. A starter that fails stops what it started 
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -114,3 +116,18 @@ def start_forwarder(
     """The bare aiohttp forwarder in front of `upstream` (a base URL ending in /v1)."""
     argv = ["-m", FORWARDER, "--upstream", upstream, "--port", "0"]
     return listening(python_server(name, workdir, argv, root=root), timeout)
+
+
+def run_gateway_cli(
+    *args: str, timeout: float = 60.0, cwd: Path = REPO_ROOT
+) -> subprocess.CompletedProcess[str]:
+    """`python -m gateway ARGS...` as a user runs it (from the checkout unless `cwd` says
+    otherwise), to its end: exit status, stdout and stderr."""
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": pythonpath(REPO_ROOT)},
+    )
