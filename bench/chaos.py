@@ -51,9 +51,10 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # chaos_report, beside this file
 
-from chaos_report import Poll, Record, Window, print_report, summarize, transitions
+from chaos_report import Poll, Record, print_report, summarize, transitions
 
 from gateway.testing.harness.configs import write_config
+from gateway.testing.harness.fault_windows import Window, run_windows
 from gateway.testing.harness.gitrev import checkout_state
 from gateway.testing.harness.load import Outcome, Request, closed_loop, send, session_for
 from gateway.testing.harness.metrics import by_label, scrape
@@ -241,29 +242,13 @@ class Chaos:
         return itertools.chain(cycle, once, itertools.cycle(cycle))
 
     async def run(self, target: str, started: asyncio.Event | None = None) -> None:
-        """Windows back to back; one ends when the next one's fault is in force."""
         if target == "primary":
             schedule, apply = self.primary_schedule(), self.apply_primary
         else:
             period = self.opts.retriever_period
             schedule = itertools.cycle([(kind, period) for kind in RETRIEVER_CYCLE])
             apply = self.apply_retriever
-        current: Window | None = None
-        for kind, seconds in schedule:
-            await apply(kind)
-            now = time.time()
-            if current is not None:
-                current.end = now
-            current = Window(target, kind, now)
-            self.windows.append(current)
-            if started is not None:
-                started.set()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), seconds)
-            if self.stop.is_set():
-                break
-        if current is not None:
-            current.end = time.time()
+        await run_windows(target, schedule, apply, self.windows, self.stop, started)
 
     def of(self, target: str) -> list[Window]:
         return [w for w in self.windows if w.target == target]

@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.testing.harness.fault_windows import Window
 from gateway.testing.harness.stats import fmt, median, percentile
 from gateway.testing.harness.tables import markdown_table
 
@@ -22,14 +23,6 @@ PRIMARY_BREAKER, BACKUP_BREAKER, KB_BREAKER = (
 )
 LEVELS = {"1": "grounded", "2": "general knowledge", "3": "retrieval unavailable"}
 LEVELS["4"] = "unavailable answer"
-
-
-@dataclass
-class Window:
-    target: str  # "primary" or "retriever"
-    kind: str
-    start: float  # unix time the fault was in force for new requests
-    end: float = math.inf
 
 
 @dataclass
