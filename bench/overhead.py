@@ -28,7 +28,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -38,7 +38,13 @@ import aiohttp  # noqa: E402
 import uvloop  # noqa: E402
 
 from gateway.testing.harness.configs import write_config  # noqa: E402
-from gateway.testing.harness.load import JSON_HEADERS, Outcome, Request, closed_loop  # noqa: E402
+from gateway.testing.harness.load import (  # noqa: E402
+    JSON_HEADERS,
+    Outcome,
+    Request,
+    RunFigures,
+    closed_loop,
+)
 from gateway.testing.harness.process import Server, answers, free_port  # noqa: E402
 from gateway.testing.harness.procstat import cpu_seconds, load_average  # noqa: E402
 from gateway.testing.harness.starters import (  # noqa: E402
@@ -106,19 +112,10 @@ class Cell:
 
 
 @dataclass
-class Sample:
+class Sample(RunFigures):
     """One cell against one target in one round (saved as is by --json)."""
 
-    count: int
-    errors: int
-    seconds: float
-    p50_ms: float
-    p99_ms: float
     cpu_ms: float = math.nan  # CPU time of the target's process per request
-
-    @property
-    def rps(self) -> float:
-        return self.count / self.seconds if self.seconds else 0.0
 
 
 @dataclass
@@ -235,8 +232,7 @@ async def measure(target: Target, cell: Cell, opts: Options) -> Sample:
             result = await closed_loop(
                 session, lambda _: request, cell.concurrency, count=count, seconds=seconds, ok=ok
             )
-            summary = result.summary_ms()
-            return Sample(result.count, result.errors, result.seconds, summary.p50, summary.p99)
+            return Sample(**asdict(result.figures()))
 
         await run(max(opts.warmup, 2 * cell.concurrency), opts.max_seconds / 4)
         cpu_before = cpu_seconds(target.pid)
@@ -353,29 +349,29 @@ def row(results: Results, name: str, cell: Cell) -> Row:
     )
 
 
-# Row fields as table columns: (header, field, format)
-COLUMNS = (
-    ("target", "target", "s"),
-    ("mode", "mode", "s"),
-    ("conc", "concurrency", "d"),
-    ("p50 ms", "p50_ms", ".2f"),
-    ("p99 ms", "p99_ms", ".2f"),
-    ("req/s", "rps", ".0f"),
-    ("+p50 ms vs direct", "added_p50_ms", "+.2f"),
-    ("req/s vs direct", "rps_vs_direct", ".2f"),
-    ("req/s vs forwarder", "rps_vs_forwarder", ".2f"),
-    ("p99 vs forwarder", "p99_vs_forwarder", ".2f"),
-    ("CPU ms/req", "cpu_ms", ".3f"),
-    ("errors", "errors", "d"),
-)
+HEADER = [
+    "target",
+    "mode",
+    "conc",
+    "p50 ms",
+    "p99 ms",
+    "req/s",
+    "+p50 ms vs direct",
+    "req/s vs direct",
+    "req/s vs forwarder",
+    "p99 vs forwarder",
+    "CPU ms/req",
+    "errors",
+]  # one column per Row field, in order
+SPECS = {"rps": ".0f", "added_p50_ms": "+.2f", "cpu_ms": ".3f"}  # other floats: .2f
 
 
 def table(rows: list[Row]) -> str:
-    def cell(value: object, spec: str) -> str:
-        return fmt(value, spec) if isinstance(value, float) else format(value, spec)
+    def cell(name: str, value: object) -> object:
+        return fmt(value, SPECS.get(name, ".2f")) if isinstance(value, float) else value
 
-    cells = [[cell(getattr(r, name), spec) for _, name, spec in COLUMNS] for r in rows]
-    return markdown_table([header for header, _, _ in COLUMNS], cells)
+    names = [f.name for f in fields(Row)]
+    return markdown_table(HEADER, [[cell(n, getattr(r, n)) for n in names] for r in rows])
 
 
 # The issue's three targets for the gateway: (concurrency, what, field, unit, limit, higher wins)
