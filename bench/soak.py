@@ -1,39 +1,21 @@
-"""Soak: one gateway process at a steady load for a bounded time, the cache filling up and
-evicting, sampled every 30 s for anything that grows when it should not.
+"""Soak: one gateway process (SQLite cache with a small max_entries, so it is full after the
+first window and evicts from then on; routing alias `auto`, tool guard, two tenants) at a steady
+load, sampled every window for anything that grows when it should not.
 
     python bench/soak.py                      # 3 minutes
     python bench/soak.py --minutes 30 --rate 60
     python bench/soak.py --json soak.json     # also save every window
 
-Processes (free loopback ports, a temporary directory): the fake upstream
-(gateway/testing/fake_upstream.py, 20 ms per answer) and one gateway (`python -m gateway
-serve`): SQLite cache store with a small `max_entries` (1,000 by default) so it is full after
-the first window and evicts from then on, the embedder (MiniLM by default, `--embedder hash`),
-the routing alias `auto`, the tool guard, two tenants.
-
-The load is open-loop: `--rate` requests a second whatever the latency (at most 256 in flight;
-any request that would exceed that is counted as skipped). Mix: 80 % new questions (a miss and
-a cache write each: the store grows, then evicts), 15 % repeats of recent questions (hits),
-30 % streamed, 10 % with tools (the fake hallucinates no tools here: calls are valid), and 2 %
-of clients that give up after 50 ms on an answer the fake delays by 400 ms (the gateway must
-release the upstream request and its connection).
-
-Each 30 s window: requests, errors, latency p50/p99 (successful requests), the gateway's CPU
-per request, and at the window's end its resident memory (/proc/<pid>/status VmRSS), open file
-descriptors (/proc/<pid>/fd), threads, cache entries (/admin/cache/stats), and two things the
-gateway does not expose, read by a probe thread in the gateway process
-(gateway/testing/harness/inner_probe.py, loaded by a `sitecustomize` on its PYTHONPATH): the
-asyncio tasks not done, with the most common coroutines, and the length of every container
-attribute of the cache store object, to compare with max_entries.
-
-Targets (the exit status is 1 when one is missed):
-  - cache entries never above max_entries, and no container of the store longer than
-    max_entries + 5 % (its bookkeeping is bounded by the cache's configured size);
-  - resident memory: from the first window with a full cache to the end, growth under
-    max(8 MB, 5 %);
-  - file descriptors and asyncio tasks: the end within +5 and +20 of the start (nothing
-    leaks per request);
-  - latency drift: p50 at the end at most 1.5x the start, p99 at most 2x.
+The load is open-loop, `--rate` a second (at most 256 in flight, more are counted as skipped):
+80 % new questions (a miss and a write each), 15 % recent repeats (hits), 30 % streamed, 10 %
+with tools, 2 % of clients giving up after 50 ms on an answer the fake delays by 400 ms. Each
+window: requests, errors, latency p50/p99, the gateway's CPU per request; at its end RSS, open
+fds, threads, cache entries, and from a probe thread inside the gateway
+(gateway/testing/harness/inner_probe.py) the asyncio tasks and the length of every container
+of the cache store. Targets (exit status 1 when one is missed): entries never above
+max_entries and no store container over it by 5 %; RSS growth since the cache filled under
+max(8 MB, 5 %); fds within +5 and tasks within +20 of the start; p50 at most 1.5x and p99 at
+most 2x the start; no errors.
 """
 
 from __future__ import annotations
@@ -65,6 +47,7 @@ from gateway.testing.harness.results import save_json
 from gateway.testing.harness.starters import listening, spawn_gateway, start_fake_upstream
 from gateway.testing.harness.stats import fmt, percentile
 from gateway.testing.harness.sync_http import get_json, post_json
+from gateway.testing.harness.tables import markdown_table
 
 ADMIN_KEY = "soak-bench-admin-key"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -91,7 +74,6 @@ class Options:
     latency_ms: float = option(20.0, "the fake upstream's latency")
     seed: int = option(1, "the request mix")
     json_out: Path | None = option(None, "also write every window here", flag="--json")
-    quiet: bool = option(False, cli=False)
 
 
 @dataclass
@@ -241,7 +223,7 @@ async def soak(opts: Options, gateway: Server, probe_out: Path) -> tuple[list[Wi
                 observe=traffic.observe,
             )  # fmt: skip
 
-        say(opts, f"warm-up {opts.warmup:.0f} s at {opts.rate:g} req/s")
+        print(f"warm-up {opts.warmup:.0f} s at {opts.rate:g} req/s", flush=True)
         traffic.take(await load(opts.warmup))
         for i in range(max(1, round(opts.minutes * 60 / opts.window))):
             cpu0 = cpu_seconds(pid)
@@ -255,7 +237,7 @@ async def soak(opts: Options, gateway: Server, probe_out: Path) -> tuple[list[Wi
             w.entries, w.store = int(stats.get("entries", 0)), probe.get("store") or {}
             w.load = load_average()
             windows.append(w)
-            say(opts, row(w))
+            print(row(w), flush=True)
     await asyncio.sleep(2.5)  # in-flight work settles; the probe writes once more
     errors = probe_out.with_name("probe.json.error")
     idle = {"before": before, **process_state(pid, probe_out)}
@@ -283,74 +265,55 @@ def row(w: Window) -> str:
     )
 
 
+def drift(start: float, end: float) -> float | None:
+    return round(end / start, 2) if start else None
+
+
+def within(value: float | None, limit: float) -> bool:
+    return value is not None and value <= limit
+
+
 def verdict(windows: list[Window], idle: dict[str, Any], opts: Options) -> dict[str, Any]:
     first, last = windows[0], windows[-1]
-    full = next((w for w in windows if w.entries >= opts.max_entries), None)
-    checks: dict[str, Any] = {}
-    checks["entries_within_max"] = all(w.entries <= opts.max_entries for w in windows)
-    bound = opts.max_entries * 1.05
-    over = {
-        name: size
-        for name, size in (last.store or idle["probe"].get("store") or {}).items()
-        if size > bound
+    store = last.store or idle["probe"].get("store") or {}
+    over = {name: size for name, size in store.items() if size > opts.max_entries * 1.05}
+    checks: dict[str, Any] = {
+        "entries_within_max": all(w.entries <= opts.max_entries for w in windows),
+        "store_containers_over_max_entries": over,
+        "store_containers_bounded": not over and bool(last.store),
     }
-    checks["store_containers_over_max_entries"] = over
-    checks["store_containers_bounded"] = not over and bool(last.store)
-    if full is not None:
-        growth = last.rss_mb - full.rss_mb
-        allowed = max(8.0, 0.05 * full.rss_mb)
+    full = next((w for w in windows if w.entries >= opts.max_entries), None)
+    if full is None:
+        checks["rss_bounded"] = False
+        checks["rss_note"] = "the cache never filled: raise --minutes or --rate"
+    else:
+        growth, allowed = last.rss_mb - full.rss_mb, max(8.0, 0.05 * full.rss_mb)
         checks["rss_growth_since_full_mb"] = round(growth, 1)
         checks["rss_allowed_mb"] = round(allowed, 1)
         checks["rss_bounded"] = growth <= allowed
-        after = [w for w in windows if w.index >= full.index]
-        if len(after) >= 2:
-            minutes = (after[-1].start - after[0].start) / 60
-            checks["rss_slope_mb_per_min"] = round(
-                (after[-1].rss_mb - after[0].rss_mb) / minutes, 2
-            )
-    else:
-        checks["rss_bounded"] = False
-        checks["rss_note"] = "the cache never filled: raise --minutes or --rate"
+        if last.index > full.index:
+            slope = growth / ((last.start - full.start) / 60)
+            checks["rss_slope_mb_per_min"] = round(slope, 2)
     checks["fd_drift"] = last.fds - first.fds
     checks["fds_stable"] = checks["fd_drift"] <= 5
     checks["fds_idle_before_after"] = (idle["before"]["fds"], idle["fds"])
+    before, after = idle["before"].get("probe") or {}, idle.get("probe") or {}
     if first.tasks is not None and last.tasks is not None:
         checks["task_drift"] = last.tasks - first.tasks
         checks["tasks_stable"] = checks["task_drift"] <= 20
-        checks["tasks_idle_before_after"] = (
-            (idle["before"].get("probe") or {}).get("tasks"),
-            (idle.get("probe") or {}).get("tasks"),
-        )
-        checks["top_tasks_idle_after"] = (idle.get("probe") or {}).get("top_tasks")
+        checks["tasks_idle_before_after"] = (before.get("tasks"), after.get("tasks"))
+        checks["top_tasks_idle_after"] = after.get("top_tasks")
     else:
         checks["tasks_stable"] = None
         checks["task_note"] = "the probe did not report (see probe_errors)"
-    checks["p50_drift"] = round(last.p50_ms / first.p50_ms, 2) if first.p50_ms else None
-    checks["p99_drift"] = round(last.p99_ms / first.p99_ms, 2) if first.p99_ms else None
-    checks["latency_stable"] = bool(
-        checks["p50_drift"] is not None
-        and checks["p50_drift"] <= 1.5
-        and checks["p99_drift"] is not None
-        and checks["p99_drift"] <= 2.0
-    )
+    checks["p50_drift"] = drift(first.p50_ms, last.p50_ms)
+    checks["p99_drift"] = drift(first.p99_ms, last.p99_ms)
+    checks["latency_stable"] = within(checks["p50_drift"], 1.5) and within(checks["p99_drift"], 2)
     checks["errors"] = sum(w.errors for w in windows)
     checks["no_errors"] = checks["errors"] == 0
-    keys = [
-        "entries_within_max",
-        "store_containers_bounded",
-        "rss_bounded",
-        "fds_stable",
-        "tasks_stable",
-        "latency_stable",
-        "no_errors",
-    ]
-    checks["met"] = all(checks[k] is not False for k in keys)
+    # Every yes/no check is a target (tasks_stable is None when the probe did not report).
+    checks["met"] = all(value for value in checks.values() if isinstance(value, bool))
     return checks
-
-
-def say(opts: Options, text: str) -> None:
-    if not opts.quiet:
-        print(text, flush=True)
 
 
 def run(opts: Options) -> dict[str, Any]:
@@ -360,40 +323,47 @@ def run(opts: Options) -> dict[str, Any]:
     return {"windows": windows, "idle": idle, "checks": verdict(windows, idle, opts)}
 
 
+# The start-to-end table: (name, Window attribute, format).
+DRIFTS = (
+    ("RSS (MB)", "rss_mb", ".1f"),
+    ("open fds", "fds", ".0f"),
+    ("threads", "threads", ".0f"),
+    ("asyncio tasks (probe)", "tasks", ".0f"),
+    ("cache entries", "entries", ".0f"),
+    ("latency p50 (ms)", "p50_ms", ".1f"),
+    ("latency p99 (ms)", "p99_ms", ".1f"),
+    ("cpu ms/request", "cpu_ms_per_request", ".2f"),
+)
+
+
+def number(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def idle_line(when: str, state: dict[str, Any]) -> str:
+    tasks = (state["probe"] or {}).get("tasks")
+    return (
+        f"idle {when}: RSS {state['rss_mb']:.1f} MB, fds {state['fds']},"
+        f" threads {state['threads']}, tasks {tasks}"
+    )
+
+
 def summary(result: dict[str, Any], opts: Options) -> str:
     windows: list[Window] = result["windows"]
     first, last = windows[0], windows[-1]
+    rows = []
+    for name, attr, spec in DRIFTS:
+        a, b = (number(getattr(w, attr)) for w in (first, last))
+        rows.append((name, fmt(a, spec), fmt(b, spec), fmt(b - a, "+" + spec)))
     lines = [
         "",
-        f"{'':28} {'start':>10} {'end':>10} {'drift':>10}",
-        *(
-            f"{name:28} {fmt(a, spec):>10} {fmt(b, spec):>10} {fmt(b - a, '+' + spec):>10}"
-            for name, a, b, spec in (
-                ("RSS (MB)", first.rss_mb, last.rss_mb, ".1f"),
-                ("open fds", float(first.fds), float(last.fds), ".0f"),
-                ("threads", float(first.threads), float(last.threads), ".0f"),
-                (
-                    "asyncio tasks (probe)",
-                    math.nan if first.tasks is None else float(first.tasks),
-                    math.nan if last.tasks is None else float(last.tasks),
-                    ".0f",
-                ),
-                ("cache entries", float(first.entries), float(last.entries), ".0f"),
-                ("latency p50 (ms)", first.p50_ms, last.p50_ms, ".1f"),
-                ("latency p99 (ms)", first.p99_ms, last.p99_ms, ".1f"),
-                ("cpu ms/request", first.cpu_ms_per_request, last.cpu_ms_per_request, ".2f"),
-            )
-        ),
+        markdown_table(("", "start", "end", "drift"), rows),
         "",
         f"cache store containers at the end (max_entries {opts.max_entries}):",
         "  " + ", ".join(f"{k}={v}" for k, v in sorted(last.store.items())),
         f"asyncio tasks at the end: {last.top_tasks}",
-        f"idle before the load: RSS {result['idle']['before']['rss_mb']:.1f} MB,"
-        f" fds {result['idle']['before']['fds']}, threads {result['idle']['before']['threads']},"
-        f" tasks {(result['idle']['before']['probe'] or {}).get('tasks')}",
-        f"idle after the load (2.5 s): RSS {result['idle']['rss_mb']:.1f} MB,"
-        f" fds {result['idle']['fds']}, threads {result['idle']['threads']},"
-        f" tasks {(result['idle']['probe'] or {}).get('tasks')}",
+        idle_line("before the load", result["idle"]["before"]),
+        idle_line("after the load (2.5 s)", result["idle"]),
         "",
         "checks:",
         *(f"  {k}: {v}" for k, v in result["checks"].items()),
