@@ -7,23 +7,13 @@ fail, slow down and recover on a timer; what the clients got, and how fast the b
     python bench/chaos.py --attempt-timeout 0              # unset: the gateway's default
     python bench/chaos.py --read-timeout 0.8               # the primary's own timeouts.read
 
-Every server is its own process on 127.0.0.1: a primary fake upstream, a backup fake upstream
-(healthy, 40 ms), a fake retriever (an HTTP knowledge base) and the gateway (`python -m gateway
-serve`). The model `chat` runs on the primary, falls back to the model `backup` (on the backup
-upstream) and is grounded in the knowledge base `docs` (0.3 s timeout); each attempt is bounded
-by `resilience.attempt_timeout_seconds` (0.8 s against the 2.5 s deadline, so that a slow
-primary leaves time for the fallback); the cache is off. A controller turns the primary healthy
--> failing (HTTP 500) -> healthy -> slow (answers after the deadline) -> ..., and once, after
-the first cycle, takes both upstreams down for a short outage (level 4). The retriever flaps
-healthy -> 503 -> slow (beyond its timeout) on its own period. The load generator is this
-process (aiohttp on uvloop, one pooled connection per worker): it sends `--rate` requests per
-second (300 by default, so that 20,000 requests span about five chaos cycles; 0 for as fast as
-it can), with at most `--concurrency` in flight, so a stalled gateway holds the senders back as
-it would real clients. Every response is checked (status, the x-gateway-* headers, a chat
-completion with text, or a stream of them ending in [DONE]) and `/admin/breakers` is polled
-every 50 ms. Requests are put in the window (the primary's and the retriever's) in which they
-were sent. The time to the response headers (for a stream: to its first chunk, which the
-gateway has in hand before it sends them) is checked against the deadline, which bounds it.
+Processes on 127.0.0.1: a primary and a backup fake upstream, a fake retriever (the knowledge
+base `docs`) and the gateway. A controller turns the primary healthy -> failing -> healthy ->
+slow -> ... (once, after the first cycle, both upstreams down: level 4) and the retriever
+healthy -> 503 -> healthy -> slow on its own period; this process sends `--rate` requests a
+second (at most `--concurrency` in flight), checks every answer, polls /admin/breakers and
+puts each request in the windows it was sent in. docs/BENCHMARKS.md ("Chaos") has the setup
+in full and what the figures mean.
 """
 
 from __future__ import annotations
@@ -75,11 +65,6 @@ from gateway.testing.harness.sync_http import get_json
 Json = dict[str, Any]
 
 MODEL, BACKUP_MODEL, KB = "chat", "backup", "docs"
-PRIMARY_BREAKER, BACKUP_BREAKER, KB_BREAKER = (
-    "primary/chat-primary",
-    "backup/chat-backup",
-    "kb/docs",
-)
 # The primary's cycle; the outage (both upstreams down) comes once, after the first cycle.
 PRIMARY_CYCLE = ("healthy", "failing", "healthy", "slow")
 RETRIEVER_CYCLE = ("healthy", "error", "healthy", "slow")
@@ -249,9 +234,6 @@ class Chaos:
             schedule = itertools.cycle([(kind, period) for kind in RETRIEVER_CYCLE])
             apply = self.apply_retriever
         await run_windows(target, schedule, apply, self.windows, self.stop, started)
-
-    def of(self, target: str) -> list[Window]:
-        return [w for w in self.windows if w.target == target]
 
 
 async def poll_breakers(

@@ -21,6 +21,12 @@ PRIMARY_BREAKER, BACKUP_BREAKER, KB_BREAKER = (
     "backup/chat-backup",
     "kb/docs",
 )
+# Whose reaction and recovery are timed: (the windows they follow, breaker, window kinds).
+BREAKER_EVENTS = (
+    ("primary", PRIMARY_BREAKER, ("failing", "slow")),
+    ("primary", BACKUP_BREAKER, ("outage",)),
+    ("retriever", KB_BREAKER, ("error", "slow")),
+)
 LEVELS = {"1": "grounded", "2": "general knowledge", "3": "retrieval unavailable"}
 LEVELS["4"] = "unavailable answer"
 
@@ -256,19 +262,12 @@ def summarize(
         kind = window_kind(retriever_windows, r.start)
         retrieval.setdefault(kind, Counter())[r.level or "none"] += 1
     summary["levels_by_retriever_window"] = {k: dict(v) for k, v in retrieval.items()}
-    grace = deadline + 0.5
-    timings = [
-        reactions(primary_windows, polls, PRIMARY_BREAKER, "failing", grace),
-        reactions(primary_windows, polls, PRIMARY_BREAKER, "slow", grace),
-        recoveries(primary_windows, polls, PRIMARY_BREAKER, "failing"),
-        recoveries(primary_windows, polls, PRIMARY_BREAKER, "slow"),
-        reactions(primary_windows, polls, BACKUP_BREAKER, "outage", grace),
-        recoveries(primary_windows, polls, BACKUP_BREAKER, "outage"),
-        reactions(retriever_windows, polls, KB_BREAKER, "error", grace),
-        reactions(retriever_windows, polls, KB_BREAKER, "slow", grace),
-        recoveries(retriever_windows, polls, KB_BREAKER, "error"),
-        recoveries(retriever_windows, polls, KB_BREAKER, "slow"),
-    ]
+    by_target = {"primary": primary_windows, "retriever": retriever_windows}
+    timings = []
+    for target, breaker, kinds in BREAKER_EVENTS:
+        ws = by_target[target]
+        timings += [reactions(ws, polls, breaker, kind, deadline + 0.5) for kind in kinds]
+        timings += [recoveries(ws, polls, breaker, kind) for kind in kinds]
     summary["breakers"] = [
         {
             "breaker": t.breaker,
@@ -292,6 +291,17 @@ def summarize(
         t: dict(Counter(w.kind for w in windows if w.target == t)) for t in targets
     }
     return summary
+
+
+def p50_p99(row: Json, name: str, spec: str = ".2f") -> list[str]:
+    """The cells of `name` ({p}: p50, then p99); "-" where the row has none."""
+    return [fmt(row.get(name.format(p=p), math.nan), spec) for p in ("p50", "p99")]
+
+
+def window_figures(row: Json) -> list[str]:
+    """p50, p99, fallback and level-4 shares of a window's (or a kind of window's) requests."""
+    shares = [f"{100 * row[k]:.1f} %" for k in ("fallback_share", "level4_share")]
+    return p50_p99(row, "{p}_ms", ".1f") + shares
 
 
 def print_report(s: Json, concurrency: int, poll_ms: float) -> None:
@@ -332,22 +342,16 @@ def print_report(s: Json, concurrency: int, poll_ms: float) -> None:
     print(markdown_table(("measure", "value"), rows))
 
     print("\nLatency by the primary's window (requests by when they were sent):\n")
-    head = ("window", "windows", "requests", "p50 ms", "p99 ms", "max ms", "p50 / healthy")
-    head += ("p99 / healthy", "retriever healthy too: p50 ms", "p99 ms", "p50 / healthy")
-    head += ("p99 / healthy", "fallback", "level 4")
-    nan = math.nan
+    head = ("window", "windows", "requests", "p50 ms", "p99 ms", "fallback", "level 4", "max ms")
+    head += ("p50 / healthy", "p99 / healthy", "retriever healthy too: p50 ms", "p99 ms")
+    head += ("p50 / healthy", "p99 / healthy")
     table = [
         (
-            kind,
-            row["windows"],
-            row["requests"],
-            *(fmt(row[k], ".1f") for k in ("p50_ms", "p99_ms")),
+            *(kind, row["windows"], row["requests"], *window_figures(row)),
             fmt(row["max_ms"], ".0f"),
-            *(fmt(row.get(f"{k}_vs_healthy", nan)) for k in ("p50", "p99")),
-            *(fmt(row[k], ".1f") for k in ("kb_healthy_p50_ms", "kb_healthy_p99_ms")),
-            *(fmt(row.get(f"kb_healthy_{k}_vs_healthy", nan)) for k in ("p50", "p99")),
-            f"{100 * row['fallback_share']:.1f} %",
-            f"{100 * row['level4_share']:.1f} %",
+            *p50_p99(row, "{p}_vs_healthy"),
+            *p50_p99(row, "kb_healthy_{p}_ms", ".1f"),
+            *p50_p99(row, "kb_healthy_{p}_vs_healthy"),
         )
         for kind, row in s["latency_by_primary_window"].items()
     ]
@@ -380,16 +384,14 @@ def print_report(s: Json, concurrency: int, poll_ms: float) -> None:
             f" s into the healthy window; {outage['level4_answers']} level-4 answers to requests"
             f" sent in it, {outage['level4_sent_after_first_model_answer']} of them sent later"
         )
-    print("\nEach window (t from the first window's start):")
+    print("\nEach window (t from the first window's start):\n")
+    head = ("target", "window", "t s", "requests", "p50 ms", "p99 ms", "fallback", "level 4")
+    table = []
     for w in s["each_window"]:
-        line = f"  {w['target']:9} {w['kind']:8} {w['from_s']:6.1f}-{w['to_s']:6.1f} s"
-        if w["requests"]:
-            line += (
-                f"  n={w['requests']:5}  p50 {w['p50_ms']:7.1f}  p99 {w['p99_ms']:7.1f} ms"
-                f"  fallback {100 * w['fallback_share']:5.1f} %"
-                f"  level 4 {100 * w['level4_share']:5.1f} %"
-            )
-        print(line)
+        span = f"{w['from_s']:.1f}-{w['to_s']:.1f}"
+        figures = window_figures(w) if w["requests"] else ["-"] * 4
+        table.append((w["target"], w["kind"], span, w["requests"], *figures))
+    print(markdown_table(head, table))
     if s["client_errors"]:
         print(f"\nclient errors: {s['client_errors']}")
     print(
