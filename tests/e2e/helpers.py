@@ -22,10 +22,8 @@ from jsonschema import Draft202012Validator
 from multidict import CIMultiDict
 
 from gateway.config import ConfigFile, Settings, build_settings
-from gateway.http.keys import BREAKERS, CACHE
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.harness.configs import write_config
-from gateway.testing.harness.inprocess import GatewayServer, ServerThread
 
 Json = dict[str, Any]
 
@@ -33,37 +31,6 @@ USER_HELLO: list[Json] = [{"role": "user", "content": "hello"}]
 ERROR_FIELDS = {"message", "type", "param", "code"}
 # What an error body must never contain: upstream HTML pages or Python tracebacks.
 LEAK_MARKERS = ("<html", "<!doctype", "<body", "traceback (most recent call last)", 'file "/')
-
-
-def function_tool(name: str, properties: Json, required: Iterable[str] = (), **schema: Any) -> Json:
-    """A `tools` entry of type function whose parameters are an object of `properties`."""
-    parameters: Json = {"type": "object", "properties": properties, **schema}
-    if required:
-        parameters["required"] = list(required)
-    return {"type": "function", "function": {"name": name, "parameters": parameters}}
-
-
-def repeated_calls(question: str, call: Json, result: str, rounds: int) -> list[Json]:
-    """An agent history: the user's `question`, then `rounds` times the same tool call
-    (`{"name", "arguments"}`) and the same `result`: what a loop looks like."""
-    messages: list[Json] = [{"role": "user", "content": question}]
-    for i in range(rounds):
-        function = {"name": call["name"], "arguments": json.dumps(call["arguments"])}
-        tool_call = {"id": f"call_{i}", "type": "function", "function": function}
-        messages.append({"role": "assistant", "content": None, "tool_calls": [tool_call]})
-        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": result})
-    return messages
-
-
-def long_conversation(turns: int, topic: str = "squared") -> list[Json]:
-    """A system message, `turns` alternating questions and answers, and a last question about
-    the first: what compression has to shorten."""
-    messages: list[Json] = [{"role": "system", "content": "You are helpful."}]
-    for i in range(turns // 2):
-        messages.append({"role": "user", "content": f"Question {i}: what is {i} {topic}?"})
-        messages.append({"role": "assistant", "content": f"{i} squared is {i * i}."})
-    messages.append({"role": "user", "content": "And what did I ask first?"})
-    return messages
 
 
 # --- raw HTTP -----------------------------------------------------------------------------
@@ -271,26 +238,10 @@ def assert_conforms(instance: Any, name: str) -> None:
 # --- settings, polling ----------------------------------------------------------------------
 
 
-def settle_cache(thread: ServerThread, gateway: GatewayServer) -> None:
-    """Until the cache's background writes have landed (a test reads the store next)."""
-    cache = gateway.app[CACHE]
-    assert cache is not None
-    thread.call(cache.flush())
-
-
-def empty_cache(thread: ServerThread, gateway: GatewayServer) -> None:
-    """The cache emptied after its pending writes (which would otherwise land later)."""
-    settle_cache(thread, gateway)
-    cache = gateway.app[CACHE]
-    assert cache is not None
-    thread.call(cache.store.purge())
-
-
-def fresh_state(thread: ServerThread, gateway: GatewayServer) -> None:
-    """Every breaker closed and the cache empty."""
-    for breaker in gateway.app[BREAKERS]:
-        breaker.reset()
-    empty_cache(thread, gateway)
+def handbook(retriever_url: str, **more: Any) -> Json:
+    """The fake retriever as an http knowledge base, attached to the `helpdesk` model."""
+    base = {"type": "http", "url": retriever_url, "timeout_seconds": 2, "min_chunks": 1}
+    return {**base, "min_score": 0.3, "attach": {"models": ["helpdesk"]}, **more}
 
 
 def provider_key(settings: Settings, provider: str = "fake") -> str:

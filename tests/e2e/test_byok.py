@@ -31,10 +31,8 @@ from tests.clients import sdk_client
 from tests.e2e.helpers import (
     assert_openai_error,
     assert_raw_error,
-    fresh_state,
     request,
     settings_from_files,
-    settle_cache,
     sse_json,
     upstream_requests,
 )
@@ -146,7 +144,7 @@ def byok_gateway(
 @pytest.fixture
 def gw(byok_gateway: Logged, fake_upstream: FakeUpstream, server_thread: ServerThread) -> Logged:
     """The BYOK gateway with a fresh fake upstream, closed breakers and an empty cache."""
-    fresh_state(server_thread, byok_gateway.server)
+    server_thread.call(byok_gateway.server.fresh_state())
     return byok_gateway
 
 
@@ -171,7 +169,7 @@ def authorizations(fake: FakeUpstream) -> list[str | None]:
 
 
 def settle(gw: Logged, server_thread: ServerThread) -> None:
-    settle_cache(server_thread, gw.server)
+    server_thread.call(gw.server.settle_cache())
 
 
 def get(gw: Logged, path: str, admin: bool = False) -> Any:

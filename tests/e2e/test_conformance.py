@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from gateway.testing.harness.inprocess import GatewayServer
+from tests.chat import function_tool
 from tests.e2e.conftest import GATEWAY_KEY
 from tests.e2e.helpers import (
     Json,
     assert_conforms,
     assert_raw_error,
-    function_tool,
     request,
     schema_validator,
     sse_json,

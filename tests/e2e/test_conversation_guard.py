@@ -14,8 +14,9 @@ from gateway.guard.summarizer import INSTRUCTION
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from gateway.testing.harness.fake_settings import settings_for
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
+from tests.chat import long_conversation, repeated_calls
 from tests.clients import sdk_client
-from tests.e2e.helpers import long_conversation, repeated_calls, upstream_requests
+from tests.e2e.helpers import upstream_requests
 
 Json = dict[str, Any]
 TOOLS = [

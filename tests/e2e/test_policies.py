@@ -22,15 +22,14 @@ from gateway.testing.fake_retriever import FakeRetriever
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from gateway.testing.harness.metrics import metric_value
+from tests.chat import function_tool
 from tests.clients import sdk_client
 from tests.e2e.helpers import (
     assert_raw_error,
-    empty_cache,
-    function_tool,
+    handbook,
     last_upstream_body,
     request,
     settings_from_files,
-    settle_cache,
     upstream_requests,
 )
 
@@ -84,17 +83,7 @@ def config(fake_url: str, retriever_url: str) -> Json:
                 "auto": {"tiers": [{"model": "small", "max_score": 0.5}, {"model": "large"}]}
             }
         },
-        "knowledge_bases": {
-            "handbook": {
-                "type": "http",
-                "url": retriever_url,
-                "timeout_seconds": 2,
-                "min_chunks": 1,
-                "min_score": 0.3,
-                "breaker": {"failures": 1000},
-                "attach": {"models": ["helpdesk"]},
-            }
-        },
+        "knowledge_bases": {"handbook": handbook(retriever_url, breaker={"failures": 1000})},
         "resilience": {"retry": {"attempts": 1}, "breaker": {"failures": 1000}},
         "degradation": {
             "disclaimer": {"en": DEFAULT_DISCLAIMER},
@@ -186,7 +175,7 @@ def pgw(
 ) -> GatewayServer:
     """The policy gateway with a fresh fake upstream, retriever and an empty cache."""
     retriever.reset()
-    empty_cache(server_thread, policy_gateway)
+    server_thread.call(policy_gateway.fresh_state(breakers=False))
     return policy_gateway
 
 
@@ -207,7 +196,7 @@ def content(raw: Any) -> str:
 
 def settle(gw: GatewayServer, server_thread: ServerThread) -> None:
     """Cache writes happen in the background: wait for them."""
-    settle_cache(server_thread, gw)
+    server_thread.call(gw.settle_cache())
 
 
 def metrics_text(gw: GatewayServer) -> str:

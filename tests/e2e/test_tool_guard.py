@@ -13,8 +13,9 @@ import pytest
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.harness.fake_settings import settings_for
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
+from tests.chat import function_tool
 from tests.clients import sdk_client
-from tests.e2e.helpers import function_tool, request, upstream_requests
+from tests.e2e.helpers import request, upstream_requests
 from tests.e2e.sdk import Sdk
 
 Json = dict[str, Any]

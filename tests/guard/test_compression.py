@@ -13,6 +13,7 @@ from gateway.guard.compression import (
     shorten_tool_results,
 )
 from gateway.util.tokens import message_text
+from tests.chat import tool_round
 
 Json = dict[str, Any]
 CONFIG = CompressionConfig(enabled=True)  # max_turns 20, keep_turns 8: steps of 12
@@ -46,27 +47,12 @@ def _chat(turns: int) -> list[Json]:
 
 
 def _round(n: int, parallel: int = 1, result: str | None = None) -> list[Json]:
-    ids = [f"call_{n}_{k}" for k in range(parallel)]
-    assistant: Json = {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": id_,
-                "type": "function",
-                "function": {
-                    "name": "lookup",
-                    "arguments": orjson.dumps({"n": n, "k": k}).decode(),
-                },
-            }
-            for k, id_ in enumerate(ids)
-        ],
-    }
-    results = [
-        {"role": "tool", "tool_call_id": id_, "content": result or f"result {n}.{k}"}
-        for k, id_ in enumerate(ids)
-    ]
-    return [assistant, *results]
+    return tool_round(
+        [
+            (f"call_{n}_{k}", "lookup", {"n": n, "k": k}, result or f"result {n}.{k}")
+            for k in range(parallel)
+        ]
+    )
 
 
 def _agent(rounds: int, parallel: int = 1) -> list[Json]:

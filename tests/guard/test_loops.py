@@ -13,6 +13,7 @@ from gateway.guard.loops import (
     is_failure,
     similarity,
 )
+from tests.chat import tool_round
 
 Json = dict[str, Any]
 DEFAULT = LoopGuardConfig()
@@ -25,26 +26,7 @@ def _round(*calls: tuple[str, Any, str], ids: list[str] | None = None) -> list[J
         f"call_{n}_{name}_{abs(hash(str(args))) % 10_000}"
         for n, (name, args, _) in enumerate(calls)
     ]
-    assistant: Json = {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": id_,
-                "type": "function",
-                "function": {
-                    "name": name,
-                    "arguments": args if isinstance(args, str) else orjson.dumps(args).decode(),
-                },
-            }
-            for id_, (name, args, _) in zip(ids, calls, strict=True)
-        ],
-    }
-    results = [
-        {"role": "tool", "tool_call_id": id_, "content": result}
-        for id_, (_, _, result) in zip(ids, calls, strict=True)
-    ]
-    return [assistant, *results]
+    return tool_round([(id_, *call) for id_, call in zip(ids, calls, strict=True)])
 
 
 def _history(*rounds: list[Json], ask: str = "Plan my trip to Lisbon.") -> list[Json]:

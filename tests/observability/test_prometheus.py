@@ -38,7 +38,8 @@ from gateway.testing.harness.prometheus import (
     promtool_path,
     scrape_config,
 )
-from tests.e2e.helpers import function_tool, long_conversation, repeated_calls, request
+from tests.chat import function_tool, long_conversation, repeated_calls
+from tests.e2e.helpers import handbook, request
 from tests.observability.promql import ALERTS, ROOT, alert_rules, dashboard_exprs, substitute
 
 Json = dict[str, Any]
@@ -114,16 +115,7 @@ def gateway_config(fake_url: str, retriever_url: str) -> Json:
                 }
             }
         },
-        "knowledge_bases": {
-            "handbook": {
-                "type": "http",
-                "url": retriever_url,
-                "timeout_seconds": 2,
-                "min_chunks": 1,
-                "min_score": 0.3,
-                "attach": {"models": ["helpdesk"]},
-            }
-        },
+        "knowledge_bases": {"handbook": handbook(retriever_url)},
         "resilience": {
             "retry": {"attempts": 2, "initial_backoff_ms": 1, "max_backoff_ms": 5},
             "breaker": {"failures": 2, "reset_seconds": 600},

@@ -63,10 +63,8 @@ from tests.e2e.helpers import (
     RawResponse,
     assert_openai_error,
     assert_raw_error,
-    fresh_state,
     request,
     settings_from_files,
-    settle_cache,
     upstream_requests,
 )
 
@@ -242,7 +240,7 @@ class Secured:
         return self.call("POST", "/v1/chat/completions", key=key, body=body, headers=headers)
 
     def settle(self) -> None:
-        settle_cache(self.thread, self.server)
+        self.thread.call(self.server.settle_cache())
 
     def access_log(self) -> bytes:
         async def flush() -> None:
@@ -292,7 +290,7 @@ def secured_gateway(
 @pytest.fixture
 def sec(secured_gateway: Secured, fake_upstream: FakeUpstream) -> Secured:
     """The gateway with a fresh fake upstream, closed breakers and an empty cache."""
-    fresh_state(secured_gateway.thread, secured_gateway.server)
+    secured_gateway.thread.call(secured_gateway.server.fresh_state())
     secured_gateway.seen.clear()
     secured_gateway.echo.received.clear()
     return secured_gateway

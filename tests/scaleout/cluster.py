@@ -135,6 +135,20 @@ def replicas(
         ]
 
 
+def ready_replicas(
+    factory: pytest.TempPathFactory,
+    name: str,
+    config: Mapping[str, Any],
+    env: dict[str, str] | None = None,
+    *,
+    semantic: bool = False,
+) -> Iterator[list[Replica]]:
+    """For a module's fixture: `replicas` in a directory of their own, once all are ready."""
+    with replicas(factory.mktemp(name), config, env) as group:
+        wait_ready(group, semantic=semantic)
+        yield group
+
+
 def wait_ready(group: list[Replica], *, semantic: bool = False) -> None:
     """Until every replica's /readyz says ready (and, with `semantic`, its embedder is in)."""
     wait_each(

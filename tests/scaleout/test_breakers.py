@@ -17,7 +17,12 @@ import pytest
 
 from gateway.resilience.shared_storage import STATE_SECONDS
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
-from tests.scaleout.cluster import Answer, Replica, replicas, upstream_calls, wait_ready
+from tests.scaleout.cluster import (
+    Answer,
+    Replica,
+    ready_replicas,
+    upstream_calls,
+)
 from tests.scaleout.cluster import base_config as base
 
 FAILURES, RESET_SECONDS = 3, 30
@@ -43,9 +48,7 @@ def cluster(
         },
         degradation={"unavailable": {"mode": "answer"}},
     )
-    with replicas(tmp_path_factory.mktemp("breakers"), config) as group:
-        wait_ready(group)
-        yield group
+    yield from ready_replicas(tmp_path_factory, "breakers", config)
 
 
 @pytest.fixture

@@ -22,11 +22,10 @@ from tests.scaleout.cluster import (
     UNCACHEABLE,
     UNCACHEABLE_CONTENT,
     Replica,
-    replicas,
+    ready_replicas,
     upstream_calls,
     wait_each,
     wait_for,
-    wait_ready,
 )
 from tests.scaleout.cluster import base_config as base
 
@@ -53,9 +52,7 @@ def cluster(
         },
     )
     env = {KEYS[t]: SECRET[t] for t in KEYS}
-    with replicas(tmp_path_factory.mktemp("cache"), config, env) as group:
-        wait_ready(group, semantic=True)
-        yield group
+    yield from ready_replicas(tmp_path_factory, "cache", config, env, semantic=True)
 
 
 @pytest.fixture

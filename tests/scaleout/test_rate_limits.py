@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from gateway.testing.fake_upstream import FakeUpstream
-from tests.scaleout.cluster import Replica, replicas, wait_ready
+from tests.scaleout.cluster import Replica, ready_replicas
 from tests.scaleout.cluster import base_config as base
 
 RATE, BURST, SECONDS = 20, 15, 3.0
@@ -42,9 +42,7 @@ def cluster(
         },
     )
     env = {KEYS["metered"]: SECRET}
-    with replicas(tmp_path_factory.mktemp("ratelimits"), config, env) as group:
-        wait_ready(group)
-        yield group
+    yield from ready_replicas(tmp_path_factory, "ratelimits", config, env)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,12 +32,11 @@ from gateway.testing.harness.redis_server import RedisServer
 from tests.scaleout.cluster import (
     Answer,
     Replica,
-    replicas,
+    ready_replicas,
     require_redis_server,
     upstream_calls,
     wait_each,
     wait_for,
-    wait_ready,
 )
 from tests.scaleout.cluster import base_config as base
 
@@ -100,9 +99,7 @@ def cluster(
         rate_limits={"storage": storage, "tenants": limits},
     )
     env = {KEYS[t]: SECRET[t] for t in KEYS}
-    with replicas(tmp_path_factory.mktemp("outage"), config, env) as group:
-        wait_ready(group)
-        yield group
+    yield from ready_replicas(tmp_path_factory, "outage", config, env)
 
 
 # --- clients that keep asking -------------------------------------------------------------

@@ -23,7 +23,7 @@ import aiohttp
 import pytest
 
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
-from tests.scaleout.cluster import Replica, replicas, upstream_calls, wait_ready
+from tests.scaleout.cluster import Replica, ready_replicas, upstream_calls
 from tests.scaleout.cluster import base_config as base
 
 DRAIN, TIMEOUT = 0.5, 2.0  # server.drain_seconds, server.shutdown_timeout_seconds
@@ -52,9 +52,7 @@ def cluster(
             "defaults": {"enabled": True},
         },
     )
-    with replicas(tmp_path_factory.mktemp("shutdown"), config) as group:
-        wait_ready(group)
-        yield group
+    yield from ready_replicas(tmp_path_factory, "shutdown", config)
 
 
 @dataclass(frozen=True, slots=True)

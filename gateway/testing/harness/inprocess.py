@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from gateway.config import Settings
+from gateway.http.keys import BREAKERS, CACHE
 from gateway.observability.accesslog import AccessLog
 from gateway.server.app import build_app
 
@@ -59,6 +60,23 @@ class GatewayServer:
     async def stop(self) -> None:
         if self._runner:
             await self._runner.cleanup()
+
+    async def settle_cache(self) -> None:
+        """Until the cache's background writes have landed (a test reads the store next)."""
+        cache = self.app[CACHE]
+        if cache is not None:
+            await cache.flush()
+
+    async def fresh_state(self, breakers: bool = True) -> None:
+        """The cache emptied after its pending writes (which would otherwise land during the
+        next test), and with `breakers` every breaker closed."""
+        if breakers:
+            for breaker in self.app[BREAKERS]:
+                breaker.reset()
+        cache = self.app[CACHE]
+        if cache is not None:
+            await cache.flush()
+            await cache.store.purge()
 
 
 @contextmanager
