@@ -43,6 +43,7 @@ from gateway.cache import index as index_module
 from gateway.cache.embedded_store import EmbeddedStore
 from gateway.cache.index import HnswIndex, ScopedIndex
 from gateway.config import CacheStoreConfig
+from gateway.testing.harness.loop_time import ticker
 from gateway.testing.harness.procstat import busy_core, machine_line, rss_mb
 from gateway.testing.harness.stats import median, percentile
 from gateway.wire import chat_completion, usage
@@ -493,25 +494,18 @@ def bulk_insert(path: str, vectors: np.ndarray) -> None:
 async def open_with_stall_probe(store: EmbeddedStore) -> None:
     """open() then the background HNSW build, with the longest event-loop stall seen after
     open(): a gateway restarting on a big store serves nothing while its loop is blocked."""
-    stalls: list[float] = []
-
-    async def ticker() -> None:
-        while True:
-            t = time.perf_counter()
-            await asyncio.sleep(0.001)
-            stalls.append((time.perf_counter() - t) * 1e3)
-
+    stop, lateness = asyncio.Event(), [0.0]
     t = time.perf_counter()
     await store.open()
     opened = time.perf_counter() - t
-    tick = asyncio.get_running_loop().create_task(ticker())
+    tick = asyncio.get_running_loop().create_task(ticker(stop, lateness))
     await store.wait_for_index_builds()
     built = time.perf_counter() - t
-    tick.cancel()
+    stop.set()
+    await tick
     print(
-        f"  open() {opened:.1f} s; background build done "
-        f"{built:.1f} s after start; longest loop stall after open(): "
-        f"{max(stalls, default=0) / 1e3:.1f} s",
+        f"  open() {opened:.1f} s; background build done {built:.1f} s after start; longest "
+        f"loop stall after open(): {max(lateness):.1f} s",
         flush=True,
     )
 
