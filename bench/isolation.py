@@ -1,51 +1,26 @@
 """Tenant isolation under load, with every feature on at once: no answer may reach the wrong
-request, no request may end in a 500, none may hang.
+request, no request may end in a 500, none may hang (the exit status is 1 when one does).
 
     python bench/isolation.py                     # single process, then 3 replicas + nginx
     python bench/isolation.py --target single --embedder hash --requests 4000
     python bench/isolation.py --json out.json     # also save the report
 
-What runs (each on a free loopback port, in a temporary directory):
-  - a fake upstream with random faults (gateway/testing/harness/random_faults.py): some
-    answers HTTP 500, some slow (1.5 s), a few past the deadline (12 s), some bodies malformed,
-    some streams cut or ending in an error event; tool calls, some naming an undeclared tool or
-    breaking the schema (repairable), a few staying wrong on repair too;
-  - `--target single`: one gateway process (SQLite cache store);
-    `--target replicas`: three replicas sharing one redis-server (cache, breakers and rate
-    limits, as docs/DEPLOY.md) behind nginx; `both` (the default) runs one, then the other;
-  - every gateway: 20 tenants (auth.keys), the cache on for every model (MiniLM by default,
-    `--embedder hash` for speed), the routing alias `auto` (two tiers, tools escalate), the
-    tool guard (repair, then strip), retries, breakers, a 10 s deadline per request
-    (x-gateway-timeout), level-4 answers when nothing answers, and three policies: even
-    tenants a stricter similarity bar and per-tenant metrics, odd tenants cached tool calls and
-    one repair attempt, the last tenant 3 concurrent requests at most (429 beyond).
+A fake upstream with random faults (gateway/testing/harness/random_faults.py: 500s, slow and
+too-slow answers, malformed bodies, cut streams, bad tool calls) behind one gateway (SQLite
+cache) or `--replicas` sharing one redis-server behind nginx; every gateway with tenants, the
+cache, the routing alias `auto`, the tool guard, retries, breakers, a deadline and three
+policies (docs/RELIABILITY.md). `--clients` clients (client i is tenant i mod `--tenants`) each
+send their share of `--requests` in turn: plain or streamed, with or without tools, some
+bypassing the cache or too hot for it, questions drawn with repeats, some reworded.
 
-The load: `--clients` concurrent clients (client i is tenant i mod `--tenants`), each sending
-its share of `--requests` one after the other: plain or streamed, `auto` or a model by name,
-sometimes with tools, sometimes with `x-gateway-cache: bypass` or a temperature above the
-cache's max (never read nor written), questions drawn from a pool with repeats (skewed), some
-asked in other words (semantic hits).
-
-Markers. The last user message ends in `[ref q017]` (a question every tenant asks in the same
-words, so a cross-tenant leak would be an exact hit) or `[ref t03.q018]` (a tenant's own
-question); requests that bypass the cache add `[nonce r000123]`. The request's `user` field is
-`<tenant>.r<request id>` (not part of the cache scope), and the fake answers
-`Echo[<user>]: <last user message>` (in tool calls: the same text in the `query` argument). So
-every answer names the request that made it upstream:
-  - a miss (or a bypass) must carry its own request id;
-  - a cache hit may carry another request's id, but that request must be of the same tenant,
-    ask the same question (ref), have the same cache scope (served model, tools), be one whose
-    answer may be stored (no bypass, not too hot), and the answer must be its exact text;
-  - anything else is a contamination: `cross_tenant` (another tenant's request),
-    `wrong_question` (same tenant, another question), `foreign_on_miss` (another request's
-    answer on a miss: a response mix-up), `wrong_scope` (a hit from another scope or from an
-    answer that was never to be stored), `corrupt` (the text is not the answer it claims).
-Answers with no marker are counted by kind: level 4 (nothing could answer), tool calls
-stripped by the guard, streams cut by the upstream.
-
-Targets: 0 contaminations, 0 responses with status 500 (nor internal errors inside streams),
-0 hung requests (not finished within the deadline + 5 s). The exit status is 1 when a target
-is missed.
+Every request's `user` field is `<tenant>.r<request id>` and the fake answers
+`Echo[<user>]: <last user message>`, so every answer names the request that reached the
+upstream. The last user message ends in `[ref q017]` (asked by every tenant in the same words,
+so a leak would be an exact hit) or `[ref t03.q018]` (a tenant's own). A miss must carry its
+own id; a hit may carry another request's if it is the same tenant's, same question, same
+scope (served model, tools), one whose answer may be stored, and the text is its exact answer.
+Anything else is a contamination (CONTAMINATIONS); answers without a marker are counted by
+kind (level 4, tool calls stripped by the guard, streams cut by the upstream).
 """
 
 from __future__ import annotations
@@ -72,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # cache_questions (als
 from cache_questions import FILLER, PAIRS
 
 from gateway.testing.harness import random_faults
-from gateway.testing.harness.configs import write_config
+from gateway.testing.harness.configs import openai_provider, write_config
 from gateway.testing.harness.gateways import embedder_loaded, start_gateways
 from gateway.testing.harness.load import Outcome, Request, send, session_for
 from gateway.testing.harness.nginx import balancers, start_nginx
@@ -97,6 +72,8 @@ ECHO = re.compile(r"Echo\[([^\]]*)\]: ")
 TAG = re.compile(r"^(t\d+)\.r(\d+)$")
 CONTAMINATIONS = ("cross_tenant", "wrong_question", "foreign_on_miss", "wrong_scope", "corrupt")
 SYSTEM = "You are a helpful assistant. Answer briefly."
+# (question, a rewording or None), every one distinct; PAIRS' rewordings give semantic hits.
+QUESTIONS: list[tuple[str, str | None]] = [*PAIRS, *((q, None) for q in FILLER)]
 
 
 def tool(name: str, description: str, properties: dict[str, Any], **schema: Any) -> Any:
@@ -135,6 +112,12 @@ class Options:
     def __post_init__(self) -> None:
         if self.tenants > self.clients:
             raise ValueError("--tenants must not exceed --clients")
+        if self.questions > len(QUESTIONS):
+            raise ValueError(f"--questions is at most {len(QUESTIONS)}")
+
+    @property
+    def tenant_names(self) -> list[str]:
+        return [f"t{i:02d}" for i in range(self.tenants)]
 
     def targets(self) -> list[str]:
         return list(TARGETS) if self.target == "both" else [self.target]
@@ -164,25 +147,11 @@ class Spec:
         return not (self.bypass or self.hot)
 
 
-def question_pool(size: int) -> list[tuple[str, str | None]]:
-    """(question, a rewording or None): PAIRS first (their rewordings give semantic hits),
-    then FILLER; every one distinct."""
-    pool: list[tuple[str, str | None]] = [(q, r) for q, r in PAIRS]
-    pool += [(q, None) for q in FILLER]
-    if size > len(pool):
-        raise ValueError(f"--questions is at most {len(pool)}")
-    return pool[:size]
-
-
-def tenant_names(count: int) -> list[str]:
-    return [f"t{i:02d}" for i in range(count)]
-
-
 def plan(opts: Options) -> list[list[Spec]]:
     """Each client's requests, in order. Request ids are global and unique."""
     rng = random.Random(opts.seed)
-    pool = question_pool(opts.questions)
-    tenants = tenant_names(opts.tenants)
+    pool = QUESTIONS[: opts.questions]
+    tenants = opts.tenant_names
     weights = [1 / (k + 1) ** 0.7 for k in range(len(pool))]  # a few popular questions
     per_client = [opts.requests // opts.clients] * opts.clients
     for i in range(opts.requests % opts.clients):
@@ -265,16 +234,9 @@ def gateway_config(fake: str, redis_url: str | None, opts: Options) -> dict[str,
         "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
         "auth": {
             "admin_key_env": "GATEWAY_ADMIN_KEY",
-            "keys": [{"env": key_env(t), "tenant": t} for t in tenant_names(opts.tenants)],
+            "keys": [{"env": key_env(t), "tenant": t} for t in opts.tenant_names],
         },
-        "providers": {
-            "fake": {
-                "type": "openai",
-                "base_url": f"{fake}/v1",
-                "timeouts": {"connect": 2, "read": 5, "total": 20},
-                "max_connections": 1000,
-            }
-        },
+        "providers": {"fake": openai_provider(f"{fake}/v1", (2, 5, 20), max_connections=1000)},
         "models": [
             {"name": "small", "provider": "fake", "upstream_model": "small-up"},
             {"name": "large", "provider": "fake", "upstream_model": "large-up"}
@@ -323,7 +285,7 @@ def start_stack(stack: ExitStack, workdir: Path, opts: Options, target: str) -> 
         redis = RedisServer(workdir).start(15)
         stack.callback(redis.stop)
         redis_url = redis.url
-    tenants = tenant_names(opts.tenants)
+    tenants = opts.tenant_names
     config = write_config(
         workdir, gateway_config(fake.url, redis_url, opts), policies(tenants), name="gateway.yaml"
     )
@@ -410,11 +372,9 @@ async def run_load(
     async def progress() -> None:
         while True:
             await asyncio.sleep(10)
-            rate = len(results) / (time.perf_counter() - started)
-            say(
-                opts,
-                f"    {len(results)}/{total} requests, {rate:.0f} req/s, load {load_average()}",
-            )
+            done = len(results)
+            rate = done / (time.perf_counter() - started)
+            say(opts, f"    {done}/{total} requests, {rate:.0f} req/s, load {load_average()}")
 
     async with session_for(0) as session:
         ticker = asyncio.create_task(progress())
