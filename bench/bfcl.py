@@ -128,13 +128,8 @@ def load(set_name: str) -> list[Sample]:
         tools = [convert_tool(f) for f in row["function"]]
         sample = Sample(set_name, row["id"], tools, [], functions, row["question"][0])
         for index, answer in enumerate(truth[row["id"]]):
-            [(name, params)] = answer.items()
-            arguments = {}
-            for param, allowed in params.items():
-                present, value = first_allowed(allowed)
-                if present:
-                    arguments[param] = value
-            sample.calls.append(tool_call(openai_name(name), arguments, f"call_{index}"))
+            [(name, params)] = answer.items()  # params: a list of allowed values per parameter
+            sample.calls.append(tool_call(openai_name(name), resolve(params), f"call_{index}"))
         samples.append(sample)
     return samples
 
@@ -186,7 +181,8 @@ def mutations(
     yield "invented name", tool_call(invented, arguments)
     for param in schema.get("required", []):
         if param in arguments:
-            yield "missing required", tool_call(name, _without(arguments, param))
+            rest = {k: v for k, v in arguments.items() if k != param}
+            yield "missing required", tool_call(name, rest)
     yield "unexpected parameter", tool_call(name, {**arguments, EXTRA_PARAMETER: "x"})
     for param, value in arguments.items():
         wanted = properties.get(param, {}).get("type")
@@ -216,10 +212,6 @@ def _human_date(iso: str) -> str | None:
     except ValueError:
         return None
     return f"{day:%B} {day.day}, {day.year}"
-
-
-def _without(arguments: dict[str, Any], param: str) -> dict[str, Any]:
-    return {k: v for k, v in arguments.items() if k != param}
 
 
 def _outside(enum: list[Any]) -> Any:

@@ -1,31 +1,16 @@
 """Tool-call validation benchmark on BFCL v4 (gateway.guard.tools).
 
-Every ground-truth call of the BFCL dev sets, converted to OpenAI `tools` and `tool_calls`, must
-pass validation (false rejects: target 0); mutations of those calls must be caught (misspelled
-or invented function name, missing required parameter, unexpected parameter, wrong type, value
-outside an enum: target 100 % each); and validation must be fast (target p99 < 1 ms per call
-with a warm validator cache; cold compiles are reported separately).
-
-`--section repair` measures the guard in the request flow, over HTTP: a fake upstream and two
-gateways in front of it (tool guard on with its defaults, repair_attempts 2 and on_failure strip;
-and tool guard off; access log and cache off in both) run as subprocesses. BFCL samples (300,
-spread evenly over the sets, ground truth valid as is) are sent as chat requests with their
-converted `tools`, the upstream scripted with the fake's `replies` (one per assistant turn):
-(a) `[good]`; (b) `[mutated, good]` for each mutation kind, a model that corrects on feedback;
-(c) `[mutated, mutated, mutated]`, one that never does; and `[cleanable variant]`. The client
-must receive exactly the good calls in (a) and (b), the good calls minus the bad one in (c)
-(stripped: never an undeclared tool or arguments that break the schema), the cleaned ground
-truth for the variants; upstream calls per request are counted from the fake's request log.
-Latency: p50/p99 at concurrency 8 (and 1), medians over rounds, (a) with the guard on vs off,
-(b) vs (a) for one repair round; and the gateway process's CPU time per request.
+`--section validate`: every ground-truth call of the BFCL dev sets (bench/bfcl.py converts them
+to OpenAI `tools` and `tool_calls`) must pass (target: 0 false rejects), each mutation kind of
+them must be caught (target 100 %), cleanable variants must be restored, and a warm check must
+take under 1 ms at p99. `--section repair` (bench/tool_guard_repair.py): the guard in the
+request flow, over HTTP, a fake upstream scripted with BFCL calls behind gateways with the
+guard on and off. docs/BENCHMARKS.md, "Tool-call validation", says how and has the results.
 
     python bench/tool_guard.py [--section validate|repair|all] [--json] [--sets a,b,...]
         validate: [--repeat N]
         repair:   [--samples 300] [--concurrency 8] [--rounds 5] [--baseline-repeat 3]
                   [--max-seconds 300]
-
-The BFCL data, its conversion and the mutations are in bench/bfcl.py; the repair section runs
-from bench/tool_guard_repair.py.
 """
 
 from __future__ import annotations
@@ -45,10 +30,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from bfcl import BFCL, EXPECTED_KIND, SEED, SETS, Sample, dataset_issue, load, mutations
-from tool_guard_repair import RepairOptions, report_repair, run_repair
+from tool_guard_repair import RepairOptions, passed, report_repair, run_repair
 
 from gateway.guard.schemas import ValidatorCache, compile_schema
-from gateway.guard.tools import CheckedCall, ToolCatalog
+from gateway.guard.tools import ToolCatalog
 from gateway.testing.harness.options import option, parse_options
 from gateway.testing.harness.stats import Summary
 from gateway.testing.harness.tables import markdown_table
@@ -147,8 +132,14 @@ def judge(samples: list[Sample], cache: ValidatorCache) -> Outcomes:
             counts["calls"] += 1
             out.changed_by_cleaning += bool(checked.changes)
             out.rejected_without_cleaning += not strict.check(call).ok
-            if not checked.ok:
-                entry = _reject(sample, call, checked)
+            if not checked.ok:  # a false reject, unless the dataset contradicts itself
+                arguments = json.loads(call["function"]["arguments"])
+                entry = {
+                    "id": sample.id,
+                    "call": call["function"],
+                    "problems": [p.message for p in checked.problems],
+                    "dataset_issue": dataset_issue(sample, call["function"]["name"], arguments),
+                }
                 if entry["dataset_issue"]:
                     out.dataset_issues.append(entry)
                     counts["dataset_issues"] += 1
@@ -225,24 +216,7 @@ def run(set_names: list[str], repeat: int) -> dict[str, Any]:
     }
 
 
-def _reject(sample: Sample, call: dict[str, Any], checked: CheckedCall) -> dict[str, Any]:
-    """A ground-truth call the validator rejected, and whether the dataset itself is at fault
-    (the ground truth contradicts the BFCL schema it ships with)."""
-    name = call["function"]["name"]
-    issue = dataset_issue(sample, name, json.loads(call["function"]["arguments"]))
-    return {
-        "id": sample.id,
-        "call": call["function"],
-        "problems": [p.message for p in checked.problems],
-        "dataset_issue": issue,
-    }
-
-
 # ---------------------------------------------------------------- report
-
-
-def _pass(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
 
 
 def report(result: dict[str, Any]) -> str:
@@ -288,9 +262,9 @@ def report(result: dict[str, Any]) -> str:
     caught_all = all(c["rate"] == 1 for c in result["mutations"].values())
     lines += [
         "",
-        f"targets: false rejects 0: {_pass(result['false_rejects'] == 0)}; "
-        f"mutations 100 % caught: {_pass(caught_all)}; "
-        f"warm p99 < 1 ms per call: {_pass(p99 < 1)} ({p99:.3f} ms)",
+        f"targets: false rejects 0: {passed(result['false_rejects'] == 0)}; "
+        f"mutations 100 % caught: {passed(caught_all)}; "
+        f"warm p99 < 1 ms per call: {passed(p99 < 1)} ({p99:.3f} ms)",
     ]
     return "\n".join(lines)
 

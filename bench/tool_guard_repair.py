@@ -66,7 +66,7 @@ class RepairOptions:
     repair_attempts: int = 2  # the gateway's default, which the guard-on gateway runs with
 
 
-def _pass(ok: bool) -> str:
+def passed(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
@@ -575,10 +575,10 @@ def report_repair(result: dict[str, Any]) -> str:
     all_ok = all(r["rate"] == 1 for r in result["rows"])
     lines += [
         "",
-        f"targets: repaired 100 % per kind: {_pass(phase_ok[CORRECTED])}; "
-        f"never-correcting ends stripped: {_pass(phase_ok[NEVER])}; "
+        f"targets: repaired 100 % per kind: {passed(phase_ok[CORRECTED])}; "
+        f"never-correcting ends stripped: {passed(phase_ok[NEVER])}; "
         f"nothing invalid reaches the client: {'PASS' if leaks == 0 else f'FAIL ({leaks})'}; "
-        f"every phase as expected: {_pass(all_ok)}",
+        f"every phase as expected: {passed(all_ok)}",
     ]
     if result["fake_log_gaps"]:
         lines.append(f"the fake's log missed {result['fake_log_gaps']} upstream requests")
