@@ -7,7 +7,8 @@
 - `redis_server`, `prometheus`, `nginx`: the other servers, as processes.
 - `inprocess`: the gateway application in this process (`ServerThread`, `GatewayServer`).
 - `configs`, `fake_settings`: config files and test settings from dicts.
-- `load`: closed-loop and open-loop load generators over aiohttp.
+- `load`: closed-loop and open-loop load generators over aiohttp; `prompts`: questions no
+  two alike, for load that must miss the cache.
 - `sync_http`: blocking HTTP for probes and control calls; `procstat`: /proc readings;
   `cpu`: CPU over a benchmark phase, by process group and for the whole machine.
 - `replies`: chat answers read alike, plain or streamed; `metrics`: /metrics samples.
