@@ -43,6 +43,7 @@ from gateway.testing.harness.load import LoadResult, Outcome, Request, open_loop
 from gateway.testing.harness.options import option, parse_options
 from gateway.testing.harness.process import Server
 from gateway.testing.harness.procstat import cpu_seconds, load_average, open_files, rss_mb, threads
+from gateway.testing.harness.prompts import UniqueQuestions
 from gateway.testing.harness.results import save_json
 from gateway.testing.harness.starters import listening, spawn_gateway, start_fake_upstream
 from gateway.testing.harness.stats import fmt, percentile
@@ -53,12 +54,6 @@ ADMIN_KEY = "soak-bench-admin-key"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 TENANT_KEYS = {"soak-a": "sk-soak-a-0123456789", "soak-b": "sk-soak-b-0123456789"}
 MAX_IN_FLIGHT = 256
-WORDS = [
-    a + b + c
-    for a in ("ka", "lo", "mi", "ne", "ru", "sa")
-    for b in ("ti", "vo", "ze", "pa", "do")
-    for c in ("fe", "gi", "hu", "ja", "ko", "lu")
-]
 LOOKUP = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": LOOKUP}}]
 
@@ -153,7 +148,8 @@ class Traffic:
         self.url = base + "/v1/chat/completions"
         self.rng = random.Random(seed)
         self.recent: deque[str] = deque(maxlen=400)
-        self.n = 0
+        template = "Soak question {n}: what do {words} have in common?"
+        self.questions = UniqueQuestions(seed, template, words=7, vocabulary=180)
         self._reset()
 
     def _reset(self) -> None:
@@ -176,9 +172,7 @@ class Traffic:
         if self.recent and rng.random() < 0.15:
             question = rng.choice(self.recent)
         else:
-            self.n += 1
-            words = " ".join(rng.choices(WORDS, k=7))
-            question = f"Soak question {self.n}: what do {words} have in common?"
+            question = self.questions.next()
             self.recent.append(question)
         body: dict[str, Any] = {
             "model": "auto" if rng.random() < 0.7 else "small",
