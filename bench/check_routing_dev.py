@@ -123,7 +123,7 @@ def checked(path: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def _counts(counter: Counter[Any]) -> str:
+def counts(counter: Counter[Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counter.items()))
 
 
@@ -137,12 +137,12 @@ def main(argv: list[str] | None = None) -> int:
             for problem in checker(path)(entry):
                 found += 1
                 print(f"{path}: entry {i} ({str(entry.get('text'))[:50]!r}): {problem}")
-        languages = _counts(Counter(e.get("language") for e in entries))
+        languages = counts(Counter(e.get("language") for e in entries))
         if checker(path) is problems:
             steps = Counter(len(e.get("steps") or []) for e in entries)
             kinds = "steps: " + ", ".join(f"{k}: {steps[k]}" for k in sorted(steps))
         else:
-            kinds = "domains: " + _counts(Counter(e.get("domain") for e in entries))
+            kinds = "domains: " + counts(Counter(e.get("domain") for e in entries))
         print(f"{len(entries)} entries ({languages}); {kinds}; {found} problems")
         bad += found
     return 1 if bad else 0

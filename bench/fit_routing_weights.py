@@ -1,57 +1,32 @@
-"""Fit a scoring profile's feature weights and exemplar mix on labelled prompts that are not a
-benchmark (the profiles of gateway/routing/scorer.py; `--profile` picks one).
+"""Fit a scoring profile's feature weights and exemplar mix (PROFILES of
+gateway/routing/scorer.py; `--profile` picks one) on labelled prompts written for this project,
+never on a benchmark.
 
-Data, all written for this project (difficulty on the scale of gateway/routing/exemplars.yaml):
-- every exemplar in gateway/routing/exemplars.yaml (its `difficulty`);
-- the math word problems of bench/data/routing_dev.yaml (difficulty `min(0.9, 0.1 + 0.1 *
-  steps)`, steps checked by bench/check_routing_dev.py);
-- `general` only: the general prompts of bench/data/routing_dev_general.yaml (chit-chat,
-  lookups, long pastes to summarize, translate, proofread or extract from, code to read or
-  debug, concurrency and design questions, proofs, analysis, planning, writing; labelled by
-  hand, each with a `why`).
-Each text becomes a request body with one user message; its features are squashed exactly as
-`ComplexityScorer.score` squashes them (the scorer itself is called, with unit weights).
+Data: the exemplars of gateway/routing/exemplars.yaml (their `difficulty`), the math word
+problems of bench/data/routing_dev.yaml (difficulty `min(0.9, 0.1 + 0.1 * steps)`) and, for
+`general` only, the hand-labelled general prompts of bench/data/routing_dev_general.yaml (both
+checked by bench/check_routing_dev.py). Each text becomes a request body with one user message,
+its features squashed by `ComplexityScorer.score` itself (unit weights).
 
-Balance (`general`): the gateway serves general traffic, of which math word problems are one
-kind among many. So the fit does not let them weigh by their count (they are most of the
-texts): math word problems (routing_dev.yaml and the exemplars of domain `word-problem`) and
-everything else each get half of the total sample weight, spread evenly within each half (mean
-weight 1). `word-problems`: every text weighs 1.
-
-1. Bias plus one weight per feature: soft-label logistic regression (weighted cross-entropy
-   against the difficulty) with an L2 penalty `lam / 2 * sum (w - prior)^2` towards the weights
-   set by hand before any fit (PRIOR below; a MAP estimate; the bias is not penalized).
-   Sign constraints (`general`): every feature weight keeps the sign of its prior weight or
-   becomes 0 (what a feature means decides whether it raises or lowers complexity: a question
-   mark cannot make a prompt simpler, a chit-chat opener cannot make it harder); the bias is
-   free. `word-problems` has none. Solved by projected Newton (Bertsekas): Newton steps on the
-   weights not held at 0, projection onto the allowed signs, an Armijo line search along the
-   projection; the KKT conditions are checked (without constraints: plain Newton).
-   `lam` is chosen by 5-fold cross-validation on all texts (held-out weighted cross-entropy).
-   `general`: folds stratified by source file, and the one-standard-error rule: the largest lam
-   whose held-out cross-entropy is within one standard error (over the folds) of the lowest,
-   i.e. among the fits the data cannot tell apart, the one nearest the prior (the curve is flat
-   over two decades of lam). `word-problems`: one permutation of all texts, the lam with the
-   lowest held-out cross-entropy.
-   A feature that never occurs in the data keeps its prior weight.
-2. `exemplar_weight` and `neighbours`: 5-fold cross-validation on the dev prompts (not the
-   exemplars). Each fold refits the weights without its held-out prompts and scores them with
-   the real scorer: the features plus the vote of exemplars.yaml (the dev prompts never vote),
-   embedded by the cache's default embedder. Criterion for `general`, in line with the balance:
-   the mean of the held-out Spearman rank correlations (score vs difficulty, pooled over the
-   folds) of the word problems and of the general prompts (ties: the smaller mix, then more
-   neighbours). For `word-problems`: the held-out Spearman of each fold, averaged over the folds
-   (ties: the smaller mix, then fewer neighbours). With a mix of 0 nothing votes, so the
-   profile's `neighbours` stays. Printed per domain as well, beside the hand-set scorer (the
-   prior weights with the prior exemplar mix, as shipped before any fit).
-3. Probe prompts (bench/data/routing_probes.yaml, in no data set): scores under the hand-set and
-   fitted scorers.
+1. Bias plus one weight per feature: soft-label logistic regression with an L2 pull towards
+   the hand-set PRIOR (a MAP estimate, `fit`), its strength by 5-fold cross-validation on all
+   texts (`choose_lambda`). A feature that never occurs in the data keeps its prior weight.
+2. `exemplar_weight` and `neighbours`: 5-fold cross-validation on the dev prompts, each fold's
+   weights refitted without its held-out prompts, scored by the real scorer with the exemplars
+   voting (`choose_mix`); printed per domain beside the hand-set scorer.
+3. Probe prompts (bench/data/routing_probes.yaml, in no data set): hand-set and fitted scores.
 4. Diff check: the refit, rounded to 2 decimals as written, against the profile in scorer.py.
+
+The profiles differ in procedure (PROCEDURES): `general` serves general traffic, of which math
+word problems are one kind among many, so they and everything else weigh half each, every
+weight keeps its prior's sign, lam follows the one-standard-error rule on folds stratified by
+source, and the mix is judged by the balanced Spearman; `word-problems` takes the texts as
+they come.
 
     python bench/fit_routing_weights.py [--profile general|word-problems] [--write]
 
-Without --write the exit status is 1 when the diff check finds a difference. --write rewrites
-the profile in PROFILES of gateway/routing/scorer.py (weights rounded to 2 decimals, the mix).
+Without --write the exit status is 1 when the diff check finds a difference; --write rewrites
+the profile in gateway/routing/scorer.py.
 """
 
 from __future__ import annotations
@@ -69,7 +44,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from check_routing_dev import DEV, DEV_GENERAL, checked
+from check_routing_dev import DEV, DEV_GENERAL, checked, counts
 from routing_quality import body, score_all
 
 from gateway.cache.factory import new_embedder
@@ -111,12 +86,12 @@ assert all(set(PRIOR) == set(p.weights) for p in PROFILES.values()), (
     "a feature was added: give it a prior weight here"
 )
 SCORER_PY = REPO / "gateway" / "routing" / "scorer.py"
+Box = tuple[np.ndarray, np.ndarray] | None  # (lower, upper) bounds of [bias, *weights]; None: free
 
 
 @dataclass(frozen=True)
 class Procedure:
-    """How one profile is fitted (the module docstring says why each differs). All off: the
-    first fit's procedure (9a6dce1), the texts as they come."""
+    """How one profile is fitted. All off: the first fit's procedure (9a6dce1)."""
 
     general_prompts: bool = False  # routing_dev_general.yaml is in the data
     balanced: bool = False  # math word problems and the rest weigh half each (else each 1)
@@ -128,7 +103,7 @@ class Procedure:
     def sample_weights(self, math: np.ndarray) -> np.ndarray:
         return balance(math) if self.balanced else np.ones(len(math))
 
-    def box(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    def box(self, names: tuple[str, ...]) -> Box:
         return bounds(names) if self.signs else None
 
     def folds(self, source: np.ndarray) -> np.ndarray:
@@ -220,8 +195,9 @@ def prior(names: tuple[str, ...]) -> np.ndarray:
 
 
 def bounds(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """(lower, upper) for [bias, *weights]: each weight keeps its prior's sign or is 0 (a zero
-    prior would hold its weight at 0); the bias is free."""
+    """(lower, upper) for [bias, *weights]: each weight keeps its prior's sign or is 0 (what a
+    feature means decides whether it raises or lowers complexity: a question mark cannot make a
+    prompt simpler; a zero prior would hold its weight at 0); the bias is free."""
     w0 = prior(names)
     lower = np.where(w0 > 0, 0.0, -np.inf)
     upper = np.where(w0 < 0, 0.0, np.inf)
@@ -271,6 +247,16 @@ class Problem:
         h: np.ndarray = (self.a.T * (self.s * p * (1 - p))) @ self.a + np.diag(self.pull + 1e-9)
         return h
 
+    def kkt_residual(self, w: np.ndarray, box: Box) -> float:
+        """The largest violation of the optimality conditions at `w`: a zero gradient for the
+        weights inside the box, a gradient pointing out of the box for those on a bound."""
+        lower, upper = box or unbounded(len(w))
+        return float(np.max(np.abs(w - np.clip(w - self.gradient(w), lower, upper))))
+
+
+def unbounded(n: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.full(n, -np.inf), np.full(n, np.inf)
+
 
 def fit(
     x: np.ndarray,
@@ -278,7 +264,7 @@ def fit(
     s: np.ndarray,
     w0: np.ndarray,
     lam: float,
-    box: tuple[np.ndarray, np.ndarray] | None = None,
+    box: Box = None,
 ) -> np.ndarray:
     """MAP weights [bias, *features] within `box` (lower, upper; None: no constraints), by
     projected Newton (Bertsekas 1982), from the prior projected onto the box.
@@ -288,9 +274,7 @@ def fit(
     constraints); a Newton step on the others, projected onto the box; Armijo backtracking along
     that projection. Stops when the projected gradient vanishes (the KKT conditions hold)."""
     problem = Problem(design(x), y, s, w0, lam)
-    if box is None:
-        box = (np.full(len(w0), -np.inf), np.full(len(w0), np.inf))
-    lower, upper = box
+    lower, upper = box or unbounded(len(w0))
     w: np.ndarray = np.clip(w0, lower, upper)
     loss = problem.loss(w)
     for _ in range(200):
@@ -314,22 +298,6 @@ def fit(
             t /= 2
         w, loss = new_w, new
     return w
-
-
-def kkt_residual(
-    x: np.ndarray,
-    y: np.ndarray,
-    s: np.ndarray,
-    w0: np.ndarray,
-    lam: float,
-    w: np.ndarray,
-    box: tuple[np.ndarray, np.ndarray] | None,
-) -> float:
-    """The largest violation of the optimality conditions of `fit` at `w`: a zero gradient for
-    the weights inside the box, a gradient pointing out of the box for those on a bound."""
-    grad = Problem(design(x), y, s, w0, lam).gradient(w)
-    lower, upper = box or (np.full(len(w), -np.inf), np.full(len(w), np.inf))
-    return float(np.max(np.abs(w - np.clip(w - grad, lower, upper))))
 
 
 def cross_entropy(p: np.ndarray, y: np.ndarray, s: np.ndarray) -> float:
@@ -372,7 +340,8 @@ class LambdaResult:
 def choose_lambda(d: Data, p: Procedure) -> tuple[float, float, dict[float, LambdaResult]]:
     """(chosen lam, lam with the lowest held-out CE, per lam its numbers). The one-standard-
     error rule, when `p` uses it: the largest lam whose held-out CE is within one standard error
-    of the lowest, i.e. the fit nearest the prior among those the data cannot tell apart."""
+    of the lowest, i.e. the fit nearest the prior among those the data cannot tell apart (the
+    curve is flat over two decades of lam)."""
     fold = p.folds(d.source)
     w0, box = prior(d.names), p.box(d.names)
     s = p.sample_weights(d.math)
@@ -422,11 +391,6 @@ class MixResult:
     probes: dict[str, tuple[float, float, float, float]]  # hand-set, fitted: value, feature part
 
 
-def balanced_spearman(scores: np.ndarray, y: np.ndarray, math: np.ndarray) -> float:
-    """The mean of the Spearman of the word problems and of everything else."""
-    return (spearman(scores[math], y[math]) + spearman(scores[~math], y[~math])) / 2
-
-
 @dataclass(frozen=True)
 class Criterion:
     """How `p` ranks the held-out scores of the dev prompts (higher is better)."""
@@ -443,8 +407,9 @@ class Criterion:
         return "held-out Spearman, mean over the folds"
 
     def __call__(self, scores: np.ndarray) -> float:
-        if self.p.pooled:
-            return balanced_spearman(scores, self.y, self.math)
+        if self.p.pooled:  # the mean of the word problems' and everything else's
+            math, y = self.math, self.y
+            return (spearman(scores[math], y[math]) + spearman(scores[~math], y[~math])) / 2
         per_fold = [spearman(scores[self.fold == k], self.y[self.fold == k]) for k in range(FOLDS)]
         return float(np.mean(per_fold))
 
@@ -575,10 +540,6 @@ def diff_check(name: ProfileName, refit: Profile) -> list[str]:
 # ---------------------------------------------------------------- report
 
 
-def _counts(counter: Counter[str]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(counter.items()))
-
-
 def report_data(d: Data, p: Procedure) -> None:
     s = p.sample_weights(d.math)
     count = Counter(d.source)
@@ -586,7 +547,7 @@ def report_data(d: Data, p: Procedure) -> None:
         f"data: {count[EXEMPLARS]} exemplars, {count[WORD_PROBLEMS]} word problems "
         f"(routing_dev.yaml), {count[GENERAL]} general prompts (routing_dev_general.yaml)"
     )
-    print(f"   dev languages: {_counts(Counter(np.array(d.language)[d.dev]))}")
+    print(f"   dev languages: {counts(Counter(np.array(d.language)[d.dev]))}")
     if p.balanced:
         print(
             f"   balance: {int(d.math.sum())} math word problems weigh {s[d.math][0]:.3f} each, "
@@ -595,7 +556,7 @@ def report_data(d: Data, p: Procedure) -> None:
     else:
         print(f"   unweighted: each of the {len(s)} texts weighs 1")
     if count[GENERAL]:
-        print(f"   general by domain: {_counts(Counter(d.domain[d.source == GENERAL]))}")
+        print(f"   general by domain: {counts(Counter(d.domain[d.source == GENERAL]))}")
     missing = [n for n in SCORED if n not in d.names]
     print(f"   features never in the data (prior kept): {', '.join(missing) or 'none'}\n")
 
@@ -730,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
     s = p.sample_weights(d.math)
     w0, box = prior(d.names), p.box(d.names)
     w = fit(d.x, d.y, s, w0, lam, box)
-    residual = kkt_residual(d.x, d.y, s, w0, lam, w, box)
+    residual = Problem(design(d.x), d.y, s, w0, lam).kkt_residual(w, box)
     assert residual < 1e-6, f"the fit did not converge (KKT residual {residual:g})"
     fitted = weights_dict(w, d.names)
     # The model fitted here is the scorer's feature part: check it on every text.

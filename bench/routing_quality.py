@@ -1,24 +1,13 @@
 """Routing quality: how many GSM8K prompts the complexity score can send to the cheap model.
 
-For each of the 1,319 GSM8K test prompts, ../shared/datasets/routing/gsm8k_responses.csv (from
-RouteLLM) records whether Mixtral-8x7B (cheap) and GPT-4-1106 (strong) answered correctly. The
-prompt is scored as the gateway would score it (a request body with one user message, the
-features, the MiniLM embedding and the shipped exemplar votes, with the weights and exemplar
-mix of a scoring profile, `--profile`, default `general`); sweeping a threshold over the
-scores sends the lowest-scoring share of prompts to the cheap model. A prompt routed cheap is
-correct only where the cheap model was correct.
-
-    kept(share) = accuracy of the routed mix / accuracy of always-strong
-
-beside a random router with the same cheap share (its expected value, exact:
-`share * cheap_accuracy + (1 - share) * strong_accuracy`). Anchor: RouteLLM's trained routers
-keep 95% of GPT-4's quality while sending about 35% of GSM8K prompts to the cheap model.
-Nothing here is fitted to GSM8K: the weights, mix and exemplars are the shipped profile's.
-
-Also reported: the feature part alone and the exemplar vote alone (ablations), the prompt's
-length alone (the simplest baseline), a bootstrap interval, optionally (--sweep) the mix and
-neighbour count as policy could set them, and the scorer's time per request (feature extraction
-+ scoring; the embedding is excluded, since the cache computes it anyway).
+Each of the 1,319 GSM8K prompts of ../shared/datasets/routing/gsm8k_responses.csv (RouteLLM:
+whether Mixtral-8x7B and GPT-4-1106 answered correctly) is scored as the gateway scores a
+request, with a scoring profile (`--profile`); the lowest-scoring share goes cheap, and
+kept(share) = accuracy of the routed mix / accuracy of always-strong, beside a random router
+(its exact expected value), the feature part alone, the exemplar vote alone and the prompt's
+length alone. Also: a bootstrap interval, optionally (--sweep) the mix and neighbour count as
+policy could set them, and the scorer's time per request (the embedding excluded). Nothing is
+fitted to GSM8K. docs/BENCHMARKS.md, "Routing quality", has the results.
 
     python bench/routing_quality.py [--profile NAME] [--json [PATH]] [--sweep]
                                     [--exemplar-weight W] [--neighbours K] [--exemplars FILE]
@@ -33,7 +22,6 @@ import csv
 import json
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
@@ -55,6 +43,14 @@ DATASET = REPO.parent / "shared" / "datasets" / "routing" / "gsm8k_responses.csv
 CHEAP, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
 TARGET_KEPT = 0.95
 GRID = [round(0.05 * i, 2) for i in range(21)]
+# The policy sweep's columns: a field of `summary`, its format and its heading.
+SWEEP_COLUMNS = (
+    ("exemplar_weight", ".2f", "exemplar_weight"),
+    ("neighbours", "d", "neighbours"),
+    ("best_share_at_95", ".1%", "best share at 95%"),
+    ("kept_at_30", ".1%", "kept at 30%"),
+    ("apgr", ".3f", "APGR"),
+)
 
 
 @dataclass(frozen=True)
@@ -107,14 +103,10 @@ def at(curve: np.ndarray, share: float) -> float:
     return float(curve[round(share * (len(curve) - 1))])
 
 
-def thresholds(scores: np.ndarray) -> Callable[[float], float]:
-    ordered = np.sort(scores)
-
-    def at_share(share: float) -> float:
-        n = round(share * len(ordered))
-        return float(ordered[n - 1]) if n else float("-inf")
-
-    return at_share
+def threshold(scores: np.ndarray, share: float) -> float:
+    """The score at or below which `share` of the prompts fall (-inf for none)."""
+    n = round(share * len(scores))
+    return float(np.sort(scores)[n - 1]) if n else float("-inf")
 
 
 def bootstrap(
@@ -247,7 +239,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "embedding_seconds": embed_seconds,
         "curve": [
-            {"share": s, "threshold": thresholds(scores["router"])(s), "random": at(rand, s)}
+            {"share": s, "threshold": threshold(scores["router"], s), "random": at(rand, s)}
             | {name: at(c, s) for name, c in curves.items()}
             for s in GRID
         ],
@@ -330,17 +322,16 @@ def print_report(r: dict[str, Any]) -> None:
     ci = "; ".join(f"{k} {lo:.3f}..{hi:.3f}" for k, (lo, hi) in r["bootstrap_95ci"].items())
     print(f"bootstrap 95% intervals (router): {ci}")
     if r["sweep"]:
-        print("\npolicy sweep: exemplar_weight, neighbours -> best share at 95%, kept at 30%, APGR")
-        for s in r["sweep"]:
-            print(
-                f"  {s['exemplar_weight']:.2f}, {s['neighbours']:>2} -> "
-                f"{s['best_share_at_95']:.1%}, {s['kept_at_30']:.1%}, {s['apgr']:.3f}"
-            )
+        rows = [[format(s[key], spec) for key, spec, _ in SWEEP_COLUMNS] for s in r["sweep"]]
+        header = [heading for _, _, heading in SWEEP_COLUMNS]
+        print("\npolicy sweep\n\n" + markdown_table(header, rows))
     print(f"\nembedding all prompts (not the router's cost): {r['embedding_seconds']:.1f} s")
     for title, key in (("GSM8K", "latency_us"), ("large requests", "latency_us_large_requests")):
-        print(f"router time per request, {title} (µs, excluding the embedding):")
-        for part, v in r[key].items():
-            print(f"  {part:<10} p50 {v['p50']:7.1f}  p99 {v['p99']:7.1f}  max {v['max']:8.1f}")
+        rows = [
+            (part, *(f"{v[k]:.1f}" for k in ("p50", "p99", "max"))) for part, v in r[key].items()
+        ]
+        print(f"\nrouter time per request, {title} (µs, excluding the embedding)\n")
+        print(markdown_table(["", "p50", "p99", "max"], rows))
 
 
 def main(argv: list[str] | None = None) -> int:
