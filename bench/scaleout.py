@@ -6,32 +6,17 @@ breakers, rate limits), in one run.
     python bench/scaleout.py --json out.json  # also save every sample
     python bench/scaleout.py --workloads a --breakers memory   # what-if: local breakers
 
-nginx and redis-server must be installed. Processes, each on a free loopback port: redis-server;
-the fake upstream (20 ms), so the gateway's own work is what scales; three replicas sharing
-Redis for the cache (exact tier in Redis, semantic tier on each replica's index fed by a Redis
-Stream; hash embedder, MiniLM on every request would be the whole cost), the breakers and the
-rate limits (a limit far above the load, so every request still goes through it); nginx on
-three ports balancing over the first 1, 2 or 3 replicas (round robin, keep-alive, buffering off,
-`X-Upstream-Addr` naming the replica that answered); two more replicas with MiniLM in their own
-namespace for the lag probe; a follower of the cache's streams (harness.stream_lags). The load
-generator is this process. --exact-only and --breakers memory measure what those parts cost.
-
-Workloads:
-  (a) throughput: closed-loop clients (16 and 64), unique prompts (every request a cache miss
-      and write), to the fake upstream directly, to replica 1 directly and through nginx to 1,
-      2 and 3 replicas. Rounds rotate the target order; tables show medians over rounds,
-      ratios paired within a round. The cache is purged before each measurement.
-  (b) shared cache: a pool of questions asked in random order through nginx to 3 replicas: each
-      replica's hit rate and how many hits were on entries another replica stored (from the
-      answers' X-Upstream-Addr and x-gateway-cache, and each replica's /metrics).
-  (c) replication lag of semantic entries: a question written through replica W, its rewording
-      polled on replica R (MiniLM) until R's search finds W's entry (R reports a similarity).
-      Each probe has its own scope; R's upstream answers are truncated, so R stores none of its
-      polls. Measured idle and with W and R under load.
-
-On a 2-core machine every process shares two cores: 3 replicas cannot get 3x; the ratios and
-the CPU per request of each component are the point. Before each measurement the bench waits
-(up to --quiet-wait s) for other processes to go quiet, and shows the cores they used.
+nginx and redis-server must be installed. Processes on loopback ports: redis-server, the fake
+upstream (20 ms), three pool replicas (hash embedder) sharing Redis, nginx balancing over the
+first 1, 2 or 3 of them (`X-Upstream-Addr` names the replica that answered), two MiniLM
+replicas in their own namespace for the lag probe, and a follower of the cache's streams
+(harness.stream_lags); the load generator is this process. Workloads: (a) throughput with
+unique prompts (every request a miss and a write) to the fake, to replica 1 and through nginx
+to 1, 2, 3 replicas, rounds rotating the order; (b) a pool of questions through nginx to 3
+replicas: hit rates and hits on entries another replica stored; (c) replication lag: a
+question written through replica W, its rewording polled on replica R until R finds W's
+entry, idle and under load. docs/BENCHMARKS.md ("Scale-out") says what the figures mean; on a
+2-core machine 3 replicas cannot reach 3x, so read the ratios and the CPU per request.
 """
 
 from __future__ import annotations
@@ -71,7 +56,7 @@ from scaleout_report import (
 )
 
 from gateway.testing.harness import nginx, redis_server
-from gateway.testing.harness.configs import write_config
+from gateway.testing.harness.configs import openai_provider, write_config
 from gateway.testing.harness.cpu import cpu_of, foreign_seconds, wait_quiet
 from gateway.testing.harness.gateways import embedder_loaded, start_gateways
 from gateway.testing.harness.load import (
@@ -86,6 +71,7 @@ from gateway.testing.harness.metrics import by_label, scrape
 from gateway.testing.harness.options import option, parse_options
 from gateway.testing.harness.process import Server
 from gateway.testing.harness.procstat import children, load_average
+from gateway.testing.harness.prompts import UniqueQuestions
 from gateway.testing.harness.results import save_json
 from gateway.testing.harness.starters import python_server, start_fake_upstream
 from gateway.testing.harness.stats import median, percentile
@@ -98,6 +84,7 @@ ADMIN_KEY = "scaleout-bench-admin-key"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 # Each group of replicas keeps its keys under its own namespace; the cache's under NS:cache.
 POOL_NS, LAG_NS = "scaleout-pool", "scaleout-lag"
+CACHE_RESULTS = ("hit-exact", "hit-semantic", "miss")
 
 
 @dataclass
@@ -119,15 +106,10 @@ class Options:
     lag_timeout: float = option(3.0, "(c) give up after (s)")
     lag_load: int = option(16, "(c) clients loading W and R (half each)")
     nginx_workers: int = option(1, "nginx worker_processes")
-    breakers: str = option(
-        "redis", "what-if: the pool's breaker storage (redis: shared)", choices=("redis", "memory")
-    )
+    breakers: str = option("redis", "what-if: breaker storage", choices=("redis", "memory"))
     exact_only: bool = option(False, "what-if: pool replicas without the semantic tier")
-    quiet_wait: float | None = option(
-        None,
-        "before each measurement, wait up to this many seconds for other processes on the "
-        "machine to go quiet (default 60, with --quick 10; 0: do not wait)",
-    )
+    # Before each measurement, wait up to this long for other processes to go quiet.
+    quiet_wait: float | None = option(None, "seconds to wait (default 60, --quick 10; 0: none)")
     workloads: str = option("abc", "which of (a) (b) (c) to run")
     json_out: Path | None = option(None, "also write every sample to this file", flag="--json")
 
@@ -191,9 +173,7 @@ def gateway_config(
     breakers = shared if cache.pop("breakers", "redis") == "redis" else {"type": "memory"}
     return {
         "server": {"host": "127.0.0.1", "port": 0},
-        "providers": {
-            "fake": {"type": "openai", "base_url": f"{fake}/v1", "max_connections": 1000}
-        },
+        "providers": {"fake": openai_provider(f"{fake}/v1", max_connections=1000)},
         "models": models,
         "redis": {"url": redis_url, "namespace": namespace},
         "cache": {"store": shared, "defaults": {"enabled": True, "semantic": True}} | cache,
@@ -234,13 +214,11 @@ def start_stack(es: ExitStack, workdir: Path, opts: Options) -> Stack:
         lag = gateway_config(fake.url, models, redis.url, LAG_NS, embedder={"batch_window_ms": 0})
         configs.append((f"gateway-{role}", lag))
     files = [(name, write_config(workdir, c, name=f"{name}.yaml")) for name, c in configs]
-    gateways = start_gateways(workdir, files, env={"GATEWAY_ADMIN_KEY": ADMIN_KEY})
-    for gateway in gateways:
-        es.enter_context(gateway)
+    env = {"GATEWAY_ADMIN_KEY": ADMIN_KEY}
+    gateways = [es.enter_context(g) for g in start_gateways(workdir, files, env=env)]
     replicas, (writer, reader) = gateways[:3], gateways[3:]
     groups = nginx.balancers(*([r.url for r in replicas[:n]] for n in (1, 2, 3)))
-    workers = opts.nginx_workers
-    balancer = nginx.start_nginx(workdir, groups, workers=workers, access_log=True)
+    balancer = nginx.start_nginx(workdir, groups, workers=opts.nginx_workers, access_log=True)
     es.enter_context(balancer)
     observed = workdir / "stream-lags.txt"
     streams = [f"{POOL_NS}:cache:events", f"{LAG_NS}:cache:events"]
@@ -262,23 +240,6 @@ def purge(stack: Stack) -> None:
 
 
 # --- load ------------------------------------------------------------------------------------
-
-_SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "do", "fe", "gi", "hu"]
-
-
-class Prompts:
-    """Unique chat bodies: random pseudo-words plus a counter, so no two are alike (not even
-    for the hash embedder's 3-grams)."""
-
-    def __init__(self, seed: int) -> None:
-        self._rng = r = random.Random(seed)
-        self._words = ["".join(r.choice(_SYLLABLES) for _ in range(3)) for _ in range(3000)]
-        self._n = 0
-
-    def body(self, model: str = MODEL) -> bytes:
-        self._n += 1
-        words = " ".join(self._rng.choices(self._words, k=8))
-        return chat_body(model, SYSTEM, f"Tell me about {words} (request {self._n}).")
 
 
 def chat_body(model: str, system: str, question: str) -> bytes:
@@ -332,12 +293,16 @@ async def measure(
         await asyncio.to_thread(purge, stack)
         await asyncio.sleep(0.3)  # let every replica apply the deletions
     await wait_quiet(stack.cpu, opts.quiet_wait or 0)
-    prompts = Prompts(seed=hash((target, concurrency, time.time())))
+    questions = UniqueQuestions(seed=hash((target, concurrency, time.time())))
+
+    def body() -> bytes:
+        return chat_body(MODEL, SYSTEM, questions.next())
+
     tally = Tally()
     async with session_for(concurrency) as session:
-        await load(session, url, concurrency, opts.warmup or 0, prompts.body)
+        await load(session, url, concurrency, opts.warmup or 0, body)
         cpu0, calls0, t0 = stack.cpu(), command_calls(client), time.time()
-        run = await load(session, url, concurrency, opts.seconds or 0, prompts.body, tally)
+        run = await load(session, url, concurrency, opts.seconds or 0, body, tally)
         t1, calls1, cpu1 = time.time(), command_calls(client), stack.cpu()
     n = max(1, run.count)
     if tally.failures:
@@ -400,42 +365,30 @@ async def shared_cache(stack: Stack, opts: Options) -> dict[str, Any]:
     order = [rng.randrange(len(questions)) for _ in range(opts.pool_requests or 0)]
     bodies = [chat_body(MODEL, SYSTEM, q) for q in questions]
     before = {r.name: metric_counts(r) for r in stack.replicas}
-    answers: list[Outcome] = []
-    errors: list[str] = []
-
-    def observe(o: Outcome) -> None:
-        if o.status == 200:
-            answers.append(o)
-        else:
-            errors.append(o.error or f"HTTP {o.status}: {o.body[:200]!r}")
-
+    outcomes: list[Outcome] = []
     url = stack.balancers[-1].url + "/v1/chat/completions"
     async with session_for(opts.pool_concurrency) as session:
         run = await closed_loop(
             session, lambda i: Request(url, bodies[order[i]]), opts.pool_concurrency,
-            count=len(order), observe=observe,
+            count=len(order), observe=outcomes.append,
         )  # fmt: skip
     await asyncio.sleep(0.2)
     after = {r.name: metric_counts(r) for r in stack.replicas}
-
+    errors = [o.error or f"HTTP {o.status}: {o.body[:200]!r}" for o in outcomes if o.status != 200]
+    answers = [o for o in outcomes if o.status == 200]
     answers.sort(key=lambda o: o.started + o.latency_s)  # in the order they were read
-    seen_miss: set[tuple[str, int]] = set()  # (replica, question) it answered by a miss
-    seen_any: set[tuple[str, int]] = set()
-    missed: Counter[int] = Counter()
-    per: dict[str, Counter[str]] = {}
-    results = [
+    results = [  # (replica, question, x-gateway-cache) of each answer
         (o.headers.get("X-Upstream-Addr", "?"), order[o.index], cache_result(o)) for o in answers
     ]
+    stored: set[tuple[str, int]] = set()  # (replica, question) it answered by a miss
+    per: dict[str, Counter[str]] = {}
     for replica, question, result in results:
         c = per.setdefault(replica, Counter())
-        c["requests"] += 1
-        c[result] += 1
+        c.update(["requests", result])
         if result.startswith("hit"):
-            c["hits_from_others"] += (replica, question) not in seen_miss
+            c["hits_from_others"] += (replica, question) not in stored
         elif result == "miss":
-            seen_miss.add((replica, question))
-            missed[question] += 1
-        seen_any.add((replica, question))
+            stored.add((replica, question))
     rows = []
     for replica in stack.replicas:
         c = per.get(replica.url.removeprefix("http://"), Counter())
@@ -446,10 +399,12 @@ async def shared_cache(stack: Stack, opts: Options) -> dict[str, Any]:
         row["hits_from_others"] = c["hits_from_others"]
         rows.append(row | {"metrics": dict(after[replica.name] - before[replica.name])})
     addresses = {r.url.removeprefix("http://") for r in stack.replicas}
+    missed = Counter(question for _, question, result in results if result == "miss")
+    # Had each replica its own cache: its first sight of a question is a miss.
+    local_misses = len({(replica, question) for replica, question, _ in results})
     total, misses = len(answers), sum(missed.values())
     hit_lat = [o.latency_s for o in answers if cache_result(o).startswith("hit")]
     miss_lat = [o.latency_s for o in answers if cache_result(o) == "miss"]
-    others = Counter(r for _, _, r in results if r not in ("hit-exact", "hit-semantic", "miss"))
     return {
         "pool": len(questions),
         "requests": total,
@@ -462,12 +417,11 @@ async def shared_cache(stack: Stack, opts: Options) -> dict[str, Any]:
         "first_misses": len(missed),
         "duplicate_misses": misses - len(missed),
         "hit_rate": 1 - misses / total if total else math.nan,
-        # Had each replica its own cache: its first sight of a question is a miss.
-        "local_misses": len(seen_any),
-        "local_hit_rate": 1 - len(seen_any) / total if total else math.nan,
+        "local_misses": local_misses,
+        "local_hit_rate": 1 - local_misses / total if total else math.nan,
         "hit_p50_ms": percentile(hit_lat, 50) * 1000,
         "miss_p50_ms": percentile(miss_lat, 50) * 1000,
-        "other_results": dict(others),
+        "other_results": dict(Counter(r for _, _, r in results if r not in CACHE_RESULTS)),
     }
 
 
@@ -535,11 +489,11 @@ async def replication_lag(stack: Stack, opts: Options, under_load: bool) -> dict
     background: list[asyncio.Task[LoadResult]] = []
     load_session = session_for(max(2, opts.lag_load))
     if under_load:
-        prompts = Prompts(seed=11)
+        questions = UniqueQuestions(seed=11)
+        body = lambda: chat_body(LOAD_MODEL, SYSTEM, questions.next())  # noqa: E731
         per = max(1, opts.lag_load // 2)
         for server in (stack.writer, stack.reader):
             url = server.url + "/v1/chat/completions"
-            body = lambda: prompts.body(LOAD_MODEL)  # noqa: E731
             coro = load(load_session, url, per, 3600, body, stop=stop)
             background.append(asyncio.create_task(coro))
         await asyncio.sleep(1.0)  # let the load settle
@@ -624,15 +578,8 @@ def main(argv: list[str] | None = None) -> int:
     tiers = "exact tier only" if opts.exact_only else "exact + semantic tiers, hash embedder"
     print(
         f"  pool replicas: cache in Redis ({tiers}), breakers in {opts.breakers}, "
-        "rate limits in Redis"
+        f"rate limits in Redis\n  {cpus} cpus, load average {load_average()}"
     )
-    print(f"  {cpus} cpus, load average {load_average()}")
-    if cpus < 6:
-        print(
-            f"  NOTE: {cpus} cores shared by up to 3 replicas + nginx + redis + fake upstream + "
-            "load generator (+ 2 idle lag replicas): they contend, so 3 replicas cannot reach "
-            "3x; read the ratios and the CPU per request, not the absolute req/s."
-        )
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="scaleout-bench-") as tmp, ExitStack() as es:
         stack = start_stack(es, Path(tmp), opts)
@@ -640,16 +587,13 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(1.2)  # the observer flushes once a second at most
         add_stream_lags(out, StreamLags(stack.observer_file))
         problems = log_problems(stack)
-        es.close()
     print(f"\ndone in {time.monotonic() - started:.0f} s; load average {load_average()}")
     rows = throughput_rows(out["samples"], opts.concurrency)
     if rows:
         print_throughput(rows, opts.rounds or 0)
         results = Counter[str]()
-        for (name, _), ss in out["samples"].items():
-            if name != UPSTREAM:
-                for s in ss:
-                    results.update(s.cache)
+        for s in (s for (name, _), ss in out["samples"].items() if name != UPSTREAM for s in ss):
+            results.update(s.cache)
         print(f"\n  x-gateway-cache over (a): {dict(results)}")
         top = max(opts.concurrency)
         breakdown = redis_breakdown(out["samples"], top)
