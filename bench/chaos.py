@@ -85,28 +85,16 @@ OFF_TOPIC_EVERY = 5
 class Options:
     requests: int = option(20_000, "requests to send")
     concurrency: int = option(100, "at most this many in flight")
-    rate: float = option(
-        300.0,
-        "requests sent per second, at most `concurrency` in flight (0: unpaced); "
-        "paced so that a run spans several chaos cycles",
-    )
+    rate: float = option(300.0, "requests sent per second (0: unpaced)")
     stream_share: float = option(0.0, "fraction streamed (0..1)")
     period: float = option(3.0, "seconds per primary window")
     retriever_period: float = option(2.3, "seconds per retriever window")
     outage_seconds: float = option(1.5, "the one window with both upstreams failing")
     deadline: float = option(2.5, "the model's deadline_seconds")
     slow_ms: float | None = option(None, "primary latency in slow windows (default: deadline+1.5s)")
-    slow_kind: str = option(
-        "latency",
-        "slow windows delay the response headers, or (streams only) the first chunk",
-        choices=("latency", "first-byte"),
-    )
+    slow_kind: str = option("latency", "what slow delays", choices=("latency", "first-byte"))
     read_timeout: float | None = option(None, "the primary's timeouts.read (default: unset, 60 s)")
-    attempt_timeout: float | None = option(
-        0.8,
-        "resilience.attempt_timeout_seconds, one attempt's bound to the first byte (below "
-        "the deadline; 0: unset, an attempt may use the rest of it)",
-    )
+    attempt_timeout: float | None = option(0.8, "resilience.attempt_timeout_seconds (0: unset)")
     primary_latency_ms: float = option(20.0)
     backup_latency_ms: float = option(40.0)
     kb_timeout: float = option(0.3, "the knowledge base's timeout_seconds")
@@ -166,13 +154,10 @@ def gateway_config(opts: Options, primary: str, backup: str, retriever: str) -> 
 
 
 def start_servers(opts: Options, workdir: Path, stack: contextlib.ExitStack) -> Setup:
+    fakes = [("primary", FAKE_UPSTREAM), ("backup", FAKE_UPSTREAM), ("retriever", FAKE_RETRIEVER)]
     primary, backup, retriever = (
         stack.enter_context(start_fake_upstream(workdir, name=name, module=module))
-        for name, module in (
-            ("primary", FAKE_UPSTREAM),
-            ("backup", FAKE_UPSTREAM),
-            ("retriever", FAKE_RETRIEVER),
-        )
+        for name, module in fakes
     )
     config = write_config(workdir, gateway_config(opts, primary.url, backup.url, retriever.url))
     admin_key = secrets.token_urlsafe(24)
