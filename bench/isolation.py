@@ -174,10 +174,8 @@ def plan(opts: Options) -> list[list[Spec]]:
             r = rng.random()
             model = "auto" if r < 0.7 else "small" if r < 0.85 else "large"
             stream, tools = rng.random() < 0.4, rng.random() < 0.2
-            spec = Spec(
-                rid, tenant, qid, ref, text, model, stream, tools, bypass, rng.random() < 0.03
-            )
-            out[client].append(spec)
+            hot = rng.random() < 0.03
+            out[client].append(Spec(rid, tenant, qid, ref, text, model, stream, tools, bypass, hot))
             rid += 1
     return out
 
