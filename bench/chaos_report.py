@@ -307,22 +307,22 @@ def window_figures(row: Json) -> list[str]:
 def print_report(s: Json, concurrency: int, poll_ms: float) -> None:
     total, levels, d = s["requests"], s["levels"], s["deadline_check"]
 
-    def pct(key: str) -> str:
-        return f"{s[key]} ({100 * s[key] / total:.2f} %)" if total else "-"
+    def pct(n: int) -> str:
+        return f"{n} ({100 * n / total:.2f} %)" if total else "-"
 
     print(
         f"\n{total} requests ({s['streamed']} streamed) at c={concurrency} "
         f"in {s['seconds']:.1f} s: {s['rps']:.0f} req/s\n"
     )
     rows: list[tuple[str, object]] = [
-        ("answered (2xx, valid chat completion, any level)", pct("answered")),
-        ("... by a model (levels 1-3)", pct("answered_by_a_model")),
+        ("answered (2xx, valid chat completion, any level)", pct(s["answered"])),
+        ("... by a model (levels 1-3)", pct(s["answered_by_a_model"])),
         ("5xx responses (target 0)", s["status_5xx"]),
         ("other non-2xx responses", s["other_non_2xx"] - s["status_5xx"]),
         ("2xx with an invalid body", s["invalid_2xx"]),
         ("no response (client timeout / connection error)", sum(s["client_errors"].values())),
-        ("answered by the fallback model", pct("fallbacks")),
-        ("more than one attempt (x-gateway-attempts > 1)", pct("retried")),
+        ("answered by the fallback model", pct(s["fallbacks"])),
+        ("more than one attempt (x-gateway-attempts > 1)", pct(s["retried"])),
         (
             f"max time to headers / plain latency, answered (deadline {d['deadline_s']:g} s)",
             f"{d['max_headers_s']:.3f} s / {d['max_plain_latency_s']:.3f} s",
@@ -334,9 +334,7 @@ def print_report(s: Json, concurrency: int, poll_ms: float) -> None:
             ),
         ),
     ]
-    for level, name in LEVELS.items():
-        n = levels.get(level, 0)
-        rows.append((f"level {level} ({name})", f"{n} ({100 * n / total:.2f} %)" if total else "-"))
+    rows += [(f"level {k} ({name})", pct(levels.get(k, 0))) for k, name in LEVELS.items()]
     if levels.get("none"):
         rows.append(("no x-gateway-level header", levels["none"]))
     print(markdown_table(("measure", "value"), rows))
