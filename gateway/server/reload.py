@@ -26,7 +26,7 @@ from gateway.config.loading import policy_files
 from gateway.resilience.breaker import Breakers
 from gateway.server.runtime import Runtime, RuntimeRef
 
-log = logging.getLogger("gateway.server.reload")
+log = logging.getLogger("gateway.reload")
 Result = Literal["reloaded", "unchanged", "invalid", "failed"]
 POLL_SECONDS = 1.0
 DRAIN_SECONDS = 600.0  # the longest an old runtime waits for its requests before closing
