@@ -6,8 +6,8 @@ Kinds:
 - process: starts programs: gateway processes, the CLI, a fake upstream in a process, servers.
 - redis: needs redis-server; prometheus: needs Prometheus or promtool.
 - fuzz: a Hypothesis test.
-- slow: several seconds on 2 cores (measured with --durations), or it exports the real
-  embedding model afresh (torch import and ONNX export, ~10 s).
+- slow: half a second or more on a quiet machine (`--durations`), or it loads a real embedding
+  model afresh (torch import and ONNX export, ~10 s).
 - unit: none of e2e, process, redis, prometheus, fuzz.
 
 `fast`, the edit-test loop's tier (`python -m pytest -m fast`), is every test that is neither
@@ -77,7 +77,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/resilience/test_shared_storage.py": ("redis",),
     "tests/test_ratelimit_redis.py": ("redis",),
     "tests/observability/test_prometheus.py": ("prometheus",),
-    # slow: seconds each under --durations (2 cores)
+    # slow: seconds each
     "tests/cache/traps/": ("slow",),
     "tests/e2e/test_cache.py::test_no_tenant_or_marker_ever_gets_another_ones_answer": ("slow",),
     "tests/observability/test_cardinality.py": ("slow",),
@@ -88,6 +88,37 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/test_reload.py::test_a_bad_edit_keeps_the_running_config": ("slow",),
     "tests/reliability/test_security.py::"
     "test_admin_routes_refuse_every_bad_credential_with_an_openai_401": ("slow",),
+    # slow: half a second or more each on a quiet machine, mostly waiting by design (timeouts,
+    # deadlines, Retry-After, breaker recovery, load run for its duration, file polling)
+    "tests/e2e/test_resilience.py::"
+    "test_a_slow_upstream_leaves_time_in_the_deadline_for_the_fallback": ("slow",),
+    "tests/e2e/test_resilience.py::test_no_fault_ever_becomes_a_500": ("slow",),
+    "tests/e2e/test_resilience.py::"
+    "test_the_fallback_model_serves_when_the_primary_fails[read-timeout]": ("slow",),
+    "tests/e2e/test_resilience.py::"
+    "test_a_stream_with_a_slow_first_byte_falls_back_before_it_starts": ("slow",),
+    "tests/e2e/test_resilience.py::test_half_open_lets_exactly_one_trial_through_under_load": (
+        "slow",
+    ),
+    "tests/e2e/test_resilience.py::test_429_retry_after_is_honoured": ("slow",),
+    "tests/e2e/test_resilience.py::test_the_breaker_opens_rejects_without_calling_then_recovers": (
+        "slow",
+    ),
+    "tests/e2e/test_sdk.py::test_first_chunk_is_not_buffered": ("slow",),
+    "tests/e2e/test_sdk.py::test_upstream_timeout_is_503": ("slow",),
+    "tests/e2e/test_sdk.py::test_upstream_silence_mid_stream_is_a_timeout_event": ("slow",),
+    "tests/e2e/test_rate_limits.py::test_concurrent_requests_are_limited": ("slow",),
+    "tests/e2e/test_policies.py::test_overload_sheds_retrieval_past_max_in_flight": ("slow",),
+    "tests/harness/test_load.py": ("slow",),
+    "tests/harness/test_cpu.py::"
+    "test_it_returns_at_once_on_a_quiet_machine_and_gives_up_on_a_busy_one": ("slow",),
+    "tests/rag/test_embedded.py::test_searches_during_reingests_always_see_one_complete_version": (
+        "slow",
+    ),
+    "tests/reliability/test_security.py::"
+    "test_cache_timing_does_not_reveal_another_tenants_prompts": ("slow",),
+    "tests/test_reload.py::test_requests_in_flight_finish_on_their_runtime": ("slow",),
+    "tests/test_reload.py::test_an_edit_is_picked_up": ("slow",),
 }
 
 # Fixtures (used directly or through other fixtures) that make a test of a kind.
