@@ -31,9 +31,17 @@ class ToolCall(_Open):
     function: FunctionCall | None = None
 
 
+class ContentPart(_Open):
+    """One part of a message's content: its kind, and its text when it has one (every stage
+    that reads a message reads this); other kinds' fields pass through unread."""
+
+    type: str
+    text: str | None = None
+
+
 class Message(_Open):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
@@ -91,7 +99,14 @@ def validate(model: type[BaseModel], data: Any) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        # A union (a message's content: a string or a list of parts) reports one error per
+        # member; name the deepest one under the first field, the one the client got wrong.
+        errors = exc.errors()
+        first = _param(errors[0]["loc"])
+        err = max(
+            (e for e in errors if _param(e["loc"]).startswith(first)),
+            key=lambda e: len(_param(e["loc"])),
+        )
         param = _param(err["loc"])
         if err["type"] == "missing":
             message = f"missing required parameter: '{param}'"

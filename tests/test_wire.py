@@ -23,6 +23,17 @@ def test_unknown_fields_are_kept() -> None:
         ({"temperature": "hot"}, "temperature", "invalid_value"),
         ({"temperature": 3}, "temperature", "invalid_value"),
         ({"n": 0}, "n", "invalid_value"),
+        # a content part's text is read by routing, the cache and the guards: a string or absent
+        (
+            {"messages": [{"role": "developer", "content": [{"type": "text", "text": 1e308}]}]},
+            "messages[0].content[0].text",
+            "invalid_value",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"text": "hi"}]}]},
+            "messages[0].content[0].type",
+            "missing_required_parameter",
+        ),
         (
             {"tools": [{"type": "function", "function": {"name": ""}}]},
             "tools[0].function.name",
@@ -45,3 +56,10 @@ def test_missing_model_is_named() -> None:
 def test_body_must_be_an_object() -> None:
     with pytest.raises(InvalidRequest, match="must be a JSON object"):
         validate(ChatCompletionRequest, [OK])
+
+
+def test_message_text_reads_only_text_parts_that_are_strings() -> None:
+    from gateway.util.tokens import message_text
+
+    parts = [{"type": "text", "text": "a"}, {"type": "image_url"}, {"type": "text", "text": 7}]
+    assert message_text({"role": "user", "content": parts}) == "a"

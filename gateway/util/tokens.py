@@ -22,7 +22,8 @@ def message_text(message: dict[str, Any]) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(part.get("text", "") for part in content if isinstance(part, dict))
+        texts = (part.get("text") for part in content if isinstance(part, dict))
+        return "\n".join(text for text in texts if isinstance(text, str))
     return ""
 
 
