@@ -474,20 +474,24 @@ def test_upstream_timeout_is_503(
 ) -> None:
     sdk = sdk_factory(short_timeout_gateway.url)
     slow = SHORT_READ_TIMEOUT * 1000 * 4
+    knob = "first_byte_ms" if streamed else "latency_ms"
+    _assert_refused_before_any_chunk(sdk, streamed, 503, "upstream_timeout", fake={knob: slow})
+
+
+def _assert_refused_before_any_chunk(
+    sdk: Sdk, streamed: bool, status: int, code: str, **request: Any
+) -> None:
+    """The request (plain or streamed) fails with this OpenAI error before any chunk."""
     if streamed:
-        result = sdk.stream(**ask(fake={"first_byte_ms": slow}))
+        result = sdk.stream(**ask(**request))
         assert result.chunks == [] and isinstance(result.error, openai.APIStatusError)
         err = result.error
     else:
         with pytest.raises(openai.APIStatusError) as info:
-            sdk.chat(**ask(fake={"latency_ms": slow}))
+            sdk.chat(**ask(**request))
         err = info.value
     assert_openai_error(
-        err.status_code,
-        err.response.headers,
-        err.response.text,
-        expected_status=503,
-        code="upstream_timeout",
+        err.status_code, err.response.headers, err.response.text, expected_status=status, code=code
     )
 
 
@@ -508,21 +512,7 @@ def test_connection_refused_is_503(
     sdk_factory: SdkFactory, unreachable_gateway: GatewayServer, streamed: bool
 ) -> None:
     sdk = sdk_factory(unreachable_gateway.url)
-    if streamed:
-        result = sdk.stream(**ask())
-        assert result.chunks == [] and isinstance(result.error, openai.APIStatusError)
-        err = result.error
-    else:
-        with pytest.raises(openai.APIStatusError) as info:
-            sdk.chat(**ask())
-        err = info.value
-    assert_openai_error(
-        err.status_code,
-        err.response.headers,
-        err.response.text,
-        expected_status=503,
-        code="upstream_unreachable",
-    )
+    _assert_refused_before_any_chunk(sdk, streamed, 503, "upstream_unreachable")
     assert sdk.chat(**ask(model="demo")).choices[0].message.content, "other providers still work"
 
 
