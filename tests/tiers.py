@@ -110,6 +110,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/e2e/test_rate_limits.py::test_concurrent_requests_are_limited": ("slow",),
     "tests/e2e/test_policies.py::test_overload_sheds_retrieval_past_max_in_flight": ("slow",),
     "tests/harness/test_load.py": ("slow",),
+    "tests/cache/test_index.py::test_large_scope_moves_to_hnsw_and_keeps_recall": ("slow",),
     "tests/harness/test_cpu.py::"
     "test_it_returns_at_once_on_a_quiet_machine_and_gives_up_on_a_busy_one": ("slow",),
     "tests/rag/test_embedded.py::test_searches_during_reingests_always_see_one_complete_version": (
