@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+import yaml
 
 from gateway.config import ConfigError, RedisTarget, parse_config
 
@@ -62,13 +63,12 @@ def test_the_old_per_part_fields_are_accepted_with_a_warning_naming_the_new_ones
 ) -> None:
     caplog.set_level(logging.WARNING, "gateway.config")
     url = "redis://:pw@old.example:6379/1"
-    found = targets(
-        f"""
-cache: {{store: {{type: redis, url: "{url}", namespace: "legacy:cache"}}}}
-resilience: {{breaker_storage: {{type: redis, url: "{url}", namespace: legacy}}}}
-rate_limits: {{storage: {{type: redis, url: "{url}"}}}}
-"""
-    )
+    old = {
+        "cache": {"store": {"type": "redis", "url": url, "namespace": "legacy:cache"}},
+        "resilience": {"breaker_storage": {"type": "redis", "url": url, "namespace": "legacy"}},
+        "rate_limits": {"storage": {"type": "redis", "url": url}},
+    }
+    found = targets(yaml.safe_dump(old))
     assert found == {
         "cache": RedisTarget(url, "legacy:cache"),
         "breakers": RedisTarget(url, "legacy"),
