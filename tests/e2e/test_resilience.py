@@ -258,8 +258,10 @@ def test_weighted_deployments_share_the_traffic(
 
     asyncio.run(burst())
     heavy, light = calls(fake_upstream, "heavy-up"), calls(fake_upstream, "light-up")
-    assert heavy + light == 200
-    assert 0.62 <= heavy / 200 <= 0.88, (heavy, light)  # weight 3:1, binomial spread
+    # Every request reached one of the two; on a loaded machine an attempt may time out and
+    # be retried, one more call that follows the weights too.
+    assert 200 <= heavy + light <= 210, (heavy, light)
+    assert 0.62 <= heavy / (heavy + light) <= 0.88, (heavy, light)  # weight 3:1, binomial spread
 
 
 # --- circuit breaker -----------------------------------------------------------------------
