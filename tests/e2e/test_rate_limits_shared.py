@@ -205,9 +205,13 @@ def test_two_processes_share_one_token_bucket(pair: list[str], fake_upstream: Fa
     per_gateway = {
         url: sum(1 for r in replies if r.gateway == url and r.status == 200) for url in pair
     }
-    assert within_10_percent(got, expected), (
-        f"admitted {got} across both ({per_gateway}), expected {expected:g} +-10% "
-        f"(each process alone would admit about {2 * expected:g} together)"
+    # One bucket for both: never the twice as many two separate buckets would admit. As many
+    # as it allows, unless a loaded machine answered too slowly for the clients to ask that
+    # many (then every request they managed to send within the limit is admitted).
+    wanted = min(expected, len(replies))
+    assert got <= expected * 1.1 and got >= wanted * 0.9, (
+        f"admitted {got} of {len(replies)} across both ({per_gateway}), expected "
+        f"{expected:g} +-10% (each process alone would admit about {2 * expected:g} together)"
     )
     assert all(per_gateway.values()), f"both processes admitted some: {per_gateway}"
 
