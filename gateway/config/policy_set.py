@@ -41,6 +41,7 @@ from gateway.config.policy_file import (
 )
 from gateway.config.rate_limits import RateLimitConfig
 from gateway.config.routing import RoutingConfig
+from gateway.util.merge import deep_merge
 
 log = logging.getLogger("gateway.policies")
 Json = dict[str, Any]
@@ -217,7 +218,7 @@ class PolicySet:
         merged: dict[str, Json] = {}
         for a in applied:
             for section, body in a.policy.overlay.items():
-                merged[section] = _deep_merge(merged.get(section, {}), body)
+                merged[section] = deep_merge(merged.get(section, {}), body)
             origin.update(dict.fromkeys(a.policy.fields, a.policy.name))
         sections = {name: self._section(name, tenant, merged.get(name)) for name in SECTIONS}
         routing = sections.pop("routing")
@@ -243,7 +244,7 @@ class PolicySet:
         default = self._default(name, tenant)
         if overlay is None:
             return default
-        merged = _deep_merge(default.model_dump(exclude_unset=name == "cache"), overlay)
+        merged = deep_merge(default.model_dump(exclude_unset=name == "cache"), overlay)
         try:
             return SECTIONS[name].model_validate(merged)
         except ValidationError as err:
@@ -348,16 +349,6 @@ def _leaves(prefix: str, value: Any) -> Iterable[str]:
             yield from _leaves(f"{prefix}.{key}", child)
     else:
         yield prefix
-
-
-def _deep_merge(base: Json, overlay: Json) -> Json:
-    out = dict(base)
-    for key, value in overlay.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def validate_policy(name: str, source: str, data: Any, file: ConfigFile) -> Policy:

@@ -7,7 +7,8 @@ from pathlib import Path
 import yaml
 
 from gateway.config import load_settings
-from gateway.testing.harness.configs import deep_merge, dump_yaml, openai_provider, write_config
+from gateway.testing.harness.configs import dump_yaml, openai_provider, write_config
+from gateway.util.merge import deep_merge
 
 
 def test_awkward_strings_survive_the_round_trip() -> None:

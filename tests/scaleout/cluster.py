@@ -22,10 +22,11 @@ from typing import Any
 import pytest
 
 from gateway.testing.fake_upstream import FakeUpstream, Knobs, ScriptedReply
-from gateway.testing.harness.configs import Json, deep_merge, write_config
+from gateway.testing.harness.configs import Json, write_config
 from gateway.testing.harness.redis_server import INSTALL_HINT, redis_server_path
 from gateway.testing.harness.starters import listening, spawn_gateway
 from gateway.testing.harness.sync_http import Reply, http
+from gateway.util.merge import deep_merge
 from tests.clients import sdk_client
 from tests.resilience.test_redis_breakers import ADMIN_ENV, ADMIN_KEY
 

@@ -36,18 +36,6 @@ def write_config(
     return write_yaml(directory / name, config)
 
 
-def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> Json:
-    """`base` with `override` laid over it: mappings merged key by key, anything else
-    (lists included) replaced."""
-    out: Json = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def openai_provider(
     base_url: str, timeouts: tuple[float, float, float] | None = None, **more: Any
 ) -> Json:

@@ -1,5 +1,5 @@
 """Gateway settings for tests in front of the fake upstream: a `fake` provider at its URL and a
-few public models on it, built from dicts (`configs.deep_merge` lays a test's own sections
+few public models on it, built from dicts (`util.merge.deep_merge` lays a test's own sections
 over them)."""
 
 from __future__ import annotations
