@@ -6,9 +6,10 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
+
+from gateway.util.threads import single_worker
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -72,7 +73,7 @@ class MicroBatcher(Generic[T, R]):
         self.policy: Policy = policy
         self.stats = BatchStats()
         self._queue: deque[_Job[T, R]] = deque()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
+        self._executor = single_worker(thread_name)
         self._wakeup: asyncio.Event | None = None
         self._full: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None

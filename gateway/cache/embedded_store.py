@@ -21,7 +21,6 @@ import os
 import sqlite3
 import time
 from collections import Counter, OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ import orjson
 
 from gateway.cache.index import IndexesByEmbedder
 from gateway.cache.store import CacheEntry, Commits, StoreStats
+from gateway.util.threads import single_worker
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -73,7 +73,7 @@ class EmbeddedStore:
         self.path = path  # None: in memory only
         self.max_entries = max_entries
         self.approximate_above = approximate_above
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-store")
+        self._executor = single_worker("cache-store")
         self._db: sqlite3.Connection | None = None
         self._meta: dict[int, _Meta] = {}
         self._by_exact: dict[str, int] = {}

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from gateway.util.threads import single_worker
+
 T = TypeVar("T")
 
 _executor: ThreadPoolExecutor | None = None
@@ -26,5 +28,5 @@ async def run(inline: bool, fn: Callable[..., T], *args: object) -> T:
     if inline:
         return fn(*args)
     if _executor is None:
-        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-cpu")
+        _executor = single_worker("gateway-cpu")
     return await asyncio.get_running_loop().run_in_executor(_executor, fn, *args)

@@ -1,0 +1,21 @@
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from gateway.util.threads import single_worker
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="OS thread names are read from /proc")
+def test_a_single_worker_is_named_for_the_os() -> None:
+    pool = single_worker("embed-test")
+    try:
+        tid = pool.submit(threading.get_native_id).result()
+        comm = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+        assert comm == "embed-test"
+        assert (
+            pool.submit(lambda: threading.current_thread().name).result().startswith("embed-test")
+        )
+    finally:
+        pool.shutdown()
