@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import tempfile
 import time
 from collections.abc import Iterator
@@ -30,17 +29,22 @@ import aiohttp
 from cache_questions import FILLER, PAIRS, miss_questions
 from overhead import ANSWER
 
-from gateway.testing.harness.configs import write_config
-from gateway.testing.harness.load import LoadResult, Outcome, Request, closed_loop, send
+from gateway.testing.harness.cached_gateway import (
+    ask,
+    cache_header,
+    fill,
+    semantic_hits,
+    start_cached_gateway,
+)
+from gateway.testing.harness.load import LoadResult, Outcome, Request, closed_loop
 from gateway.testing.harness.metrics import metric_value
 from gateway.testing.harness.procstat import cpu_seconds, machine_line
-from gateway.testing.harness.starters import start_fake_upstream, start_gateway
+from gateway.testing.harness.starters import start_fake_upstream
 from gateway.testing.harness.stats import median
-from gateway.testing.harness.sync_http import get_json, http, post_json
+from gateway.testing.harness.sync_http import http, post_json
 
 MODEL = "bench-model"
 SYSTEM = "You are a helpful assistant. Answer in two or three sentences."
-ADMIN = {"Authorization": "Bearer bench-admin-key"}
 UPSTREAM_MS = 300.0
 STREAM_END = b"data: [DONE]\n\n"
 HIT_P50_TARGET_MS = 15.0
@@ -75,7 +79,7 @@ class Servers:
     gateway_pid: int
 
 
-def request_body(text: str, stream: bool) -> bytes:
+def request_body(text: str, stream: bool = False) -> bytes:
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]
     body = {"model": MODEL, "messages": messages, "temperature": 0.2, "stream": stream}
     return json.dumps(body).encode()
@@ -87,80 +91,17 @@ def set_upstream_latency(fake_url: str, ms: float) -> None:
 
 
 def start_servers(workdir: Path, stack: ExitStack) -> Servers:
-    """Fake upstream, then the gateway (stopped when `stack` closes); returns once the
-    gateway's embedder has loaded."""
+    """Fake upstream, then the gateway with the cache on (both stopped when `stack` closes);
+    returns once the gateway's semantic tier is on."""
     fake = stack.enter_context(start_fake_upstream(workdir))
     set_upstream_latency(fake.url, 0.0)
-    config = {
-        "server": {"host": "127.0.0.1", "port": 0},
-        "providers": {"fake": {"type": "openai", "base_url": fake.url + "/v1"}},
-        "models": [{"name": MODEL, "provider": "fake", "cache": {"enabled": True}}],
-        "cache": {"store": {"type": "sqlite", "path": str(workdir / "cache.sqlite3")}},
-    }
-    # The admin key opens /admin/cache/stats, read to know when the fill's stores landed.
-    env = {"GATEWAY_ADMIN_KEY": ADMIN["Authorization"].removeprefix("Bearer ")}
-    gateway = stack.enter_context(start_gateway(workdir, write_config(workdir, config), env=env))
     started = time.perf_counter()
-    gateway.wait_ready(lambda: gateway.url if semantic_ready(gateway.url) else None, 180)
-    print(f"gateway ready, semantic tier on after {time.perf_counter() - started:.1f} s more")
+    gateway = stack.enter_context(start_cached_gateway(workdir, fake.url + "/v1", MODEL))
+    print(f"gateway ready, semantic tier on after {time.perf_counter() - started:.1f} s")
     return Servers(fake.url, gateway.url, gateway.pid)
 
 
-def semantic_ready(base: str) -> bool:
-    reply = http("GET", base + "/readyz")
-    return reply.status == 200 and bool(reply.json().get("cache", {}).get("semantic"))
-
-
-def cache_entries(base: str) -> int:
-    return int(get_json(base + "/admin/cache/stats", ADMIN)["entries"])
-
-
 # --- load ------------------------------------------------------------------------------------
-
-
-def cache_header(outcome: Outcome) -> str | None:
-    return outcome.headers.get("x-gateway-cache")
-
-
-async def ask(session: aiohttp.ClientSession, srv: Servers, text: str) -> Outcome:
-    return await send(
-        session, Request(srv.gateway + "/v1/chat/completions", request_body(text, False))
-    )
-
-
-async def fill(session: aiohttp.ClientSession, srv: Servers, texts: list[str]) -> None:
-    headers = [cache_header(await ask(session, srv, t)) for t in texts]
-    misses = headers.count("miss")
-    # Stores run in the background after each answer: wait until they have all landed.
-    deadline = time.monotonic() + 30
-    while cache_entries(srv.gateway) < misses and time.monotonic() < deadline:
-        time.sleep(0.1)
-    print(
-        f"filled: {len(texts)} questions sent, {misses} misses, "
-        f"{cache_entries(srv.gateway)} entries stored"
-    )
-    if misses != len(texts):
-        raise RuntimeError(f"fill: expected only misses, got {sorted(set(headers), key=str)}")
-
-
-async def probe_paraphrases(session: aiohttp.ClientSession, srv: Servers) -> list[str]:
-    """Each rewording once: the ones served as semantic hits are the semantic cells' input."""
-    hits: list[str] = []
-    similarity: list[float] = []
-    others: dict[str, int] = {}
-    for _, text in PAIRS:
-        answer = await ask(session, srv, text)
-        if cache_header(answer) == "hit-semantic":
-            hits.append(text)
-            similarity.append(float(answer.headers["x-gateway-cache-similarity"]))
-        else:
-            others[str(cache_header(answer))] = others.get(str(cache_header(answer)), 0) + 1
-    print(
-        f"paraphrases served as hit-semantic: {len(hits)} of {len(PAIRS)} (similarity min "
-        f"{min(similarity, default=math.nan):.3f}, median {median(similarity):.3f}); "
-        f"others: {others}"
-    )
-    return hits
 
 
 def cells() -> list[Cell]:
@@ -297,8 +238,9 @@ async def breakdown(session: aiohttp.ClientSession, srv: Servers, hits: list[str
         return {m + end: metric_value(text, m + end) for m in metrics for end in ("_sum", "_count")}
 
     before = scrape()
+    url = srv.gateway + "/v1/chat/completions"
     for text in [*hits, *hits][:n]:
-        await ask(session, srv, text)
+        await ask(session, url, request_body(text))
     after = scrape()
     parts = []
     for metric in metrics:
@@ -323,7 +265,12 @@ async def section_hit(args: argparse.Namespace) -> None:
         servers = start_servers(Path(tmp), stack)
         async with aiohttp.ClientSession() as session:
             stored = [q for q, _ in PAIRS] + FILLER
-            await fill(session, servers, stored)
-            hits = await probe_paraphrases(session, servers)
+            entries = await fill(session, servers.gateway, stored, request_body)
+            print(f"filled: {len(stored)} questions sent, all misses, {entries} entries stored")
+            rewordings = await semantic_hits(
+                session, servers.gateway, [t for _, t in PAIRS], request_body
+            )
+            print(rewordings.line(len(PAIRS)))
+            hits = rewordings.hits
             await breakdown(session, servers, hits, 200)
         report(await run_rounds(servers, rounds, counts, stored, hits), rounds)

@@ -44,6 +44,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "test_kill_9_during_a_write_burst_loses_no_acknowledged_entry": ("process",),
     "tests/harness/test_gateways.py": ("process",),
     "tests/harness/test_gitrev.py": ("process",),  # git
+    "tests/harness/test_hey.py::test_a_real_run_against_the_fake_upstream": ("process",),
     "tests/harness/test_inner_probe.py::"
     "test_a_child_started_with_its_environment_reports_its_tasks": ("process",),
     "tests/harness/test_stream_lags.py::test_the_follower_records_each_new_event_of_every_stream": (

@@ -1,5 +1,6 @@
-"""What a benchmark reads of processes and the machine from /proc (Linux): CPU time, memory,
-threads, open files, child processes, the load average.
+"""What a benchmark reads of processes and the machine from /proc (Linux): CPU time (of a
+process and of each of its threads), memory, threads, open files, child processes, the load
+average.
 
 A server's CPU time per request hardly moves when other work shares the cores, unlike its
 latency, so it shows the server's own cost; the load average is printed so a reader can judge
@@ -30,6 +31,21 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return math.nan
     return (int(fields[11]) + int(fields[12])) / _clock_ticks()
+
+
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """User + system CPU seconds so far of each of a process's threads, summed by thread name
+    (/proc/PID/task/TID/comm: the names gateway/util/threads.py gives its workers; the event
+    loop's thread is the process's own name). Empty once the process is gone."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended between the listing and the reading
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / _clock_ticks()
+    return out
 
 
 def machine_busy() -> float:
