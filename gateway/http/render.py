@@ -43,7 +43,7 @@ def error(ctx: RequestContext, err: GatewayError) -> web.Response:
 async def stream(request: web.Request, ctx: RequestContext, reply: Reply) -> web.StreamResponse:
     """Relay a reply's chunks as SSE. After prepare() the status is sent, so failures become an
     SSE error event followed by [DONE]."""
-    response = web.StreamResponse(
+    response = _SseResponse(
         headers={
             "Content-Type": "text/event-stream",
             "Cache-Control": "no-cache",
@@ -59,9 +59,11 @@ async def stream(request: web.Request, ctx: RequestContext, reply: Reply) -> web
     try:
         async with aclosing(reply.relay()) as relay:
             try:
+                first = True  # the first write goes out even when empty: it carries the headers
                 async for batch in relay:
-                    if batch:
+                    if batch or first:
                         await response.write(b"".join(map(sse.encode, batch)))
+                        first = False
             except GatewayError as err:
                 ctx.error_code = err.code or err.type
                 await response.write(sse.encode(err.body()))
@@ -71,8 +73,7 @@ async def stream(request: web.Request, ctx: RequestContext, reply: Reply) -> web
                 internal = internal_error(ctx)
                 ctx.error_code = internal.code
                 await response.write(sse.encode(internal.body()))
-        await response.write(sse.DONE)
-        await response.write_eof()
+        await response.write_eof(sse.DONE)  # one write: [DONE] and the end of the body
     except ConnectionResetError:
         # The client left; closing the relay above already released the upstream request.
         ctx.status, ctx.error_code = CLIENT_CLOSED, "client_disconnected"
@@ -83,11 +84,18 @@ async def stream(request: web.Request, ctx: RequestContext, reply: Reply) -> web
         task.uncancel()
         ctx.error_code = ShuttingDown.code
         with contextlib.suppress(ConnectionResetError):
-            await response.write(sse.encode(ShuttingDown().body()) + sse.DONE)
-            await response.write_eof()
+            await response.write_eof(sse.encode(ShuttingDown().body()) + sse.DONE)
     finally:
         drain.streams.discard(task)
     return response
+
+
+class _SseResponse(web.StreamResponse):
+    """An event stream whose headers leave with its first batch of events (already in hand when
+    the response is prepared): one write fewer per stream. aiohttp before 3.12 ignores the
+    attribute and sends them at prepare(), as a StreamResponse does."""
+
+    _send_headers_immediately = False
 
 
 def internal_error(ctx: RequestContext) -> InternalError:
