@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 
 from gateway.cache.batching import MicroBatcher, Policy
+from gateway.cache.onnx_export import Precision
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +228,8 @@ class SentenceTransformerEmbedder(_BatchedEmbedder):
     Backends: "onnx" runs an ONNX Runtime graph exported locally from the model on disk and
     cached under `cache_dir` (int8 dynamic quantization when `quantize`); "torch" runs the
     model itself under `torch.inference_mode`. "auto" is ONNX when `onnxruntime` and `onnx`
-    are installed and the export checks out against torch, else torch.
+    are installed and the export checks out against torch, else torch. `precision="int8-all"`
+    (every MatMul int8: the quick stage of `TwoStageEmbedder`) is ONNX only, never torch.
     """
 
     def __init__(
@@ -240,19 +242,23 @@ class SentenceTransformerEmbedder(_BatchedEmbedder):
         threads: int | None = None,
         backend: Backend = "auto",
         quantize: bool = False,
+        precision: Precision | None = None,
         cache_dir: str | Path | None = None,
         max_chars: int | None = None,
         policy: Policy = "eager",
     ) -> None:
         if backend not in ("auto", "onnx", "torch"):
             raise ValueError(f"unknown backend {backend!r}")
+        if precision == "int8-all" and backend == "torch":
+            raise ValueError("precision int8-all needs the onnx backend")
         self.model = model
         self.max_seq_length = max_seq_length
         # 1 thread: on 2 shared cores a second intra-op thread mostly waits for the first
         # and steals CPU from the event loop (measured: slower p50 and much worse p99).
         self.threads = threads or 1
         self.backend = backend
-        self.quantize = quantize
+        self.precision: Precision = precision or ("int8" if quantize else "fp32")
+        self.quantize = self.precision != "fp32"
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.active_backend: str | None = None
         dim = 384 if model == PACKAGED_MINILM else 0  # others: known once loaded
@@ -278,6 +284,8 @@ class SentenceTransformerEmbedder(_BatchedEmbedder):
 
     def _load(self) -> EncodeFn:
         path = self._model_path()
+        if self.precision == "int8-all":
+            return self._load_onnx(path)
         if self.backend in ("auto", "onnx"):
             try:
                 return self._load_onnx(path)
@@ -297,12 +305,13 @@ class SentenceTransformerEmbedder(_BatchedEmbedder):
 
         from gateway.cache.onnx_export import OnnxRunner, default_cache_dir, ensure_onnx
 
-        graph = ensure_onnx(self.model, path, self.cache_dir or default_cache_dir(), self.quantize)
+        precision = self.precision
+        graph = ensure_onnx(self.model, path, self.cache_dir or default_cache_dir(), precision)
         runner = OnnxRunner(graph, max_seq_length=self.max_seq_length, threads=self.threads)
         self._count_tokens = _token_counter(runner.tokenizer)
         self.dim = runner.dim
-        self.active_backend = "onnx-int8" if self.quantize else "onnx"
-        if self.quantize:  # int8 vectors differ slightly: keep them apart in the store
+        self.active_backend = "onnx" if precision == "fp32" else f"onnx-{precision}"
+        if precision == "int8":  # int8 vectors differ slightly: keep them apart in the store
             self.name = f"{self.model}:int8"
         return runner
 

@@ -23,6 +23,7 @@ from gateway.cache import guards
 from gateway.cache.bounds import INLINE_COMPARE_CHARS, INLINE_KEY_BYTES, exact_text
 from gateway.cache.scope import CacheKey, cache_key, last_user_text
 from gateway.cache.store import CacheEntry, CacheStore
+from gateway.cache.two_stage import Margins, TwoStageEmbedder
 from gateway.config import CachePolicy, ModelRoute
 from gateway.context import RequestContext
 from gateway.observability.logthrottle import ThrottledWarnings
@@ -36,6 +37,7 @@ log = logging.getLogger("gateway.cache")
 Json = dict[str, Any]
 Directive = Literal["default", "refresh", "bypass"]
 _CANDIDATES = 4
+_ONE_STAGE = Margins(0.0, 0.0)
 SWEEP_SECONDS = 60.0
 
 
@@ -246,15 +248,19 @@ class SemanticCache:
             ctx.embed_seconds = time.perf_counter() - embed_started
         threshold = plan.policy.similarity_threshold
         scope, name = plan.key.scope, self.embedder.name
-        # Only candidates at or above the threshold are read (and marked used).
-        candidates = await self.store.search(
-            scope, ctx.embedding, name, _CANDIDATES, now, min_similarity=threshold
+        margins = self._margins
+        # Only candidates that may reach the threshold are read (and marked used).
+        found = await self.store.search(
+            scope, ctx.embedding, name, _CANDIDATES, now, min_similarity=threshold - margins.below
         )
-        if candidates:
-            ctx.cache_similarity = candidates[0][1]
+        settled = await self._settle(plan.key.text, found, threshold + margins.above)
+        if settled:
+            ctx.cache_similarity = settled[0][1]
         else:
             ctx.cache_similarity = self.store.best_similarity(scope, ctx.embedding, name)
-        for entry, similarity in candidates:
+        for entry, similarity in settled:
+            if similarity < threshold:
+                break
             if len(entry.text) > plan.policy.semantic_max_chars:
                 continue  # stored before the cap, or under a larger one: never compared
             inline = max(len(plan.key.text), len(entry.text)) <= INLINE_COMPARE_CHARS
@@ -263,6 +269,27 @@ class SemanticCache:
                 return self._hit(ctx, CacheHit(entry, "hit-semantic", similarity))
             ctx.cache_near_miss = reason
         return None
+
+    async def _settle(
+        self, text: str, found: list[tuple[CacheEntry, float]], clear_above: float
+    ) -> list[tuple[CacheEntry, float]]:
+        """The candidates best first, each quick cosine under `clear_above` (too close to the
+        threshold to call: two-stage embedders) replaced by the exact model's, so that every
+        decision is the exact model's. A one-stage embedder's candidates are all clear."""
+        close = [i for i, (_, similarity) in enumerate(found) if similarity < clear_above]
+        if not close:
+            return found
+        assert isinstance(self.embedder, TwoStageEmbedder)
+        exact = await self.embedder.exact_similarities(text, [found[i][0].text for i in close])
+        settled = list(found)
+        for i, similarity in zip(close, exact, strict=True):
+            settled[i] = (found[i][0], similarity)
+        return sorted(settled, key=lambda c: -c[1])
+
+    @property
+    def _margins(self) -> Margins:
+        embedder = self.embedder
+        return embedder.margins if isinstance(embedder, TwoStageEmbedder) else _ONE_STAGE
 
     def _hit(self, ctx: RequestContext, hit: CacheHit) -> CacheHit:
         ctx.cache_result = hit.kind

@@ -66,6 +66,11 @@ class EmbedderConfig(Strict):
     quantize: bool = Field(
         False, description="sentence-transformers on ONNX: int8 (faster; moves cosines ~0.005)."
     )
+    two_stage: bool = Field(
+        True,
+        description="sentence-transformers on ONNX, calibrated models (MiniLM): an int8 copy "
+        "embeds every request, fp32 settles the close calls; decisions stay fp32's.",
+    )
 
 
 class CacheStoreConfig(StorageSection):

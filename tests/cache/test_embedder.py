@@ -14,12 +14,16 @@ import pytest_asyncio
 
 from gateway.cache.batching import BatcherClosed, MicroBatcher
 from gateway.cache.embedder import (
+    PACKAGED_MINILM,
     Embedder,
     HashEmbedder,
     SentenceTransformerEmbedder,
     build_embedder,
     normalize_text,
 )
+from gateway.cache.factory import new_embedder
+from gateway.cache.two_stage import CALIBRATED_MARGINS, TwoStageEmbedder
+from gateway.config import EmbedderConfig
 
 
 class FakeModel:
@@ -313,6 +317,42 @@ async def test_int8_stays_within_the_measured_tolerance(
         assert np.abs(q @ q.T - one_by_one @ one_by_one.T).max() < 0.04
     finally:
         await int8.close()
+
+
+@real
+async def test_the_quick_stage_stays_within_its_margins_of_fp32(cache_dir: Path) -> None:
+    # The two-stage embedder's promise: near the threshold a quick cosine is at most `below`
+    # under and `above` over the fp32 one, so close calls are what fp32 settles.
+    pytest.importorskip("onnxruntime")
+    quick = SentenceTransformerEmbedder(backend="onnx", precision="int8-all", cache_dir=cache_dir)
+    exact = SentenceTransformerEmbedder(backend="onnx", cache_dir=cache_dir)
+    two_stage = TwoStageEmbedder(quick, exact, CALIBRATED_MARGINS[PACKAGED_MINILM])
+    try:
+        await two_stage.start()
+        assert two_stage.name == exact.name == PACKAGED_MINILM  # the same model's vectors
+        assert quick.active_backend == "onnx-int8-all"
+        assert list(cache_dir.glob("*/model.int8-all.onnx"))
+        texts = [*TEXTS, "How can I reset my password?", "How do I reset my account password?"]
+        q, ref = await two_stage.embed_many(texts), await exact.embed_many(texts)
+        near = ref @ ref.T >= 0.85
+        diff = (q @ q.T - ref @ ref.T)[near]
+        margins = two_stage.margins
+        assert diff.min() > -margins.below and diff.max() < margins.above
+        sims = await two_stage.exact_similarities(texts[0], texts[1:])
+        assert np.allclose(sims, ref[0] @ ref[1:].T, atol=1e-5)
+    finally:
+        await two_stage.close()
+
+
+def test_the_factory_builds_two_stages_only_where_they_are_calibrated() -> None:
+    assert isinstance(new_embedder(EmbedderConfig()), TwoStageEmbedder)
+    for config in (
+        EmbedderConfig(two_stage=False),
+        EmbedderConfig(quantize=True),
+        EmbedderConfig(backend="torch"),
+        EmbedderConfig(model="/models/some-other-model"),
+    ):
+        assert isinstance(new_embedder(config), SentenceTransformerEmbedder), config
 
 
 @real

