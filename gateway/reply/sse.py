@@ -20,27 +20,69 @@ async def iter_events(pieces: AsyncIterable[bytes]) -> AsyncIterator[list[bytes]
     Events stay grouped as they arrived so the relay can answer one read with one write.
     Comments and `event:`/`id:`/`retry:` fields are skipped: OpenAI-style streams carry
     everything in `data`. Lines may end in LF or CRLF; data stays bytes (orjson reads bytes).
+    A read that holds only `data: ...` events of one line each, LF-framed (what OpenAI and
+    most upstreams send), is cut up in a few C-level scans (`_plain_events`); anything else
+    goes line by line.
     """
     buffer = b""
     data_lines: list[bytes] = []
+    crlf = False  # once a CR is seen, every line goes through _feed
     async for piece in pieces:
         buffer += piece
-        *lines, buffer = buffer.split(b"\n")
-        events = []
-        for raw in lines:
-            line = raw[:-1] if raw.endswith(b"\r") else raw
-            if not line:
-                if data_lines:
-                    events.append(b"\n".join(data_lines))
-                    data_lines = []
-                continue
-            name, _, value = line.partition(b":")
-            if name == b"data":
-                data_lines.append(value[1:] if value[:1] == b" " else value)
+        events: list[bytes] = []
+        if not crlf and b"\r" in buffer:
+            crlf = True
+        if crlf:
+            *lines, buffer = buffer.split(b"\n")
+            for raw in lines:
+                _feed(raw[:-1] if raw.endswith(b"\r") else raw, data_lines, events)
+        else:
+            end = buffer.rfind(b"\n\n") + 2  # just after the last complete event
+            if end > 1:
+                complete, buffer = buffer[:end], buffer[end:]
+                plain = _plain_events(complete)
+                events = plain if plain is not None else _block_events(complete, data_lines)
         if events:
             yield events
+    *lines, buffer = buffer.split(b"\n")  # LF mode: an unfinished event's complete lines
+    for raw in lines:
+        _feed(raw[:-1] if raw.endswith(b"\r") else raw, data_lines, [])
     if buffer.startswith(b"data:"):
         value = buffer[5:]
         data_lines.append(value[1:] if value[:1] == b" " else value)
     if data_lines:
         yield [b"\n".join(data_lines)]
+
+
+def _plain_events(complete: bytes) -> list[bytes] | None:
+    """The data of `complete` (whole events, ending in a blank line) when it is nothing but
+    `data: VALUE` events of one line each, else None. Its only newlines are then the two
+    that end each event, and every event after the first follows a `\\n\\ndata: `."""
+    if not complete.startswith(b"data: "):
+        return None
+    separators = complete.count(b"\n\ndata: ")
+    if complete.count(b"\n") != 2 * (separators + 1):
+        return None
+    return complete[6:-2].split(b"\n\ndata: ")
+
+
+def _block_events(complete: bytes, data_lines: list[bytes]) -> list[bytes]:
+    """The data of whole LF-framed events, each read field by field."""
+    events: list[bytes] = []
+    for block in complete.split(b"\n\n")[:-1]:  # what follows the last is blank lines only
+        for line in block.split(b"\n"):
+            _feed(line, data_lines, events)
+        _feed(b"", data_lines, events)  # the blank line that ended the block
+    return events
+
+
+def _feed(line: bytes, data_lines: list[bytes], events: list[bytes]) -> None:
+    """One line (its end removed): a blank line ends the event, a `data:` line adds to it."""
+    if not line:
+        if data_lines:
+            events.append(b"\n".join(data_lines))
+            data_lines.clear()
+        return
+    name, _, value = line.partition(b":")
+    if name == b"data":
+        data_lines.append(value[1:] if value[:1] == b" " else value)
