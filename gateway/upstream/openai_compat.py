@@ -67,7 +67,7 @@ class OpenAICompatible(Provider):
                 async for events in sse.iter_events(resp.content.iter_any()):
                     batch: list[Json] = []
                     for data in events:
-                        if data.strip() == b"[DONE]":
+                        if not data.startswith(b"{") and data.strip() == b"[DONE]":
                             if batch:
                                 yield batch
                             return

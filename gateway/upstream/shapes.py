@@ -23,18 +23,21 @@ def chunk_problem(data: Json) -> str | None:
 
 
 def embeddings_problem(data: Json) -> str | None:
-    items = data.get("data")
-    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+    if not _objects(data.get("data")):
         return "`data` is not a list of objects"
     return None
 
 
 def _choices_problem(data: Json, part: str, required: bool = True) -> str | None:
+    # Runs on every chunk of every stream: plain loops, no generator per call.
     choices = data.get("choices")
     if choices is None and not required:
         return None  # e.g. the usage chunk
-    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+    if not isinstance(choices, list):
         return "`choices` is not a list of objects"
+    for choice in choices:
+        if not isinstance(choice, dict):
+            return "`choices` is not a list of objects"
     for choice in choices:
         body = choice.get(part)
         if body is None and not required:
@@ -45,8 +48,11 @@ def _choices_problem(data: Json, part: str, required: bool = True) -> str | None
         if content is not None and not isinstance(content, str):
             return f"a choice's `{part}.content` is not text"
         calls = body.get("tool_calls")
-        if calls is not None and (
-            not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls)
-        ):
+        if calls is not None and not _objects(calls):
             return f"a choice's `{part}.tool_calls` is not a list of objects"
     return None
+
+
+def _objects(items: object) -> bool:
+    """A list of objects (an empty one too)."""
+    return isinstance(items, list) and all(isinstance(item, dict) for item in items)
