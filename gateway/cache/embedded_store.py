@@ -57,6 +57,8 @@ _ROW = (
 
 _PENDING_TRIES = 3  # a lookup follows an answer replaced while it waited, this many times
 
+_HOT_ENTRIES = 256  # entries held in memory besides the pending ones
+
 
 @dataclass(slots=True)
 class _Meta:
@@ -82,6 +84,9 @@ class EmbeddedStore:
         self._expiries: list[tuple[float, int]] = []  # a heap; stale pairs are skipped
         self._indexes = IndexesByEmbedder(approximate_above)
         self._pending: dict[int, CacheEntry] = {}  # published, not yet committed
+        # The last entries read or written: a popular answer is served without a thread hop
+        # and an SQLite read per hit (both cost more than the rest of the hit, embedding aside).
+        self._hot: OrderedDict[int, CacheEntry] = OrderedDict()
         self._commits = Commits()
         self._next_id = 1
         self._opened = False
@@ -123,7 +128,7 @@ class EmbeddedStore:
             # withdrawn while we waited (replaced by a newer answer, or its write failed)
         else:
             return None
-        entries = await self._run(self._read, [row_id])
+        entries = await self._durable([row_id])
         return self._used(entries[0], now) if entries else None
 
     async def search(
@@ -145,7 +150,7 @@ class EmbeddedStore:
                 del entries[i]  # withdrawn while we waited for its write
         stored = [i for i, _ in found if i not in self._pending and i not in entries]
         if stored:
-            entries |= {e.id: e for e in await self._run(self._read, stored)}
+            entries |= {e.id: e for e in await self._durable(stored) if e.id is not None}
         return [(self._used(entries[i], now), s) for i, s in found if i in entries]
 
     def best_similarity(self, scope: str, vector: np.ndarray, embedder: str) -> float | None:
@@ -189,6 +194,8 @@ class EmbeddedStore:
         finally:
             self._pending.pop(row_id, None)
             self._commits.end(row_id, row_id in self._meta)
+        if row_id in self._meta:
+            self._keep_hot([entry])
         if row_id not in self._meta:  # evicted, purged or replaced while it was being written
             await self._run(self._delete_and_touch, [row_id], {})
         if len(self._meta) > self.max_entries:
@@ -259,6 +266,7 @@ class EmbeddedStore:
             del self._by_exact[meta.exact_key]
         self._lru.pop(row_id, None)
         self._touched.pop(row_id, None)
+        self._hot.pop(row_id, None)
         if self._pending.pop(row_id, None) is not None:
             self._commits.end(row_id, False)
         self._indexes.remove(meta.embedder, row_id)
@@ -272,6 +280,23 @@ class EmbeddedStore:
         self._lru.move_to_end(entry.id)
         self._touched[entry.id] = now
         return entry
+
+    async def _durable(self, ids: list[int]) -> list[CacheEntry]:
+        """Committed entries by id: from memory when hot, else read on the store's thread."""
+        hot = [self._hot[i] for i in ids if i in self._hot]
+        cold = [i for i in ids if i not in self._hot]
+        read: list[CacheEntry] = await self._run(self._read, cold) if cold else []
+        live = [e for e in read if e.id in self._meta]  # not forgotten while it was read
+        self._keep_hot(hot + live)
+        return hot + live
+
+    def _keep_hot(self, entries: list[CacheEntry]) -> None:
+        for entry in entries:
+            assert entry.id is not None
+            self._hot[entry.id] = entry
+            self._hot.move_to_end(entry.id)
+        while len(self._hot) > _HOT_ENTRIES:
+            self._hot.popitem(last=False)
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)

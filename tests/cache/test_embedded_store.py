@@ -43,6 +43,36 @@ async def test_same_exact_key_replaces(store: EmbeddedStore) -> None:
     assert len(store) == 1 and got is not None and got.response == {"answer": "new"}
 
 
+async def test_hot_entries_are_served_from_memory_until_they_are_forgotten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = str(tmp_path / "cache.sqlite3")
+    first = EmbeddedStore(path, max_entries=50, approximate_above=1000)
+    await first.open()
+    for n in range(3):
+        await first.put(make_entry(n))
+    await first.close()
+    store = EmbeddedStore(path, max_entries=50, approximate_above=1000)
+    await store.open()
+    reads: list[list[int]] = []
+    read = store._read
+    monkeypatch.setattr(store, "_read", lambda ids: reads.append(ids) or read(ids))
+    try:
+        now = time.time()
+        for _ in range(3):  # read from disk once, then from memory
+            assert (await store.get("s:1", now)) is not None
+            assert [e.exact_key for e, _ in await store.search("s", unit_vector(1), "e", 1, now)]
+        assert len(reads) == 1
+        fresh = make_entry(7)
+        await store.put(fresh)  # a new answer is hot from its write
+        assert await store.get("s:7", now) is fresh and len(reads) == 1
+        await store.purge(tenant="t")
+        assert await store.get("s:1", now) is None and await store.get("s:7", now) is None
+        assert await store.search("s", unit_vector(1), "e", 1, now) == []
+    finally:
+        await store.close()
+
+
 async def test_expired_entries_are_invisible_then_evicted(store: EmbeddedStore) -> None:
     await store.put(make_entry(1, ttl=0.05))
     later = time.time() + 1
