@@ -2,12 +2,12 @@
 forwarder, through the gateway and (when installed) through a peer proxy, in one run; and what
 the semantic cache adds: a miss, and a semantic hit, against the gateway with the cache off.
 
-    python bench/overhead.py                    # defaults: about 8 minutes with LiteLLM
+    python bench/overhead.py                    # defaults: about 6 minutes, more with LiteLLM
     python bench/overhead.py --quick            # smoke check, about a minute
     python bench/overhead.py --generator hey    # plain/stream load from hey, not this process
     python bench/overhead.py --modes miss --profile prof/   # the miss path, with a py-spy profile
     python bench/overhead.py --gateway-commit HEAD --json a.json   # committed code only
-    python bench/overhead.py --report a.json b.json                # pool saved runs
+    python bench/overhead.py --report a.json,b.json                # pool saved runs
 
 Every server is its own process on a free loopback port. The load comes from this process
 (`--generator closed`: aiohttp client on uvloop, one pooled connection per concurrent worker)
@@ -28,7 +28,6 @@ LiteLLM is measured when `--litellm PATH` is given or found at /tmp/litellm-venv
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -50,6 +49,7 @@ from cache_questions import PAIRS  # noqa: E402
 
 from gateway.testing.harness import pyspy  # noqa: E402
 from gateway.testing.harness.cached_gateway import (  # noqa: E402
+    cache_entries,
     cache_header,
     fill,
     semantic_hits,
@@ -67,6 +67,7 @@ from gateway.testing.harness.load import (  # noqa: E402
     closed_loop,
     session_for,
 )
+from gateway.testing.harness.options import option, parse_options  # noqa: E402
 from gateway.testing.harness.process import Server, answers, free_port  # noqa: E402
 from gateway.testing.harness.procstat import (  # noqa: E402
     cpu_seconds,
@@ -120,23 +121,55 @@ THREADS = {
 }
 
 
-@dataclass(frozen=True)
+def listed(kind: Callable[[str], object]) -> Callable[[str], tuple[object, ...]]:
+    return lambda text: tuple(kind(part) for part in text.split(","))
+
+
+@dataclass
 class Options:
-    rounds: int
-    requests: int
-    warmup: int
-    max_seconds: float
-    concurrency: tuple[int, ...]
-    miss_concurrency: tuple[int, ...]
-    modes: tuple[str, ...]
-    targets: tuple[str, ...]
-    generator: str
-    litellm: Path | None
-    json_out: Path | None
-    gateway_commit: str | None
-    report: tuple[Path, ...]
-    profile: Path | None
-    profile_cell: str
+    """Counts left at None take their --quick or full default."""
+
+    quick: bool = option(False, "small counts, one round (smoke)")
+    rounds: int | None = option(None, "rounds over every cell (default 5)")
+    requests: int | None = option(None, "measured requests per cell (default 1500)")
+    warmup: int | None = option(None, "warm-up requests per cell (default 150)")
+    max_seconds: float | None = option(None, "cap on one measurement (default 6)")
+    concurrency: tuple[int, ...] = option((1, 64), "plain and stream", parse=listed(int))
+    miss_concurrency: tuple[int, ...] = option((1, 8, 32), "miss", parse=listed(int))
+    modes: tuple[str, ...] = option(
+        ("plain", "stream", MISS, HIT), "which of plain,stream,miss,hit", parse=listed(str)
+    )
+    targets: tuple[str, ...] = option(
+        TARGET_ORDER, "litellm only when installed", parse=listed(str)
+    )
+    generator: str = option(
+        "closed",
+        "plain and stream load: this process's closed loop, or hey (miss and hit always come "
+        "from the closed loop: hey sends one fixed body)",
+        choices=("closed", "hey"),
+    )
+    litellm: Path | None = option(None, f"litellm binary (default {DEFAULT_LITELLM} if there)")
+    no_litellm: bool = option(False, "do not measure LiteLLM")
+    json_out: Path | None = option(None, "also write every sample to this file", flag="--json")
+    report: tuple[Path, ...] = option(
+        (), "run nothing: pool earlier --json files (a.json,b.json)", parse=listed(Path)
+    )
+    gateway_commit: str | None = option(None, "measure gateway/ as committed at this REV")
+    profile: Path | None = option(
+        None, "after the rounds, run --profile-cell again under py-spy; stacks, summary here"
+    )
+    profile_cell: str = option(f"{GATEWAY_CACHE}/{MISS}/32", "TARGET/MODE/CONC")
+
+    def __post_init__(self) -> None:
+        quick = self.quick
+        self.rounds = self.rounds or (1 if quick else 5)
+        self.requests = self.requests or (200 if quick else 1500)
+        self.warmup = self.warmup if self.warmup is not None else (20 if quick else 150)
+        self.max_seconds = self.max_seconds or (4.0 if quick else 6.0)
+        if self.no_litellm:
+            self.litellm = None
+        elif self.litellm is None and DEFAULT_LITELLM.exists():
+            self.litellm = DEFAULT_LITELLM
 
 
 @dataclass(frozen=True)
@@ -385,12 +418,16 @@ async def usable(targets: dict[str, Target], stats_url: str) -> dict[str, Target
     return out
 
 
+def base_url(target: Target) -> str:
+    return target.url.removesuffix("/v1/chat/completions")
+
+
 async def rewordings(targets: dict[str, Target], opts: Options) -> tuple[str, ...]:
     """Store PAIRS' questions in the cache; the rewordings of them it serves as semantic hits
     (the hit mode's input)."""
     if HIT not in opts.modes or GATEWAY_CACHE not in targets:
         return ()
-    base = targets[GATEWAY_CACHE].url.removesuffix("/v1/chat/completions")
+    base = base_url(targets[GATEWAY_CACHE])
     async with aiohttp.ClientSession() as session:
         entries = await fill(session, base, [q for q, _ in PAIRS], chat_body)
         seen = await semantic_hits(session, base, [r for _, r in PAIRS], chat_body)
@@ -430,6 +467,10 @@ async def bench(targets: dict[str, Target], stats_url: str, opts: Options) -> Re
                 sample = await measure(name, targets[name], cell, opts, seed, hits)
                 results.add(name, cell, sample)
                 print(progress(round_no, opts, cell, name, sample), flush=True)
+        if GATEWAY_CACHE in targets:  # a miss searches every entry stored so far
+            print(
+                f"  {GATEWAY_CACHE} holds {cache_entries(base_url(targets[GATEWAY_CACHE]))} entries"
+            )
     if opts.profile:
         await profile(targets, opts, hits)
     return results
@@ -677,80 +718,6 @@ def load_results(paths: tuple[Path, ...]) -> Results:
 # --- main ------------------------------------------------------------------------------------
 
 
-def parse_args(argv: list[str] | None) -> Options:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="small counts, one round (smoke)")
-    p.add_argument("--rounds", type=int, help="rounds over every cell (default 5)")
-    p.add_argument("--requests", type=int, help="measured requests per cell (default 1500)")
-    p.add_argument("--warmup", type=int, help="warm-up requests per cell (default 150)")
-    p.add_argument("--max-seconds", type=float, help="cap on one measurement (default 6)")
-    p.add_argument("--concurrency", default="1,64", help="plain and stream (default 1,64)")
-    p.add_argument("--miss-concurrency", default="1,8,32", help="miss (default 1,8,32)")
-    p.add_argument(
-        "--modes", default=f"plain,stream,{MISS},{HIT}", help="which of plain,stream,miss,hit"
-    )
-    p.add_argument(
-        "--targets",
-        default=",".join(TARGET_ORDER),
-        help="which paths to measure (litellm only when installed)",
-    )
-    p.add_argument(
-        "--generator",
-        choices=("closed", "hey"),
-        default="closed",
-        help="plain and stream load: this process's closed loop, or hey (miss and hit always "
-        "come from the closed loop: hey sends one fixed body)",
-    )
-    p.add_argument("--litellm", type=Path, help=f"litellm binary (default {DEFAULT_LITELLM})")
-    p.add_argument("--no-litellm", action="store_true", help="do not measure LiteLLM")
-    p.add_argument("--json", type=Path, help="also write every sample to this file")
-    p.add_argument(
-        "--report",
-        nargs="+",
-        type=Path,
-        default=(),
-        metavar="JSON",
-        help="run nothing: print the table of earlier --json files, their rounds pooled",
-    )
-    p.add_argument(
-        "--gateway-commit",
-        metavar="REV",
-        help="measure gateway/ as committed at REV (default: this checkout as is)",
-    )
-    p.add_argument(
-        "--profile",
-        type=Path,
-        metavar="DIR",
-        help="after the rounds, run --profile-cell once more under py-spy; stacks and summary "
-        "into DIR",
-    )
-    p.add_argument(
-        "--profile-cell",
-        default=f"{GATEWAY_CACHE}/{MISS}/32",
-        metavar="TARGET/MODE/CONC",
-        help=f"the cell --profile records (default {GATEWAY_CACHE}/{MISS}/32)",
-    )
-    a = p.parse_args(argv)
-    litellm = a.litellm or (DEFAULT_LITELLM if DEFAULT_LITELLM.exists() else None)
-    return Options(
-        rounds=a.rounds or (1 if a.quick else 5),
-        requests=a.requests or (200 if a.quick else 1500),
-        warmup=a.warmup if a.warmup is not None else (20 if a.quick else 150),
-        max_seconds=a.max_seconds or (4.0 if a.quick else 6.0),
-        concurrency=tuple(int(c) for c in a.concurrency.split(",")),
-        miss_concurrency=tuple(int(c) for c in a.miss_concurrency.split(",")),
-        modes=tuple(m for m in a.modes.split(",") if m in (*BODIES, MISS, HIT)),
-        targets=tuple(a.targets.split(",")),
-        generator=a.generator,
-        litellm=None if a.no_litellm else litellm,
-        json_out=a.json,
-        gateway_commit=a.gateway_commit,
-        report=tuple(a.report),
-        profile=a.profile,
-        profile_cell=a.profile_cell,
-    )
-
-
 def gateway_source(rev: str | None, tmp: Path) -> tuple[Path, str]:
     """The directory to import `gateway` from, and which code that is, so results name it.
     With a revision, its gateway/ is exported: uncommitted work cannot leak into the numbers."""
@@ -760,7 +727,7 @@ def gateway_source(rev: str | None, tmp: Path) -> tuple[Path, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts = parse_args(argv)
+    opts = parse_options(Options, argv, __doc__)
     if opts.report:
         results = load_results(opts.report)
         print_report(results, results.cells())

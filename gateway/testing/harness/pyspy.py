@@ -24,6 +24,9 @@ from pathlib import Path
 
 _LINE = re.compile(r"^(?P<stack>.*) (?P<count>\d+)$")
 _FRAME_LINE = re.compile(r":\d+\)$")
+# Innermost frames that are waiting, though py-spy counts them as busy: an executor's worker
+# blocked on its queue (SimpleQueue.get, in C) between jobs.
+IDLE_LEAVES = frozenset({"_worker (concurrent/futures/thread.py)"})
 
 
 def py_spy_path() -> str | None:
@@ -81,10 +84,14 @@ def top_self(stacks: list[Stack], n: int = 15) -> list[tuple[str, float]]:
 
 
 def summary(text: str, n: int = 30) -> str:
-    """Threads, then the top functions inclusive and by self time, of a raw profile."""
-    stacks = parse_raw(text)
+    """Threads, then the top functions inclusive and by self time, of a raw profile (idle
+    executor workers left out)."""
+    every = parse_raw(text)
+    stacks = [s for s in every if not s.frames or s.frames[-1] not in IDLE_LEAVES]
     samples = sum(s.count for s in stacks)
-    lines = [f"{samples} samples", "", "share  thread"]
+    idle = sum(s.count for s in every) - samples
+    lines = [f"{samples} samples ({idle} more of executor workers waiting for a job, left out)"]
+    lines += ["", "share  thread"]
     lines += [f"{share:5.1%}  {name}" for name, share in shares_by_thread(stacks)]
     lines += ["", "share  function (inclusive)"]
     lines += [f"{share:5.1%}  {frame}" for frame, share in top_inclusive(stacks, n)]
