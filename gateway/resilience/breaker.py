@@ -13,9 +13,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 import pybreaker
@@ -121,25 +121,10 @@ class Breaker:
             return False
         return not self._trial_in_flight
 
-    @contextmanager
-    def attempt(self) -> Iterator[None]:
-        """Guard one call: raises BreakerOpen at once when the breaker refuses it, otherwise
-        runs the block and records how it went."""
-        trial = self._admit()
-        started = time.monotonic()
-        try:
-            yield
-        except BaseException as exc:
-            fault = is_upstream_fault(exc)
-            if fault is not None:
-                self._record(failed=fault)
-            raise
-        else:
-            slow = self._slow_call is not None and time.monotonic() - started > self._slow_call
-            self._record(failed=slow)
-        finally:
-            if trial:
-                self._trial_in_flight = False
+    def attempt(self) -> _Attempt:
+        """Guard one call (`with breaker.attempt():`): raises BreakerOpen at once when the
+        breaker refuses it, otherwise runs the block and records how it went."""
+        return _Attempt(self)
 
     def record_failure(self) -> None:
         """A failure found after the guarded part ended (a stream that broke mid-way)."""
@@ -175,12 +160,57 @@ class Breaker:
         return max(0.0, self._cb.reset_timeout - elapsed)
 
     def _record(self, *, failed: bool) -> None:
+        if not failed and self._nothing_to_record():
+            return
         try:
             with self._cb.calling():
                 if failed:
                     raise _Failure
         except (_Failure, pybreaker.CircuitBreakerError):
             pass  # recorded; or opened meanwhile (by another call or replica)
+
+    def _nothing_to_record(self) -> bool:
+        """A success that changes nothing: closed, on this process's memory, no failure
+        counted. pybreaker would take its lock, run a generator, set the zero counter to zero
+        and tell listeners that ignore successes; most calls end here instead."""
+        storage = self._storage
+        return (
+            type(storage) is pybreaker.CircuitMemoryStorage
+            and storage.counter == 0
+            and self._cb.state.name == CLOSED  # as pybreaker, notices a change made elsewhere
+        )
+
+
+class _Attempt:
+    """One guarded call (`Breaker.attempt`): a plain context manager, as it runs per call."""
+
+    __slots__ = ("_breaker", "_started", "_trial")
+
+    def __init__(self, breaker: Breaker) -> None:
+        self._breaker = breaker
+
+    def __enter__(self) -> None:
+        self._trial = self._breaker._admit()
+        self._started = time.monotonic()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        breaker = self._breaker
+        try:
+            if exc is None:
+                slow = breaker._slow_call
+                breaker._record(failed=slow is not None and time.monotonic() - self._started > slow)
+            else:
+                fault = is_upstream_fault(exc)
+                if fault is not None:
+                    breaker._record(failed=fault)
+        finally:
+            if self._trial:
+                breaker._trial_in_flight = False
 
 
 class _Transitions(pybreaker.CircuitBreakerListener):
