@@ -75,6 +75,8 @@ def check_loop(messages: list[Json], config: LoopGuardConfig) -> LoopStop | None
     if not config.enabled:
         return None
     rounds = _rounds(_current_run(messages))
+    if not rounds:  # no tool call since the last user turn (most requests): no round rule trips
+        return _token_budget(messages, config)
     return (
         _tool_failures(rounds, config)
         or _identical_calls(rounds, config)
