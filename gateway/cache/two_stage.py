@@ -84,17 +84,18 @@ class TwoStageEmbedder:
 
     async def exact_similarities(self, query: str, stored: list[str]) -> list[float]:
         """The exact model's cosine of `query` with each of `stored`, in order."""
+        asked = _memo_key(query, self.exact)
         keys = [_memo_key(text, self.exact) for text in stored]
-        known = {k: self._memo[k] for k in keys if k in self._memo}
-        missing = [k for k in dict.fromkeys(keys) if k not in known]
-        vectors = await self.exact.embed_many([query, *missing])
-        known.update(zip(missing, vectors[1:], strict=True))
-        for key in keys:
+        known = {k: self._memo[k] for k in (asked, *keys) if k in self._memo}
+        missing = [k for k in dict.fromkeys((asked, *keys)) if k not in known]
+        if missing:
+            known.update(zip(missing, await self.exact.embed_many(missing), strict=True))
+        for key in (asked, *keys):  # a rephrasing asked again is a close call again
             self._memo[key] = known[key]
             self._memo.move_to_end(key)
         while len(self._memo) > _EXACT_MEMO:
             self._memo.popitem(last=False)
-        return [float(np.dot(vectors[0], known[k])) for k in keys]
+        return [float(np.dot(known[asked], known[k])) for k in keys]
 
     async def close(self) -> None:
         await asyncio.gather(self.quick.close(), self.exact.close())
