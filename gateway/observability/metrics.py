@@ -6,9 +6,12 @@ names from a fixed set and model/provider names from config (anything else is `o
 
 from __future__ import annotations
 
+import math
 import platform
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from functools import partial
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
@@ -20,8 +23,14 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from gateway import __version__
 from gateway.config import Pricing
@@ -64,46 +73,51 @@ class Metrics:
         self.registry = CollectorRegistry()
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
-        self.requests = Counter(
+        # What every request records: kept by the loop itself (see _LoopHistogram).
+        self.requests = _LoopCounter(
             "gateway_requests",
             "Requests answered, by endpoint, served model, the upstream provider that answered "
             "(none: no upstream call) and status class.",
-            ["endpoint", "model", "upstream", "status_class"],
-            registry=r,
+            ("endpoint", "model", "upstream", "status_class"),
         )
-        self.request_seconds = Histogram(
+        self.request_seconds = _LoopHistogram(
             "gateway_request_duration_seconds",
             "End-to-end time from request to last byte.",
-            ["endpoint", "model", "stream"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+            ("endpoint", "model", "stream"),
+            LATENCY_BUCKETS,
         )
-        self.upstream_seconds = Histogram(
+        self.upstream_seconds = _LoopHistogram(
             "gateway_upstream_duration_seconds",
             "Time spent waiting on the upstream.",
-            ["provider", "model"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+            ("provider", "model"),
+            LATENCY_BUCKETS,
         )
-        self.overhead_seconds = Histogram(
+        self.overhead_seconds = _LoopHistogram(
             "gateway_overhead_seconds",
             "End-to-end time minus upstream time (non-streamed).",
-            ["endpoint"],
-            buckets=OVERHEAD_BUCKETS,
-            registry=r,
+            ("endpoint",),
+            OVERHEAD_BUCKETS,
         )
-        self.first_token_seconds = Histogram(
+        self.first_token_seconds = _LoopHistogram(
             "gateway_time_to_first_token_seconds",
             "Time until the first streamed chunk.",
-            ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+            ("model",),
+            LATENCY_BUCKETS,
         )
-        self.tokens = Counter(
+        self.tokens = _LoopCounter(
             "gateway_tokens",
             "Tokens reported by upstreams, by direction (input/output).",
-            ["model", "direction"],
-            registry=r,
+            ("model", "direction"),
+        )
+        r.register(
+            _LoopMetrics(
+                self.requests,
+                self.request_seconds,
+                self.upstream_seconds,
+                self.overhead_seconds,
+                self.first_token_seconds,
+                self.tokens,
+            )
         )
         self.in_flight = Gauge(
             "gateway_in_flight_requests", "Requests being handled now.", registry=r
@@ -331,25 +345,19 @@ class Metrics:
         elapsed = ctx.elapsed()
         served = ctx.served_deployment
         upstream = served.provider if served is not None else "none"
-        self._child(self.requests, endpoint, model, upstream, f"{ctx.status // 100}xx").inc()
-        self._child(
-            self.request_seconds, endpoint, model, "true" if ctx.stream else "false"
-        ).observe(elapsed)
+        self.requests.add((endpoint, model, upstream, _STATUS_CLASSES[ctx.status // 100]), 1)
+        self.request_seconds.observe((endpoint, model, "true" if ctx.stream else "false"), elapsed)
         if ctx.route and ctx.upstream_seconds is not None:
             served = ctx.served_deployment
             provider = served.provider if served else ctx.route.provider
-            self._child(self.upstream_seconds, provider, model).observe(ctx.upstream_seconds)
+            self.upstream_seconds.observe((provider, model), ctx.upstream_seconds)
             if not ctx.stream:
-                self._child(self.overhead_seconds, endpoint).observe(
-                    max(0.0, elapsed - ctx.upstream_seconds)
-                )
+                self.overhead_seconds.observe((endpoint,), max(0.0, elapsed - ctx.upstream_seconds))
         if ctx.stream and ctx.first_token_seconds is not None:
-            self._child(self.first_token_seconds, model).observe(ctx.first_token_seconds)
+            self.first_token_seconds.observe((model,), ctx.first_token_seconds)
         if ctx.usage:
-            self._child(self.tokens, model, "input").inc(_count(ctx.usage.get("prompt_tokens")))
-            self._child(self.tokens, model, "output").inc(
-                _count(ctx.usage.get("completion_tokens"))
-            )
+            self.tokens.add((model, "input"), _count(ctx.usage.get("prompt_tokens")))
+            self.tokens.add((model, "output"), _count(ctx.usage.get("completion_tokens")))
         if ctx.cache_result is not None:
             self._observe_cache(ctx, model, ctx.cache_result.replace("-", "_"))
         if ctx.attempts:
@@ -467,6 +475,68 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+class _LoopCounter:
+    """A labelled counter that only the event loop adds to (every request, in `observe`): a
+    float per label tuple, without prometheus_client's lock and per-call checks, which were
+    most of what `observe` cost. Exported at scrape time (on the loop too), as
+    prometheus_client's own would be."""
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...]) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, labelnames
+        self._values: dict[tuple[str, ...], float] = {}
+
+    def add(self, labels: tuple[str, ...], amount: float) -> None:
+        self._values[labels] = self._values.get(labels, 0.0) + amount
+
+    def family(self) -> Metric:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for labels, value in self._values.items():
+            family.add_metric(labels, value)
+        return family
+
+
+class _LoopHistogram:
+    """A labelled histogram that only the event loop observes (as `_LoopCounter`): per label
+    tuple, the count in each bucket (`le`: the first bound at or above the value, as
+    prometheus_client's) and the sum."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: tuple[str, ...],
+        buckets: tuple[float, ...],
+    ) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, labelnames
+        self._bounds = (*buckets, math.inf)
+        self._les = [floatToGoString(bound) for bound in self._bounds]  # type: ignore[no-untyped-call]
+        self._series: dict[tuple[str, ...], list[float]] = {}  # bucket counts, then the sum
+
+    def observe(self, labels: tuple[str, ...], value: float) -> None:
+        series = self._series.get(labels)
+        if series is None:
+            series = self._series[labels] = [0.0] * (len(self._bounds) + 1)
+        series[bisect_left(self._bounds, value)] += 1
+        series[-1] += value
+
+    def family(self) -> Metric:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for labels, series in self._series.items():
+            family.add_metric(
+                labels, list(zip(self._les, accumulate(series[:-1]), strict=True)), series[-1]
+            )
+        return family
+
+
+class _LoopMetrics(Collector):
+    def __init__(self, *metrics: _LoopCounter | _LoopHistogram) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._metrics:
+            yield metric.family()
+
+
 class _BreakerStates(Collector):
     def __init__(self, breakers: Iterable[Breaker]) -> None:
         self._breakers = breakers
@@ -495,6 +565,9 @@ def _estimated_usage(ctx: RequestContext) -> dict[str, Any] | None:
         "prompt_tokens": ctx.prompt_tokens_estimate,
         "completion_tokens": (ctx.streamed_chars + 3) // 4,
     }
+
+
+_STATUS_CLASSES = {n: f"{n}xx" for n in range(10)}
 
 
 def _count(value: object) -> int:
