@@ -272,7 +272,10 @@ def _write_schemas(out: Path) -> int:
 
 
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:
+    from gateway.util.threads import limit_blas_threads
+
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    limit_blas_threads()
     listen_port = settings.server.port if port is None else port
     with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=_loop) as runner:
         runner.run(_run(settings, host or settings.server.host, listen_port))

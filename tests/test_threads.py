@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.util.threads import single_worker
+from gateway.util.threads import limit_blas_threads, single_worker
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="OS thread names are read from /proc")
@@ -19,3 +19,15 @@ def test_a_single_worker_is_named_for_the_os() -> None:
         )
     finally:
         pool.shutdown()
+
+
+def test_blas_is_limited_to_one_thread() -> None:
+    import numpy  # noqa: F401  (loads the BLAS library the limit applies to)
+    from threadpoolctl import threadpool_info
+
+    limiter = limit_blas_threads()
+    try:
+        blas = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+        assert blas and set(blas) == {1}
+    finally:
+        limiter.restore_original_limits()
