@@ -52,6 +52,7 @@ from gateway.testing.harness.cached_gateway import (  # noqa: E402
     cache_entries,
     cache_header,
     fill,
+    purge,
     semantic_hits,
     start_cached_gateway,
 )
@@ -267,7 +268,7 @@ def start_servers(
         print(f"litellm: skipped (not installed at {binary or DEFAULT_LITELLM}; pass --litellm)")
     targets = {DIRECT: Target(upstream, fake.pid)} if DIRECT in opts.targets else {}
     for name, start in starters.items():
-        if name not in opts.targets:
+        if name not in opts.targets or not any(runs_on(m, name) for m in opts.modes):
             continue
         try:
             server = start()
@@ -422,25 +423,29 @@ def base_url(target: Target) -> str:
     return target.url.removesuffix("/v1/chat/completions")
 
 
-async def rewordings(targets: dict[str, Target], opts: Options) -> tuple[str, ...]:
-    """Store PAIRS' questions in the cache; the rewordings of them it serves as semantic hits
-    (the hit mode's input)."""
-    if HIT not in opts.modes or GATEWAY_CACHE not in targets:
-        return ()
-    base = base_url(targets[GATEWAY_CACHE])
+async def restock(target: Target) -> int:
+    """Empty the cache and store PAIRS' questions: each round starts from the same cache (a
+    miss searches every entry stored so far). The number of entries."""
+    purge(base_url(target))
     async with aiohttp.ClientSession() as session:
-        entries = await fill(session, base, [q for q, _ in PAIRS], chat_body)
-        seen = await semantic_hits(session, base, [r for _, r in PAIRS], chat_body)
-    print(f"  cache filled with {entries} questions; {seen.line(len(PAIRS))}")
+        return await fill(session, base_url(target), [q for q, _ in PAIRS], chat_body)
+
+
+async def rewordings(target: Target) -> tuple[str, ...]:
+    """The rewordings of PAIRS' questions the cache serves as semantic hits (the hit mode's
+    input), once they are stored."""
+    async with aiohttp.ClientSession() as session:
+        seen = await semantic_hits(session, base_url(target), [r for _, r in PAIRS], chat_body)
+    print(f"  {seen.line(len(PAIRS))}")
     return tuple(seen.hits)
 
 
 def cells(opts: Options, hits: tuple[str, ...]) -> list[Cell]:
     out = [Cell(m, c) for c in opts.concurrency for m in opts.modes if m in BODIES]
+    if HIT in opts.modes and hits:  # first: the cache holds only the questions it rewords
+        out.append(Cell(HIT, 1))
     if MISS in opts.modes:
         out += [Cell(MISS, c) for c in opts.miss_concurrency]
-    if HIT in opts.modes and hits:
-        out.append(Cell(HIT, 1))
     return out
 
 
@@ -456,9 +461,13 @@ def progress(round_no: int, opts: Options, cell: Cell, name: str, sample: Sample
 
 async def bench(targets: dict[str, Target], stats_url: str, opts: Options) -> Results:
     targets = await usable(targets, stats_url)
-    hits = await rewordings(targets, opts)
+    cached = targets.get(GATEWAY_CACHE)
+    hits: tuple[str, ...] = ()
     results = Results()
     for round_no in range(opts.rounds):
+        if cached:
+            print(f"  {GATEWAY_CACHE}: emptied, {await restock(cached)} questions stored")
+            hits = hits or (await rewordings(cached) if HIT in opts.modes else ())
         for index, cell in enumerate(cells(opts, hits)):
             names = [n for n in targets if runs_on(cell.mode, n)]
             seed = 1000 * round_no + 2 * index  # both gateways get the same new questions
@@ -467,10 +476,8 @@ async def bench(targets: dict[str, Target], stats_url: str, opts: Options) -> Re
                 sample = await measure(name, targets[name], cell, opts, seed, hits)
                 results.add(name, cell, sample)
                 print(progress(round_no, opts, cell, name, sample), flush=True)
-        if GATEWAY_CACHE in targets:  # a miss searches every entry stored so far
-            print(
-                f"  {GATEWAY_CACHE} holds {cache_entries(base_url(targets[GATEWAY_CACHE]))} entries"
-            )
+        if cached:
+            print(f"  {GATEWAY_CACHE} holds {cache_entries(base_url(cached))} entries")
     if opts.profile:
         await profile(targets, opts, hits)
     return results
@@ -485,6 +492,8 @@ async def profile(targets: dict[str, Target], opts: Options, hits: tuple[str, ..
     if name not in targets or not runs_on(mode, name) or (mode == HIT and not hits):
         print(f"profile: {opts.profile_cell} was not measured in this run, skipped")
         return
+    if name == GATEWAY_CACHE:
+        await restock(targets[name])  # the same cache as a round starts with
     opts.profile.mkdir(parents=True, exist_ok=True)
     out = opts.profile / f"{name}-{mode}-c{concurrency}.txt"
     with pyspy.recording(targets[name].pid, out, 2 * opts.max_seconds + 10):

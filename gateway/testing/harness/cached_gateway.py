@@ -1,8 +1,10 @@
 """The gateway with its semantic cache on, as the benchmarks run it: one model in front of an
 upstream with `cache: {enabled: true}`, the default embedder, a SQLite store in the workdir,
 started and waited for until /readyz says the semantic tier is on; then filled with questions
-(waiting until their background stores have landed) and probed for which rewordings of them
-it serves as semantic hits. Which tier answered is the `x-gateway-cache` response header.
+(waiting until their background stores have landed), probed for which rewordings of them it
+serves as semantic hits, and emptied again (a semantic lookup searches every entry, so a
+benchmark starts each round from the same cache). Which tier answered is the
+`x-gateway-cache` response header.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from gateway.testing.harness.load import Outcome, Request, send
 from gateway.testing.harness.process import Server
 from gateway.testing.harness.starters import REPO_ROOT, start_gateway
 from gateway.testing.harness.stats import median
-from gateway.testing.harness.sync_http import get_json
+from gateway.testing.harness.sync_http import get_json, post_json
 
 ADMIN_KEY = "bench-admin-key"  # opens /admin/cache/stats: how many entries have landed
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -72,6 +74,11 @@ def cache_header(outcome: Outcome) -> str | None:
 
 def cache_entries(base: str) -> int:
     return int(get_json(base + "/admin/cache/stats", ADMIN)["entries"])
+
+
+def purge(base: str) -> int:
+    """Empty the cache (pending stores land first); how many entries went."""
+    return int(post_json(base + "/admin/cache/purge", {}, ADMIN)["purged"])
 
 
 async def ask(session: aiohttp.ClientSession, url: str, body: bytes) -> Outcome:
