@@ -14,6 +14,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from gateway.cache.service import Directive, SemanticCache
+from gateway.cache.two_stage import TwoStageEmbedder
 from gateway.config.policy_set import Policy
 from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
 from gateway.http import render
@@ -170,6 +171,8 @@ def _cache_state(cache: SemanticCache | None) -> dict[str, Any]:
         "semantic": embedder is not None and cache.embedder_ready,
         "embedder": embedder.name if embedder else None,
         "embedder_error": cache.embedder_error,
+        # two-stage embedding: "on", "loading" or "failed" (None: one stage)
+        "quick_stage": embedder.quick_state if isinstance(embedder, TwoStageEmbedder) else None,
     }
 
 
@@ -325,13 +328,19 @@ async def read_json(request: web.Request) -> Any:
     request[CTX].body_bytes = len(raw)
     if not raw:
         raise InvalidRequest("The request body is empty; send a JSON object.", code="invalid_json")
+    inline = len(raw) <= INLINE_PARSE_BYTES  # most bodies: no coroutine for a parse in place
     try:  # a large body is parsed off the loop (3 MB: ~10 ms)
-        data = await offload.run(len(raw) <= INLINE_PARSE_BYTES, orjson.loads, raw)
+        data = orjson.loads(raw) if inline else await offload.run(False, orjson.loads, raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(
             f"The request body is not valid JSON: {exc}", code="invalid_json"
         ) from None
-    if await offload.run(len(raw) <= INLINE_PARSE_BYTES, too_deep, raw, data, MAX_JSON_DEPTH):
+    deep = (
+        too_deep(raw, data, MAX_JSON_DEPTH)
+        if inline
+        else await offload.run(False, too_deep, raw, data, MAX_JSON_DEPTH)
+    )
+    if deep:
         raise InvalidRequest(
             f"The request JSON nests deeper than {MAX_JSON_DEPTH} levels.", code="invalid_json"
         )

@@ -59,7 +59,8 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
                 policy = runtime.settings.policies.for_tenant(ctx.tenant)
                 given = request.headers.get(auth.PROVIDER_KEY_HEADER)
                 auth.bring_own_key(ctx, policy.byok, given)
-                await _admit(request, ctx, policy.rate_limits)
+                if not policy.rate_limits.unlimited:
+                    await _admit(request, ctx, policy.rate_limits)
         elif ctx.endpoint == "admin":
             auth.check_admin(runtime.settings, request.headers.get("Authorization"))
         elif ctx.endpoint == "metrics":
@@ -91,9 +92,8 @@ async def _admit(request: web.Request, ctx: RequestContext, limits: RateLimitCon
     """Rate-limit permits onto `ctx.permits`, or a 429 with Retry-After: the tenant's, and for
     a caller's own provider key also the key's (each key has a budget of its own, within the
     tenant's: new keys cannot multiply a tenant's budget). Counted in tokens by a cheap
-    estimate of the request body (the prompt); the rest is charged when the request ends."""
-    if limits.unlimited:
-        return
+    estimate of the request body (the prompt); the rest is charged when the request ends.
+    Not called for unlimited tenants."""
     owners = [ctx.tenant or ""]
     if ctx.byok_hash is not None:
         owners.append(f"{owners[0]}:key:{ctx.byok_hash}")
