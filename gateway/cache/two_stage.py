@@ -42,9 +42,9 @@ _EXACT_MEMO = 4096  # stored texts' exact vectors kept: a popular entry is re-ju
 
 
 class TwoStageEmbedder:
-    """`embed` gives the quick vector; `exact_similarities` settles a close call. When the
-    quick model cannot load (no ONNX Runtime quantizer, say) it embeds with the exact model
-    alone and its margins are zero: nothing is then left to settle."""
+    """`embed` gives the quick vector; `exact_similarities` settles a close call. Until the
+    quick model is loaded, or when it cannot load (no ONNX Runtime quantizer, say), the exact
+    model embeds alone and the margins are zero: nothing is then left to settle."""
 
     def __init__(self, quick: Embedder, exact: Embedder, margins: Margins) -> None:
         self.quick, self.exact = quick, exact
@@ -52,8 +52,17 @@ class TwoStageEmbedder:
         self.dim = exact.dim
         self.window_tokens = exact.window_tokens
         self._margins = margins
-        self._first: Embedder = quick
+        self._first: Embedder = exact  # until the quick model is in
+        self._quick_loading: asyncio.Task[None] | None = None
         self._memo: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    @property
+    def quick_state(self) -> str:
+        """ "on", "loading" or "failed" (the exact model embeds alone)."""
+        if self._first is self.quick:
+            return "on"
+        loading = self._quick_loading
+        return "loading" if loading is None or not loading.done() else "failed"
 
     @property
     def margins(self) -> Margins:
@@ -64,14 +73,27 @@ class TwoStageEmbedder:
         return getattr(self.exact, "max_chars", None)
 
     async def start(self) -> None:
+        """Ready once the exact model is: it embeds alone while the quick one loads (its first
+        load quantizes the graph, about 10 s once per machine), in the background."""
         await self.exact.start()
         self.dim, self.window_tokens = self.exact.dim, self.exact.window_tokens
+        if self._quick_loading is None:
+            self._quick_loading = asyncio.get_running_loop().create_task(self._start_quick())
+
+    async def _start_quick(self) -> None:
         try:
             await self.quick.start()
         except Exception as err:
             log.warning("quick embedder for %s unavailable (%s): exact only", self.name, err)
-            self._first = self.exact
             await self.quick.close()
+        else:
+            self._first = self.quick
+            log.info("embedder %s: quick stage on (%s)", self.name, self.quick.name)
+
+    async def wait_quick(self) -> None:
+        """Until the quick model has loaded or failed to (tests, benchmarks)."""
+        if self._quick_loading is not None:
+            await asyncio.shield(self._quick_loading)
 
     async def embed(self, text: str) -> np.ndarray:
         return await self._first.embed(text)
@@ -98,6 +120,8 @@ class TwoStageEmbedder:
         return [float(np.dot(known[asked], known[k])) for k in keys]
 
     async def close(self) -> None:
+        if self._quick_loading is not None and not self._quick_loading.done():
+            self._quick_loading.cancel()
         await asyncio.gather(self.quick.close(), self.exact.close())
 
     @property

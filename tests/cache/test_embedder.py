@@ -22,7 +22,7 @@ from gateway.cache.embedder import (
     normalize_text,
 )
 from gateway.cache.factory import new_embedder
-from gateway.cache.two_stage import CALIBRATED_MARGINS, TwoStageEmbedder
+from gateway.cache.two_stage import CALIBRATED_MARGINS, Margins, TwoStageEmbedder
 from gateway.config import EmbedderConfig
 
 
@@ -329,6 +329,8 @@ async def test_the_quick_stage_stays_within_its_margins_of_fp32(cache_dir: Path)
     two_stage = TwoStageEmbedder(quick, exact, CALIBRATED_MARGINS[PACKAGED_MINILM])
     try:
         await two_stage.start()
+        assert two_stage.margins == Margins(0.0, 0.0)  # the exact model embeds meanwhile
+        await two_stage.wait_quick()
         assert two_stage.name == exact.name == PACKAGED_MINILM  # the same model's vectors
         assert quick.active_backend == "onnx-int8-all"
         assert list(cache_dir.glob("*/model.int8-all.onnx"))

@@ -99,6 +99,7 @@ async def cache_with(quick: Scripted, exact: Scripted) -> SemanticCache:
     cache = SemanticCache(EmbeddedStore(None, 100, 1000), two_stage)
     await cache.start()
     await cache.wait_ready()
+    await two_stage.wait_quick()
     await ask(cache, STORED)
     return cache
 
@@ -134,6 +135,7 @@ async def test_clear_cases_are_decided_by_the_quick_vectors_alone(
     staged: tuple[SemanticCache, Scripted, Scripted],
 ) -> None:
     cache, quick, exact = staged
+    assert isinstance(cache.embedder, TwoStageEmbedder) and cache.embedder.quick_state == "on"
     assert (await ask(cache, "How should I reset my password?")).cache_result == "hit-semantic"
     far = await ask(cache, "How would I reset my password?")
     assert far.cache_result == "miss"
@@ -162,7 +164,7 @@ async def test_without_the_quick_model_the_exact_one_embeds_everything() -> None
     try:
         assert isinstance(cache.embedder, TwoStageEmbedder)
         assert cache.embedder.margins == Margins(0.0, 0.0)
-        assert quick.closed
+        assert cache.embedder.quick_state == "failed" and quick.closed
         # the exact cosines decide, with no second look
         assert (await ask(cache, "How can I reset my password?")).cache_result == "hit-semantic"
         assert (await ask(cache, "How could I reset my password?")).cache_result == "miss"

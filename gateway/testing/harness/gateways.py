@@ -37,8 +37,9 @@ def start_gateways(
 
 
 def embedder_loaded(server: Server, timeout: float = 600.0) -> Server:
-    """Wait until `server`'s /readyz says ready with the semantic tier on; a `ServerError` at
-    once if its embedder failed to load."""
+    """Wait until `server`'s /readyz says ready with the semantic tier on (and a two-stage
+    embedder's quick stage loaded or given up); a `ServerError` at once if its embedder
+    failed to load."""
 
     def probe() -> str | None:
         try:
@@ -48,7 +49,8 @@ def embedder_loaded(server: Server, timeout: float = 600.0) -> Server:
         cache = body.get("cache") or {}
         if cache.get("embedder_error"):
             raise ServerError(f"{server.name}: embedder failed: {cache['embedder_error']}")
-        return server.url if body.get("status") == "ready" and cache.get("semantic") else None
+        loaded = cache.get("semantic") and cache.get("quick_stage") != "loading"
+        return server.url if body.get("status") == "ready" and loaded else None
 
     url = server.url
     server.wait_ready(probe, timeout, poll=0.25)
