@@ -253,7 +253,7 @@ class SemanticCache:
         found = await self.store.search(
             scope, ctx.embedding, name, _CANDIDATES, now, min_similarity=threshold - margins.below
         )
-        settled = await self._settle(plan.key.text, found, threshold + margins.above)
+        settled = await self._settle(ctx, plan.key.text, found, threshold + margins.above)
         if settled:
             ctx.cache_similarity = settled[0][1]
         else:
@@ -271,7 +271,11 @@ class SemanticCache:
         return None
 
     async def _settle(
-        self, text: str, found: list[tuple[CacheEntry, float]], clear_above: float
+        self,
+        ctx: RequestContext,
+        text: str,
+        found: list[tuple[CacheEntry, float]],
+        clear_above: float,
     ) -> list[tuple[CacheEntry, float]]:
         """The candidates best first, each quick cosine under `clear_above` (too close to the
         threshold to call: two-stage embedders) replaced by the exact model's, so that every
@@ -280,6 +284,7 @@ class SemanticCache:
         if not close:
             return found
         assert isinstance(self.embedder, TwoStageEmbedder)
+        ctx.cache_exact_checks = len(close)
         exact = await self.embedder.exact_similarities(text, [found[i][0].text for i in close])
         settled = list(found)
         for i, similarity in zip(close, exact, strict=True):

@@ -134,6 +134,13 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.cache_exact_checks = Counter(
+            "gateway_cache_exact_checks",
+            "Candidates too close to the threshold for the quick vectors, settled by the exact "
+            "model (two-stage embedding): each cost an fp32 embedding.",
+            ["model"],
+            registry=r,
+        )
         self.cache_similarity = Histogram(
             "gateway_cache_similarity",
             "Best cosine similarity found by semantic lookups.",
@@ -450,6 +457,8 @@ class Metrics:
         self._child(self.cache_lookups, model, result).inc()
         if ctx.cache_near_miss is not None:
             self._child(self.cache_near_misses, ctx.cache_near_miss).inc()
+        if ctx.cache_exact_checks:
+            self._child(self.cache_exact_checks, model).inc(ctx.cache_exact_checks)
         if ctx.embed_seconds is not None:
             self.embedding_seconds.observe(ctx.embed_seconds)
             if ctx.cache_similarity is not None:

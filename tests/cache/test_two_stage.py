@@ -117,7 +117,7 @@ async def test_a_close_call_below_the_threshold_is_a_hit_when_the_exact_model_sa
 ) -> None:
     cache, _, exact = staged
     ctx = await ask(cache, "How can I reset my password?")
-    assert ctx.cache_result == "hit-semantic"
+    assert ctx.cache_result == "hit-semantic" and ctx.cache_exact_checks == 1
     assert ctx.cache_similarity == pytest.approx(0.95, abs=1e-5)  # the exact cosine
     assert exact.embedded == ["How can I reset my password?", STORED]
 
@@ -138,7 +138,7 @@ async def test_clear_cases_are_decided_by_the_quick_vectors_alone(
     assert isinstance(cache.embedder, TwoStageEmbedder) and cache.embedder.quick_state == "on"
     assert (await ask(cache, "How should I reset my password?")).cache_result == "hit-semantic"
     far = await ask(cache, "How would I reset my password?")
-    assert far.cache_result == "miss"
+    assert far.cache_result == "miss" and far.cache_exact_checks == 0
     assert far.cache_similarity == pytest.approx(0.85, abs=1e-5)
     assert exact.embedded == []
     assert quick.embedded[-1] == "How would I reset my password?"
