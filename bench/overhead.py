@@ -705,7 +705,8 @@ def print_report(results: Results, cells: list[Cell]) -> dict[str, list[Row] | l
         print(
             "The cache: the gateway with it on and off on the same requests (miss: a new "
             "question each time; hit: rewordings served as semantic hits); CPU by thread of "
-            "the cache-on gateway.\n"
+            "the cache-on gateway (loop: threads named python, the event loop and any worker "
+            "not named for the OS).\n"
         )
         print(table(CACHE_HEADER, cache_rows), end="\n\n")
     for line in verdicts([*rows, *cache_rows]):
