@@ -44,7 +44,7 @@ from gateway.resilience.executor import AllUpstreamsUnavailable, UpstreamExecuto
 from gateway.routing.router import Router
 from gateway.server.overload import sheds
 from gateway.util.tokens import estimate_prompt_tokens
-from gateway.wire import ChatCompletionRequest, EmbeddingRequest
+from gateway.wire import ChatParams, EmbeddingRequest
 
 Json = dict[str, Any]
 
@@ -68,7 +68,7 @@ class Pipeline:
         self.knowledge = knowledge
         self.cache = cache
 
-    async def chat(self, ctx: RequestContext, request: ChatCompletionRequest, body: Json) -> Reply:
+    async def chat(self, ctx: RequestContext, request: ChatParams, body: Json) -> Reply:
         policy = self.settings.policies.of(ctx)
         alias = policy.routing.aliases.get(request.model)
         route = ctx.route = self.resolve(self.router.first_tier(request.model, alias), "chat")
@@ -149,7 +149,7 @@ class Pipeline:
     def _for_level(
         self,
         ctx: RequestContext,
-        request: ChatCompletionRequest,
+        request: ChatParams,
         body: Json,
         grounding: Grounding | None,
     ) -> Stage | None:
@@ -165,7 +165,7 @@ class Pipeline:
     async def _unavailable(
         self,
         ctx: RequestContext,
-        request: ChatCompletionRequest,
+        request: ChatParams,
         body: Json,
         err: AllUpstreamsUnavailable,
     ) -> Reply:
@@ -180,9 +180,7 @@ class Pipeline:
         completion = degradation.unavailable_completion(request.model, text, request.n or 1)
         return await _replayed(ctx, request, completion)
 
-    async def _from_cache(
-        self, ctx: RequestContext, request: ChatCompletionRequest, hit: CacheHit
-    ) -> Reply:
+    async def _from_cache(self, ctx: RequestContext, request: ChatParams, hit: CacheHit) -> Reply:
         completion = {**hit.entry.response, "id": wire.completion_id(), "created": int(time.time())}
         ctx.saved_usage = completion.get("usage")
         ctx.replayed_headers = replayable(hit.entry.headers)
@@ -221,7 +219,7 @@ class Pipeline:
 _NOT_KEPT = frozenset({"stripped", "passed", "failed"})
 
 
-async def _replayed(ctx: RequestContext, request: ChatCompletionRequest, completion: Json) -> Reply:
+async def _replayed(ctx: RequestContext, request: ChatParams, completion: Json) -> Reply:
     """A completion the gateway has in hand (a hit, level 4), as the request asked for it. A
     replayed stream carries usage only when the client asked: nothing to hide."""
     answer: Json | ChunkStream = completion

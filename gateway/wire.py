@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -79,6 +80,93 @@ class ChatCompletionRequest(_Open):
     @property
     def wants_usage_in_stream(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ChatParams(Protocol):
+    """What the pipeline reads of a chat request; the body itself is forwarded as it came."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def stream(self) -> bool | None: ...
+
+    @property
+    def n(self) -> int | None: ...
+
+    @property
+    def wants_usage_in_stream(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _PlainChat:
+    model: str
+    stream: bool | None
+    n: int | None
+    wants_usage_in_stream: bool
+
+
+def chat_params(data: Any) -> ChatParams:
+    """A chat request body, validated. The common shape (text messages, no tools, plain
+    parameters) is checked as a dict, without building models; anything else, accepted or
+    refused, goes through `ChatCompletionRequest`, so every refusal names its field as before."""
+    if not _plain_chat(data):
+        chat: ChatCompletionRequest = validate(ChatCompletionRequest, data)
+        return chat
+    options = data.get("stream_options")
+    return _PlainChat(
+        data["model"],
+        data.get("stream", False),
+        data.get("n"),
+        bool(options and options.get("include_usage")),
+    )
+
+
+_ROLES = frozenset(("system", "developer", "user", "assistant", "tool", "function"))
+_NUMBERS = {"temperature": 2.0, "top_p": 1.0}  # float fields, from 0 to this
+
+
+def _plain_chat(data: Any) -> bool:
+    """True only for a body ChatCompletionRequest accepts (strict types, its bounds); False
+    sends it to the model, which accepts or refuses it with the field named."""
+    if type(data) is not dict:
+        return False
+    model, messages = data.get("model"), data.get("messages")
+    if type(model) is not str or not model or type(messages) is not list or not messages:
+        return False
+    for message in messages:
+        if type(message) is not dict:
+            return False
+        role = message.get("role")
+        if type(role) is not str or role not in _ROLES:
+            return False
+        for key in ("content", "name", "tool_call_id"):
+            value = message.get(key)
+            if value is not None and type(value) is not str:
+                return False
+        if message.get("tool_calls") is not None:
+            return False
+    if data.get("tools") is not None or type(data.get("stream", False)) not in (bool, type(None)):
+        return False
+    choice, options = data.get("tool_choice"), data.get("stream_options")
+    if choice is not None and type(choice) is not str:
+        return False
+    if options is not None and (
+        type(options) is not dict or type(options.get("include_usage")) not in (bool, type(None))
+    ):
+        return False
+    n = data.get("n")
+    if n is not None and (type(n) is not int or not 1 <= n <= 128):
+        return False
+    for key in ("max_tokens", "max_completion_tokens"):
+        value = data.get(key)
+        if value is not None and (type(value) is not int or value < 1):
+            return False
+    for key, top in _NUMBERS.items():
+        value = data.get(key)
+        if value is not None and (type(value) is not float or not 0.0 <= value <= top):
+            return False
+    return True
 
 
 MAX_EMBEDDING_DIMENSIONS = 16_384

@@ -33,7 +33,7 @@ from gateway.observability.redact import redacted
 from gateway.util import offload
 from gateway.util.jsondepth import too_deep
 from gateway.util.tokens import message_text
-from gateway.wire import ChatCompletionRequest, EmbeddingRequest, validate
+from gateway.wire import EmbeddingRequest, chat_params, validate
 
 ROUTER_OWNER = "gateway-router"  # `owned_by` of routed aliases in /v1/models
 # orjson re-encodes at most ~254 levels; real requests nest far less.
@@ -44,7 +44,7 @@ INLINE_PARSE_BYTES = 65_536  # bodies up to this size are parsed on the loop (~0
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     ctx, runtime = request[CTX], request[RUNTIME]
     body = await read_json(request)
-    chat: ChatCompletionRequest = validate(ChatCompletionRequest, body)
+    chat = chat_params(body)
     ctx.requested_model, ctx.stream = chat.model, bool(chat.stream)
     ctx.cache_directive = cache_directive(request.headers)
     ctx.knowledge_directive = request.headers.get("x-gateway-knowledge-base")
