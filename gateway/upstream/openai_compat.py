@@ -113,19 +113,26 @@ class OpenAICompatible(Provider):
         )
 
     def _chunk(self, data: bytes, key: SecretStr | None) -> Json:
+        # Once per streamed chunk: the shape is checked here, not through _shaped.
         chunk = errors.parse_json(self.name, data)
         if "error" in chunk and "choices" not in chunk:
             raise errors.from_stream_event(self.name, data, self._secrets_with(key))
-        return self._shaped(chunk, chunk_problem)
+        problem = chunk_problem(chunk)
+        if problem is not None:
+            raise self._unexpected(problem)
+        return chunk
 
     def _shaped(self, data: Json, problem_of: Callable[[Json], str | None]) -> Json:
         problem = problem_of(data)
         if problem is not None:
-            raise UpstreamError(
-                f"provider '{self.name}' answered in an unexpected shape: {problem}",
-                code="upstream_invalid_response",
-            )
+            raise self._unexpected(problem)
         return data
+
+    def _unexpected(self, problem: str) -> UpstreamError:
+        return UpstreamError(
+            f"provider '{self.name}' answered in an unexpected shape: {problem}",
+            code="upstream_invalid_response",
+        )
 
     def _secrets_with(self, key: SecretStr | None) -> list[str]:
         """What messages are scrubbed of: the configured secrets and the caller's own key."""
