@@ -152,6 +152,7 @@ class _BatchedEmbedder(ABC):
         batch_window_ms: float,
         max_chars: int,
         policy: Policy,
+        thread_name: str | None = None,
     ) -> None:
         self.name = name
         self.dim = dim
@@ -161,7 +162,7 @@ class _BatchedEmbedder(ABC):
             max_batch=max_batch,
             window_ms=batch_window_ms,
             policy=policy,
-            thread_name=f"embed-{name}"[:15],
+            thread_name=(thread_name or f"embed-{name}")[:15],  # the OS keeps 15 characters
         )
         self.window_tokens = 0  # set by subclasses
         self._encode: EncodeFn | None = None
@@ -270,6 +271,8 @@ class SentenceTransformerEmbedder(_BatchedEmbedder):
             # ~6 characters per wordpiece token leaves the tokenizer's truncation in charge.
             max_chars=max_chars or max_seq_length * 6,
             policy=policy,
+            # the quick stage of a two-stage embedder apart from the exact one in /proc, top -H
+            thread_name="embed-quick" if self.precision == "int8-all" else None,
         )
         self.window_tokens = max_seq_length
         # Every wordpiece covers at least one character; [CLS] and [SEP] are the two others.
