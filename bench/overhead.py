@@ -116,7 +116,8 @@ CACHE_TARGETS = (GATEWAY, GATEWAY_CACHE)  # the cache's modes compare these two
 # The gateway's threads by OS name (gateway/util/threads.py), as the cache table shows them.
 THREADS = {
     "python": "loop",
-    "embed-gt-all-mi": "embedder",
+    "embed-quick": "quick embedder",  # two-stage embedding's int8 stage
+    "embed-gt-all-mi": "embedder",  # MiniLM in fp32 (two-stage: its close calls)
     "cache-store": "store",
     "gateway-cpu": "offload",
 }
