@@ -143,7 +143,7 @@ def test_extraction_is_fast() -> None:
         extract(body)
         times = []
         for _ in range(50):
-            started = time.perf_counter()
+            started = time.thread_time()  # CPU: what other work on the machine cannot inflate
             extract(body)
-            times.append(time.perf_counter() - started)
+            times.append(time.thread_time() - started)
         assert sorted(times)[25] < 0.002, body  # median; typically 20 to 300 µs
