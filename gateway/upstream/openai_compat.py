@@ -7,6 +7,7 @@ them all.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
 import orjson
@@ -113,8 +114,14 @@ class OpenAICompatible(Provider):
         )
 
     def _chunk(self, data: bytes, key: SecretStr | None) -> Json:
-        # Once per streamed chunk: the shape is checked here, not through _shaped.
-        chunk = errors.parse_json(self.name, data)
+        # Once per streamed chunk: parsed here, checked here (not through parse_json, _shaped).
+        try:
+            parsed: Any = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            parsed = None
+        # Not a dict: parse_json raises what it raises for a plain answer (not JSON, or not
+        # an object).
+        chunk: Json = parsed if type(parsed) is dict else errors.parse_json(self.name, data)
         if "error" in chunk and "choices" not in chunk:
             raise errors.from_stream_event(self.name, data, self._secrets_with(key))
         problem = chunk_problem(chunk)

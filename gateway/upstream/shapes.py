@@ -19,7 +19,24 @@ def completion_problem(data: Json) -> str | None:
 
 
 def chunk_problem(data: Json) -> str | None:
-    return _choices_problem(data, "delta", required=False)
+    # Every chunk of every stream: what nearly all of them are (text deltas, or none) is
+    # passed in one look; anything else gets the general check, which names the problem.
+    choices = data.get("choices")
+    if choices is None:
+        return None
+    if type(choices) is not list:
+        return _choices_problem(data, "delta", required=False)
+    for choice in choices:
+        delta = choice.get("delta") if type(choice) is dict else False
+        if delta is None:
+            continue
+        if (
+            type(delta) is not dict
+            or type(delta.get("content", "")) not in (str, type(None))
+            or delta.get("tool_calls") is not None
+        ):
+            return _choices_problem(data, "delta", required=False)
+    return None
 
 
 def embeddings_problem(data: Json) -> str | None:
