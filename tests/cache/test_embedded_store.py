@@ -23,6 +23,18 @@ async def store(tmp_path: Path) -> AsyncIterator[EmbeddedStore]:
     await s.close()
 
 
+async def stored_then_reopened(path: str, entries: int) -> EmbeddedStore:
+    """A store at `path` with entries 0..entries-1 written, closed, and opened anew."""
+    first = EmbeddedStore(path, max_entries=100, approximate_above=1000)
+    await first.open()
+    for n in range(entries):
+        await first.put(make_entry(n))
+    await first.close()
+    store = EmbeddedStore(path, max_entries=100, approximate_above=1000)
+    await store.open()
+    return store
+
+
 async def test_exact_and_semantic_lookups(store: EmbeddedStore) -> None:
     await store.put(make_entry(1))
     now = time.time()
@@ -46,14 +58,7 @@ async def test_same_exact_key_replaces(store: EmbeddedStore) -> None:
 async def test_hot_entries_are_served_from_memory_until_they_are_forgotten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = str(tmp_path / "cache.sqlite3")
-    first = EmbeddedStore(path, max_entries=50, approximate_above=1000)
-    await first.open()
-    for n in range(3):
-        await first.put(make_entry(n))
-    await first.close()
-    store = EmbeddedStore(path, max_entries=50, approximate_above=1000)
-    await store.open()
+    store = await stored_then_reopened(str(tmp_path / "cache.sqlite3"), 3)
     reads: list[list[int]] = []
     read = store._read
     monkeypatch.setattr(store, "_read", lambda ids: reads.append(ids) or read(ids))
@@ -102,13 +107,7 @@ async def test_purge_by_tenant_model_or_all(store: EmbeddedStore) -> None:
 
 async def test_entries_survive_a_restart(tmp_path: Path) -> None:
     path = str(tmp_path / "c.sqlite3")
-    first = EmbeddedStore(path, max_entries=100, approximate_above=1000)
-    await first.open()
-    for n in range(10):
-        await first.put(make_entry(n))
-    await first.close()
-    second = EmbeddedStore(path, max_entries=100, approximate_above=1000)
-    await second.open()
+    second = await stored_then_reopened(path, 10)
     try:
         assert len(second) == 10
         assert (await second.get("s:3", time.time())) is not None
