@@ -116,7 +116,7 @@ CACHE_TARGETS = (GATEWAY, GATEWAY_CACHE)  # the cache's modes compare these two
 # The gateway's threads by OS name (gateway/util/threads.py), as the cache table shows them.
 THREADS = {
     "python": "loop",
-    "embed-quick": "quick embedder",  # two-stage embedding's int8 stage
+    "embed-quick": "quick",  # two-stage embedding's int8 stage
     "embed-gt-all-mi": "embedder",  # MiniLM in fp32 (two-stage: its close calls)
     "cache-store": "store",
     "gateway-cpu": "offload",
@@ -588,6 +588,7 @@ class CacheRow:
     on_p50_ms: float
     off_p50_ms: float
     loop_ms: float  # the cache-on gateway's CPU per request by thread
+    quick_ms: float
     embedder_ms: float
     store_ms: float
     offload_ms: float
