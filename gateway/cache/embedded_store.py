@@ -87,6 +87,10 @@ class EmbeddedStore:
         # The last entries read or written: a popular answer is served without a thread hop
         # and an SQLite read per hit (both cost more than the rest of the hit, embedding aside).
         self._hot: OrderedDict[int, CacheEntry] = OrderedDict()
+        # Per scope: its live entries, and those stored without a vector (the lookup that
+        # missed had nothing to compare with, so it did not embed: `vectorless`, `add_vector`).
+        self._scopes: dict[str, set[int]] = {}
+        self._vectorless: dict[str, set[int]] = {}
         self._commits = Commits()
         self._next_id = 1
         self._opened = False
@@ -152,6 +156,43 @@ class EmbeddedStore:
         if stored:
             entries |= {e.id: e for e in await self._durable(stored) if e.id is not None}
         return [(self._used(entries[i], now), s) for i, s in found if i in entries]
+
+    # Lazy vectors: a miss in a scope with no entries need not embed (nothing to compare with);
+    # its entry is stored without a vector, which a later lookup in the scope adds.
+    lazy_vectors = True
+
+    def scope_size(self, scope: str) -> int:
+        """Live entries of `scope`, with a vector or without."""
+        return len(self._scopes.get(scope, ()))
+
+    async def vectorless(self, scope: str, now: float, limit: int) -> list[CacheEntry]:
+        """Up to `limit` live entries of `scope` stored without a vector, newest first."""
+        ids = sorted(i for i in self._vectorless.get(scope, ()) if self._live(i, now))[-limit:]
+        pending = [self._pending[i] for i in ids if i in self._pending]
+        stored = await self._durable([i for i in ids if i not in self._pending])
+        return sorted(pending + stored, key=lambda e: -(e.id or 0))
+
+    async def add_vector(self, entry: CacheEntry, vector: np.ndarray, embedder: str) -> None:
+        """Give a stored entry the vector it was stored without: searchable when this is
+        called, durable when it returns. An entry forgotten meanwhile is left alone."""
+        row_id = entry.id
+        meta = self._meta.get(row_id) if row_id is not None else None
+        if row_id is None or meta is None or meta.embedder is not None:
+            return
+        meta.embedder, entry.vector, entry.embedder = embedder, vector, embedder
+        self._indexes.add(embedder, meta.scope, row_id, vector)
+        self.forgo_vector(entry)
+        blob = np.asarray(vector, dtype=np.float32).tobytes()
+        await self._run(self._write_vector, row_id, blob, embedder)
+
+    def forgo_vector(self, entry: CacheEntry) -> None:
+        """Never offer this entry for a vector again (a text the semantic tier does not judge)."""
+        if entry.id is not None:
+            ids = self._vectorless.get(entry.scope)
+            if ids is not None:
+                ids.discard(entry.id)
+                if not ids:
+                    del self._vectorless[entry.scope]
 
     def best_similarity(self, scope: str, vector: np.ndarray, embedder: str) -> float | None:
         nearest = self._indexes.search(embedder, scope, vector, 1)
@@ -257,6 +298,9 @@ class EmbeddedStore:
             heapq.heapify(self._expiries)
         self._by_exact[meta.exact_key] = row_id
         self._lru[row_id] = None
+        self._scopes.setdefault(meta.scope, set()).add(row_id)
+        if meta.embedder is None:
+            self._vectorless.setdefault(meta.scope, set()).add(row_id)
 
     def _forget(self, row_id: int) -> None:
         meta = self._meta.pop(row_id, None)
@@ -270,6 +314,12 @@ class EmbeddedStore:
         if self._pending.pop(row_id, None) is not None:
             self._commits.end(row_id, False)
         self._indexes.remove(meta.embedder, row_id)
+        for by_scope in (self._scopes, self._vectorless):
+            ids = by_scope.get(meta.scope)
+            if ids is not None:
+                ids.discard(row_id)
+                if not ids:
+                    del by_scope[meta.scope]
 
     def _live(self, row_id: int, now: float) -> bool:
         meta = self._meta.get(row_id)
@@ -322,6 +372,12 @@ class EmbeddedStore:
             "SELECT id, exact_key, scope, tenant, model, embedder, vector, expires_at "
             "FROM entries ORDER BY last_used"
         ).fetchall()
+
+    def _write_vector(self, row_id: int, vector: bytes, embedder: str) -> None:
+        assert self._db is not None
+        self._db.execute(
+            "UPDATE entries SET vector = ?, embedder = ? WHERE id = ?", (vector, embedder, row_id)
+        )
 
     def _write(self, entry: CacheEntry, vector: bytes | None) -> None:
         assert self._db is not None

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from gateway.cache import guards
 from gateway.cache.bounds import INLINE_COMPARE_CHARS, INLINE_KEY_BYTES, exact_text
 from gateway.cache.scope import CacheKey, cache_key, last_user_text
-from gateway.cache.store import CacheEntry, CacheStore
+from gateway.cache.store import CacheEntry, CacheStore, LazyVectors
 from gateway.cache.two_stage import Margins, TwoStageEmbedder
 from gateway.config import CachePolicy, ModelRoute
 from gateway.context import RequestContext
@@ -38,6 +38,7 @@ Json = dict[str, Any]
 Directive = Literal["default", "refresh", "bypass"]
 _CANDIDATES = 4
 _ONE_STAGE = Margins(0.0, 0.0)
+_VECTORLESS_BATCH = 32  # entries of one scope embedded by one lookup, at most
 SWEEP_SECONDS = 60.0
 
 
@@ -60,6 +61,7 @@ class SemanticCache:
     def __init__(self, store: CacheStore, embedder: Embedder | None) -> None:
         self.store = store
         self.embedder = embedder
+        self._lazy = store if isinstance(store, LazyVectors) else None
         self.embedder_ready = False
         self.embedder_error: str | None = None
         self._writes: set[asyncio.Task[None]] = set()
@@ -242,10 +244,15 @@ class SemanticCache:
 
     async def _semantic(self, ctx: RequestContext, plan: CachePlan, now: float) -> CacheHit | None:
         assert self.embedder is not None
+        lazy = self._lazy
         if ctx.embedding is None:  # the router may have embedded this turn already
+            if lazy is not None and lazy.scope_size(plan.key.scope) == 0:
+                return None  # nothing to compare with: no embedding (see LazyVectors)
             embed_started = time.perf_counter()
             ctx.embedding = await self.embedder.embed(plan.key.text)
             ctx.embed_seconds = time.perf_counter() - embed_started
+        if lazy is not None:
+            await self._add_vectors(lazy, plan, now)
         threshold = plan.policy.similarity_threshold
         scope, name = plan.key.scope, self.embedder.name
         margins = self._margins
@@ -269,6 +276,28 @@ class SemanticCache:
                 return self._hit(ctx, CacheHit(entry, "hit-semantic", similarity))
             ctx.cache_near_miss = reason
         return None
+
+    async def _add_vectors(self, store: LazyVectors, plan: CachePlan, now: float) -> None:
+        """Embed the scope's entries that were stored without a vector (their lookups had
+        nothing to compare with), so this lookup compares with every entry of the scope."""
+        assert self.embedder is not None
+        entries = await store.vectorless(plan.key.scope, now, _VECTORLESS_BATCH)
+        judged = []
+        for entry in entries:
+            if await self._judges(entry.text, plan.policy):
+                judged.append(entry)
+            else:
+                store.forgo_vector(entry)  # too long to judge: the exact tier only, as stored
+        if not judged:
+            return
+        vectors = await self.embedder.embed_many([entry.text for entry in judged])
+        for entry, vector in zip(judged, vectors, strict=True):
+            await store.add_vector(entry, vector, self.embedder.name)
+
+    async def _judges(self, text: str, policy: CachePolicy) -> bool:
+        """Whether the semantic tier judges `text` (what `_semantic_allowed` asks of a query)."""
+        fits = getattr(self.embedder, "fits", None)
+        return len(text) <= policy.semantic_max_chars and (fits is None or await fits(text))
 
     async def _settle(
         self,
@@ -303,9 +332,14 @@ class SemanticCache:
 
     async def _persist(self, ctx: RequestContext, plan: CachePlan, entry: CacheEntry) -> None:
         try:
-            if entry.vector is None and await self._semantic_allowed(ctx, plan):
+            if (
+                entry.vector is None
+                and self._lazy is None
+                and await self._semantic_allowed(ctx, plan)
+            ):
                 # No vector from the lookup (refresh, embedder loaded since): the exact key
-                # is served meanwhile, the vector joins once computed.
+                # is served meanwhile, the vector joins once computed. (A lazy store adds it
+                # when a lookup in the scope needs it.)
                 assert self.embedder is not None
                 try:
                     entry.vector = await self.embedder.embed(plan.key.text)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -89,6 +89,26 @@ class CacheStore(Protocol):
     async def stats(self) -> StoreStats: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class LazyVectors(Protocol):
+    """A store that keeps entries without a vector and adds their vectors later: a miss in a
+    scope with no entries then need not embed at all (nothing to compare with), and the vector
+    is computed only if another lookup in that scope comes (the embedded store; the shared
+    Redis store embeds every entry as it is stored)."""
+
+    def scope_size(self, scope: str) -> int:
+        """Live entries of `scope`, with a vector or without (cheap, in memory)."""
+
+    async def vectorless(self, scope: str, now: float, limit: int) -> list[CacheEntry]:
+        """Up to `limit` live entries of `scope` stored without a vector, newest first."""
+
+    async def add_vector(self, entry: CacheEntry, vector: np.ndarray, embedder: str) -> None:
+        """Give an entry its vector: searchable at once, durable when this returns."""
+
+    def forgo_vector(self, entry: CacheEntry) -> None:
+        """Never offer this entry for a vector again."""
 
 
 class Commits:

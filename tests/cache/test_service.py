@@ -2,6 +2,7 @@
 
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,9 @@ class ScriptedEmbedder:
         self.calls += 1
         v = self.vectors.get(text, np.eye(DIM, dtype=np.float32)[-1])
         return (v / np.linalg.norm(v)).astype(np.float32)
+
+    async def embed_many(self, texts: list[str]) -> np.ndarray:
+        return np.stack([await self.embed(t) for t in texts])
 
 
 BASE = np.eye(DIM, dtype=np.float32)[0]
@@ -338,3 +342,78 @@ async def test_long_work_runs_off_the_event_loop(
     main = threading.current_thread().name
     assert threads["key"] == {"gateway-cpu_0", main}  # the 5 MB body's, and the small ones
     assert threads["near_miss"] == {"gateway-cpu_0"}
+
+
+class CountingEmbedder(ScriptedEmbedder):
+    """Records each text it embeds."""
+
+    def __init__(self) -> None:
+        super().__init__(EMBEDDER.vectors)
+        self.texts: list[str] = []
+
+    async def embed(self, text: str) -> np.ndarray:
+        self.texts.append(text)
+        return await super().embed(text)
+
+
+async def test_a_miss_in_an_empty_scope_embeds_nothing_until_the_scope_has_company(
+    tmp_path: Path,
+) -> None:
+    embedder = CountingEmbedder()
+    cache = SemanticCache(EmbeddedStore(str(tmp_path / "c.sqlite3"), 100, 1000), embedder)
+    await cache.start()
+    await cache.wait_ready()
+    try:
+        await _fill(cache, "How do I reset my password?")  # first in its scope: no vector
+        await _fill(cache, "How do I reset my password?", tenant="other")  # another scope
+        assert embedder.texts == []
+        close = await _ask(cache, "How can I reset my password?")
+        assert close.cache_result == "hit-semantic"  # the stored one was embedded to compare
+        assert embedder.texts == ["How can I reset my password?", "How do I reset my password?"]
+        await _ask(cache, "How can I reset my password?")
+        assert embedder.texts[2:] == ["How can I reset my password?"]  # its vector was kept
+    finally:
+        await cache.close()
+    reopened = SemanticCache(EmbeddedStore(str(tmp_path / "c.sqlite3"), 100, 1000), embedder)
+    await reopened.start()
+    await reopened.wait_ready()
+    try:  # the added vector was written: only the question is embedded after a restart
+        assert (await _ask(reopened, "How can I reset my password?")).cache_result == "hit-semantic"
+        assert embedder.texts[3:] == ["How can I reset my password?"]
+        # the other tenant's entry is still without a vector, embedded when its scope is asked
+        await _ask(reopened, "How can I reset my password?", tenant="other")
+        assert embedder.texts[4:] == ["How can I reset my password?", "How do I reset my password?"]
+    finally:
+        await reopened.close()
+
+
+async def test_a_router_vector_is_stored_even_in_an_empty_scope(cache: SemanticCache) -> None:
+    ctx = _ctx()
+    plan = cache.plan(ctx, _route(), _body("How do I reset my password?"), "default")
+    assert plan is not None
+    ctx.embedding = await EMBEDDER.embed("How do I reset my password?")  # the router's
+    assert await cache.lookup(ctx, plan) is None
+    cache.keep(ctx, plan, ANSWER)
+    await cache.flush()
+    calls = EMBEDDER.calls
+    assert (await _ask(cache, "How can I reset my password?")).cache_result == "hit-semantic"
+    assert EMBEDDER.calls == calls + 1  # the question only
+
+
+async def test_a_stored_text_too_long_to_judge_is_never_embedded(tmp_path: Path) -> None:
+    embedder = CountingEmbedder()
+    cache = SemanticCache(EmbeddedStore(None, 100, 1000), embedder)
+    await cache.start()
+    await cache.wait_ready()
+    long_text = "How do I reset my password? " + "Some detail. " * 60
+    try:
+        ctx = _ctx()
+        plan = cache.plan(ctx, _route(semantic_max_chars=200), _body(long_text), "default")
+        assert plan is not None and await cache.lookup(ctx, plan) is None
+        cache.keep(ctx, plan, ANSWER)
+        await cache.flush()
+        for _ in range(2):
+            await _ask(cache, "How can I reset my password?", route=_route(semantic_max_chars=200))
+        assert long_text not in embedder.texts
+    finally:
+        await cache.close()

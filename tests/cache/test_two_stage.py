@@ -168,9 +168,9 @@ async def test_without_the_quick_model_the_exact_one_embeds_everything() -> None
         # the exact cosines decide, with no second look
         assert (await ask(cache, "How can I reset my password?")).cache_result == "hit-semantic"
         assert (await ask(cache, "How could I reset my password?")).cache_result == "miss"
-        assert exact.embedded == [
-            STORED,
+        assert exact.embedded == [  # the stored question once a lookup had it to compare
             "How can I reset my password?",
+            STORED,
             "How could I reset my password?",
         ]
     finally:
