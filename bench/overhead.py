@@ -21,7 +21,9 @@ then the median is taken. CPU per request is the target process's own user + sys
 Modes: `plain` and `stream` send one fixed chat request; `miss` sends a new question each
 time (harness UniqueQuestions; both gateways get the same ones) to the gateway with the cache
 on ("gateway-cache": default embedder, SQLite store) and off; `hit` sends rewordings of stored
-questions that the cache serves as semantic hits, and the same to the gateway without cache.
+questions that the cache serves as semantic hits, and the same to the gateway without cache;
+`turn` is a miss in a new scope: a new question after an earlier exchange of its own, as a
+conversation's later turns are (the cache scopes them by their history).
 LiteLLM is measured when `--litellm PATH` is given or found at /tmp/litellm-venv/bin/litellm
 (install it in its own venv: see docs/BENCHMARKS.md).
 """
@@ -106,6 +108,8 @@ BODIES = {
     "stream": json.dumps({**BASE_REQUEST, "stream": True}).encode(),
 }
 MISS, HIT = "miss", "hit"  # the cache's modes: a new question each time; a reworded one
+TURN = "turn"  # a miss too: a new question after an earlier exchange of its own (a new scope)
+CACHE_MODES = (MISS, TURN, HIT)
 # LiteLLM refuses to start without a master key; clients then send it as a bearer token.
 LITELLM_KEY = "sk-bench-master-key"
 STREAM_END = b"data: [DONE]\n\n"
@@ -139,7 +143,9 @@ class Options:
     concurrency: tuple[int, ...] = option((1, 64), "plain and stream", parse=listed(int))
     miss_concurrency: tuple[int, ...] = option((1, 8, 32), "miss", parse=listed(int))
     modes: tuple[str, ...] = option(
-        ("plain", "stream", MISS, HIT), "which of plain,stream,miss,hit", parse=listed(str)
+        ("plain", "stream", MISS, TURN, HIT),
+        "which of plain,stream,miss,turn,hit",
+        parse=listed(str),
     )
     targets: tuple[str, ...] = option(
         TARGET_ORDER, "litellm only when installed", parse=listed(str)
@@ -301,10 +307,21 @@ def chat_body(question: str) -> bytes:
     return json.dumps({**BASE_REQUEST, "messages": messages}).encode()
 
 
+def turn_body(earlier: str, question: str) -> bytes:
+    """A conversation's second turn: the cache scopes it by the first, so no two share one."""
+    messages = [
+        BASE_REQUEST["messages"][0],
+        {"role": "user", "content": earlier},
+        {"role": "assistant", "content": ANSWER},
+        {"role": "user", "content": question},
+    ]
+    return json.dumps({**BASE_REQUEST, "messages": messages}).encode()
+
+
 def runs_on(mode: str, target: str) -> bool:
     """The cache's modes compare the gateway with the cache on and off; the fixed requests
     would all be hits with it on."""
-    return target in CACHE_TARGETS if mode in (MISS, HIT) else target != GATEWAY_CACHE
+    return target in CACHE_TARGETS if mode in CACHE_MODES else target != GATEWAY_CACHE
 
 
 Bodies = Callable[[int], bytes]  # request number -> its body
@@ -316,6 +333,9 @@ def bodies(cell: Cell, seed: int, hits: tuple[str, ...]) -> Bodies:
     if cell.mode == MISS:
         questions = UniqueQuestions(seed)
         return lambda _: chat_body(questions.next())
+    if cell.mode == TURN:
+        earlier, later = UniqueQuestions(seed), UniqueQuestions(seed + 1)
+        return lambda _: turn_body(earlier.next(), later.next())
     if cell.mode == HIT:
         texts = cycle(hits)
         return lambda _: chat_body(next(texts))
@@ -445,8 +465,9 @@ def cells(opts: Options, hits: tuple[str, ...]) -> list[Cell]:
     out = [Cell(m, c) for c in opts.concurrency for m in opts.modes if m in BODIES]
     if HIT in opts.modes and hits:  # first: the cache holds only the questions it rewords
         out.append(Cell(HIT, 1))
-    if MISS in opts.modes:
-        out += [Cell(MISS, c) for c in opts.miss_concurrency]
+    for mode in (MISS, TURN):
+        if mode in opts.modes:
+            out += [Cell(mode, c) for c in opts.miss_concurrency]
     return out
 
 
@@ -664,6 +685,7 @@ GOALS = (
     ("plain", None, "CPU/req vs forwarder", "cpu_vs_forwarder", "x", 1.2, False),
     ("stream", None, "CPU/req vs forwarder", "cpu_vs_forwarder", "x", 1.25, False),
     (MISS, None, "extra CPU per miss", "extra_cpu_ms", " ms", 1.5, False),
+    (TURN, None, "extra CPU per miss", "extra_cpu_ms", " ms", 1.5, False),
     (HIT, 1, "semantic hit p50", "on_p50_ms", " ms", 5.0, False),
 )
 
@@ -694,7 +716,7 @@ def print_report(results: Results, cells: list[Cell]) -> dict[str, list[Row] | l
     cache_rows = [
         cache_row(results, c)
         for c in cells
-        if c.mode in (MISS, HIT) and all(results.get(n, c) for n in CACHE_TARGETS)
+        if c.mode in CACHE_MODES and all(results.get(n, c) for n in CACHE_TARGETS)
     ]
     rounds = max((len(v) for v in results.samples.values()), default=0)
     print(
