@@ -60,6 +60,8 @@ def _plain_events(complete: bytes) -> list[bytes] | None:
     that end each event, and every event after the first follows a `\\n\\ndata: `."""
     if not complete.startswith(b"data: "):
         return None
+    if complete.find(b"\n") == len(complete) - 2:  # one event (a token, as most reads bring)
+        return [complete[6:-2]]
     separators = complete.count(b"\n\ndata: ")
     if complete.count(b"\n") != 2 * (separators + 1):
         return None
