@@ -15,7 +15,21 @@ def encode(data: dict[str, Any]) -> bytes:
 
 
 async def iter_events(pieces: AsyncIterable[bytes]) -> AsyncIterator[list[bytes]]:
-    """For each piece read from the network, the `data` of every event it completed.
+    """For each piece read from the network, the `data` of every event it completed (an
+    `EventReader` fed piece by piece)."""
+    reader = EventReader()
+    async for piece in pieces:
+        events = reader.feed(piece)
+        if events:
+            yield events
+    events = reader.end()
+    if events:
+        yield events
+
+
+class EventReader:
+    """The parser, fed one network read at a time: a provider adapter feeds it directly, so a
+    streamed token costs no async generator of its own.
 
     Events stay grouped as they arrived so the relay can answer one read with one write.
     Comments and `event:`/`id:`/`retry:` fields are skipped: OpenAI-style streams carry
@@ -24,34 +38,41 @@ async def iter_events(pieces: AsyncIterable[bytes]) -> AsyncIterator[list[bytes]
     most upstreams send), is cut up in a few C-level scans (`_plain_events`); anything else
     goes line by line.
     """
-    buffer = b""
-    data_lines: list[bytes] = []
-    crlf = False  # once a CR is seen, every line goes through _feed
-    async for piece in pieces:
-        buffer += piece
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._data_lines: list[bytes] = []
+        self._crlf = False  # once a CR is seen, every line goes through _feed
+
+    def feed(self, piece: bytes) -> list[bytes]:
+        """The data of the events this piece completed."""
+        buffer = self._buffer + piece
         events: list[bytes] = []
-        if not crlf and b"\r" in buffer:
-            crlf = True
-        if crlf:
+        if not self._crlf and b"\r" in buffer:
+            self._crlf = True
+        if self._crlf:
             *lines, buffer = buffer.split(b"\n")
             for raw in lines:
-                _feed(raw[:-1] if raw.endswith(b"\r") else raw, data_lines, events)
+                _feed(raw[:-1] if raw.endswith(b"\r") else raw, self._data_lines, events)
         else:
             end = buffer.rfind(b"\n\n") + 2  # just after the last complete event
             if end > 1:
                 complete, buffer = buffer[:end], buffer[end:]
                 plain = _plain_events(complete)
-                events = plain if plain is not None else _block_events(complete, data_lines)
-        if events:
-            yield events
-    *lines, buffer = buffer.split(b"\n")  # LF mode: an unfinished event's complete lines
-    for raw in lines:
-        _feed(raw[:-1] if raw.endswith(b"\r") else raw, data_lines, [])
-    if buffer.startswith(b"data:"):
-        value = buffer[5:]
-        data_lines.append(value[1:] if value[:1] == b" " else value)
-    if data_lines:
-        yield [b"\n".join(data_lines)]
+                events = plain if plain is not None else _block_events(complete, self._data_lines)
+        self._buffer = buffer
+        return events
+
+    def end(self) -> list[bytes]:
+        """The stream ended: the data of an event it left without its blank line."""
+        data_lines = self._data_lines
+        *lines, buffer = self._buffer.split(b"\n")  # LF mode: an unfinished event's lines
+        for raw in lines:
+            _feed(raw[:-1] if raw.endswith(b"\r") else raw, data_lines, [])
+        if buffer.startswith(b"data:"):
+            value = buffer[5:]
+            data_lines.append(value[1:] if value[:1] == b" " else value)
+        return [b"\n".join(data_lines)] if data_lines else []
 
 
 def _plain_events(complete: bytes) -> list[bytes] | None:

@@ -65,20 +65,26 @@ class OpenAICompatible(Provider):
                         f"provider '{self.name}' did not answer with an event stream",
                         code="upstream_invalid_response",
                     )
-                async for events in sse.iter_events(resp.content.iter_any()):
-                    batch: list[Json] = []
-                    for data in events:
-                        if not data.startswith(b"{") and data.strip() == b"[DONE]":
-                            if batch:
-                                yield batch
+                reader = sse.EventReader()  # fed here: no async generator per read
+                async for piece in resp.content.iter_any():
+                    events = reader.feed(piece)
+                    if events:
+                        batch, done, error = self._batch(events, key)
+                        if batch:  # what arrived before a bad event still goes out
+                            yield batch
+                        if error is not None:
+                            raise error
+                        if done:
                             return
-                        try:
-                            batch.append(self._chunk(data, key))
-                        except UpstreamError:
-                            if batch:  # what arrived before the bad event still goes out
-                                yield batch
-                            raise
-                    yield batch
+                events = reader.end()
+                if events:
+                    batch, done, error = self._batch(events, key)
+                    if batch:
+                        yield batch
+                    if error is not None:
+                        raise error
+                    if done:
+                        return
         raise UpstreamError(
             f"provider '{self.name}' ended the stream before [DONE]", code="upstream_stream_cut"
         )
@@ -112,6 +118,21 @@ class OpenAICompatible(Provider):
             self._secrets_with(key),
             callers_key=key is not None,
         )
+
+    def _batch(
+        self, events: list[bytes], key: SecretStr | None
+    ) -> tuple[list[Json], bool, UpstreamError | None]:
+        """The chunks of one read's events; whether [DONE] came; the error of a bad event
+        (the chunks before it are still sent)."""
+        batch: list[Json] = []
+        for data in events:
+            if not data.startswith(b"{") and data.strip() == b"[DONE]":
+                return batch, True, None
+            try:
+                batch.append(self._chunk(data, key))
+            except UpstreamError as err:
+                return batch, False, err
+        return batch, False, None
 
     def _chunk(self, data: bytes, key: SecretStr | None) -> Json:
         # Once per streamed chunk: parsed here, checked here (not through parse_json, _shaped).
