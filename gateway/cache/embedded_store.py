@@ -157,9 +157,9 @@ class EmbeddedStore:
             entries |= {e.id: e for e in await self._durable(stored) if e.id is not None}
         return [(self._used(entries[i], now), s) for i, s in found if i in entries]
 
-    # Lazy vectors: a miss in a scope with no entries need not embed (nothing to compare with);
-    # its entry is stored without a vector, which a later lookup in the scope adds.
-    lazy_vectors = True
+    # Lazy vectors (store.LazyVectors): a miss in a scope with no entries need not embed
+    # (nothing to compare with); its entry is stored without a vector, which a later lookup in
+    # the scope adds.
 
     def scope_size(self, scope: str) -> int:
         """Live entries of `scope`, with a vector or without."""
@@ -167,7 +167,10 @@ class EmbeddedStore:
 
     async def vectorless(self, scope: str, now: float, limit: int) -> list[CacheEntry]:
         """Up to `limit` live entries of `scope` stored without a vector, newest first."""
-        ids = sorted(i for i in self._vectorless.get(scope, ()) if self._live(i, now))[-limit:]
+        waiting = self._vectorless.get(scope)
+        if not waiting:
+            return []  # most lookups: every entry of the scope has its vector
+        ids = sorted(i for i in waiting if self._live(i, now))[-limit:]
         pending = [self._pending[i] for i in ids if i in self._pending]
         stored = await self._durable([i for i in ids if i not in self._pending])
         return sorted(pending + stored, key=lambda e: -(e.id or 0))
@@ -181,18 +184,14 @@ class EmbeddedStore:
             return
         meta.embedder, entry.vector, entry.embedder = embedder, vector, embedder
         self._indexes.add(embedder, meta.scope, row_id, vector)
-        self.forgo_vector(entry)
+        _discard(self._vectorless, meta.scope, row_id)
         blob = np.asarray(vector, dtype=np.float32).tobytes()
         await self._run(self._write_vector, row_id, blob, embedder)
 
     def forgo_vector(self, entry: CacheEntry) -> None:
         """Never offer this entry for a vector again (a text the semantic tier does not judge)."""
         if entry.id is not None:
-            ids = self._vectorless.get(entry.scope)
-            if ids is not None:
-                ids.discard(entry.id)
-                if not ids:
-                    del self._vectorless[entry.scope]
+            _discard(self._vectorless, entry.scope, entry.id)
 
     def best_similarity(self, scope: str, vector: np.ndarray, embedder: str) -> float | None:
         nearest = self._indexes.search(embedder, scope, vector, 1)
@@ -314,12 +313,8 @@ class EmbeddedStore:
         if self._pending.pop(row_id, None) is not None:
             self._commits.end(row_id, False)
         self._indexes.remove(meta.embedder, row_id)
-        for by_scope in (self._scopes, self._vectorless):
-            ids = by_scope.get(meta.scope)
-            if ids is not None:
-                ids.discard(row_id)
-                if not ids:
-                    del by_scope[meta.scope]
+        _discard(self._scopes, meta.scope, row_id)
+        _discard(self._vectorless, meta.scope, row_id)
 
     def _live(self, row_id: int, now: float) -> bool:
         meta = self._meta.get(row_id)
@@ -450,6 +445,15 @@ class EmbeddedStore:
         assert self._db is not None
         self._db.close()
         self._db = None
+
+
+def _discard(by_scope: dict[str, set[int]], scope: str, row_id: int) -> None:
+    """Take `row_id` out of its scope's set, and the set out once it is empty."""
+    ids = by_scope.get(scope)
+    if ids is not None:
+        ids.discard(row_id)
+        if not ids:
+            del by_scope[scope]
 
 
 def file_stats(path: str, max_entries: int) -> StoreStats:

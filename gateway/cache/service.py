@@ -23,7 +23,7 @@ from gateway.cache import guards
 from gateway.cache.bounds import INLINE_COMPARE_CHARS, INLINE_KEY_BYTES, exact_text
 from gateway.cache.scope import CacheKey, cache_key, last_user_text
 from gateway.cache.store import CacheEntry, CacheStore, LazyVectors
-from gateway.cache.two_stage import Margins, TwoStageEmbedder
+from gateway.cache.two_stage import NO_MARGINS, Margins, TwoStageEmbedder
 from gateway.config import CachePolicy, ModelRoute
 from gateway.context import RequestContext
 from gateway.observability.logthrottle import ThrottledWarnings
@@ -37,7 +37,6 @@ log = logging.getLogger("gateway.cache")
 Json = dict[str, Any]
 Directive = Literal["default", "refresh", "bypass"]
 _CANDIDATES = 4
-_ONE_STAGE = Margins(0.0, 0.0)
 _VECTORLESS_BATCH = 32  # entries of one scope embedded by one lookup, at most
 SWEEP_SECONDS = 60.0
 
@@ -188,13 +187,9 @@ class SemanticCache:
             return plan.semantic
         if not (plan.policy.semantic and self.embedder and self.embedder_ready):
             return False
-        text = plan.key.text
-        fits = getattr(self.embedder, "fits", None)  # a test double may not know its window
-        if len(text) > plan.policy.semantic_max_chars or (fits and not await fits(text)):
+        plan.semantic = await self._judges(plan.key.text, plan.policy)
+        if not plan.semantic:
             ctx.cache_exact_only = "long-text"
-            plan.semantic = False
-        else:
-            plan.semantic = True
         return plan.semantic
 
     def _store_failed(self, what: str, err: Exception) -> None:
@@ -295,8 +290,9 @@ class SemanticCache:
             await store.add_vector(entry, vector, self.embedder.name)
 
     async def _judges(self, text: str, policy: CachePolicy) -> bool:
-        """Whether the semantic tier judges `text` (what `_semantic_allowed` asks of a query)."""
-        fits = getattr(self.embedder, "fits", None)
+        """Whether the semantic tier judges `text`: the embedder reads it whole, and it is
+        within the policy's cap (asked of a query and of an entry stored without a vector)."""
+        fits = getattr(self.embedder, "fits", None)  # a test double may not know its window
         return len(text) <= policy.semantic_max_chars and (fits is None or await fits(text))
 
     async def _settle(
@@ -323,7 +319,7 @@ class SemanticCache:
     @property
     def _margins(self) -> Margins:
         embedder = self.embedder
-        return embedder.margins if isinstance(embedder, TwoStageEmbedder) else _ONE_STAGE
+        return embedder.margins if isinstance(embedder, TwoStageEmbedder) else NO_MARGINS
 
     def _hit(self, ctx: RequestContext, hit: CacheHit) -> CacheHit:
         ctx.cache_result = hit.kind

