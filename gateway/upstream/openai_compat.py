@@ -66,8 +66,11 @@ class OpenAICompatible(Provider):
                         code="upstream_invalid_response",
                     )
                 reader = sse.EventReader()  # fed here: no async generator per read
-                async for piece in resp.content.iter_any():
-                    events = reader.feed(piece)
+                pieces, ended = resp.content.iter_any(), False
+                while not ended:
+                    piece = await anext(pieces, None)
+                    ended = piece is None  # then the reader gives what the stream left open
+                    events = reader.end() if piece is None else reader.feed(piece)
                     if events:
                         batch, done, error = self._batch(events, key)
                         if batch:  # what arrived before a bad event still goes out
@@ -76,15 +79,6 @@ class OpenAICompatible(Provider):
                             raise error
                         if done:
                             return
-                events = reader.end()
-                if events:
-                    batch, done, error = self._batch(events, key)
-                    if batch:
-                        yield batch
-                    if error is not None:
-                        raise error
-                    if done:
-                        return
         raise UpstreamError(
             f"provider '{self.name}' ended the stream before [DONE]", code="upstream_stream_cut"
         )

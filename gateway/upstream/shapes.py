@@ -9,7 +9,7 @@ from, never a crash later on.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 Json = dict[str, Any]
 
@@ -46,15 +46,11 @@ def embeddings_problem(data: Json) -> str | None:
 
 
 def _choices_problem(data: Json, part: str, required: bool = True) -> str | None:
-    # Runs on every chunk of every stream: plain loops, no generator per call.
     choices = data.get("choices")
     if choices is None and not required:
         return None  # e.g. the usage chunk
-    if not isinstance(choices, list):
+    if not _objects(choices):
         return "`choices` is not a list of objects"
-    for choice in choices:
-        if not isinstance(choice, dict):
-            return "`choices` is not a list of objects"
     for choice in choices:
         body = choice.get(part)
         if body is None and not required:
@@ -70,6 +66,6 @@ def _choices_problem(data: Json, part: str, required: bool = True) -> str | None
     return None
 
 
-def _objects(items: object) -> bool:
+def _objects(items: object) -> TypeGuard[list[Json]]:
     """A list of objects (an empty one too)."""
     return isinstance(items, list) and all(isinstance(item, dict) for item in items)
