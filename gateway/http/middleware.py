@@ -31,9 +31,12 @@ from gateway.ratelimit import Permit, RateLimited
 log = logging.getLogger("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+_AUTHENTICATED = frozenset({"chat", "responses", "completions", "embeddings", "models"})
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _ENDPOINTS = {
     "/v1/chat/completions": "chat",
+    "/v1/responses": "responses",
+    "/v1/completions": "completions",
     "/v1/embeddings": "embeddings",
     "/v1/models": "models",
     "/healthz": "health",
@@ -53,7 +56,7 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     runtime.enter()
     ctx.in_flight = request.app[RUNTIME_REF].enter()
     try:
-        if ctx.endpoint in ("chat", "embeddings", "models"):
+        if ctx.endpoint in _AUTHENTICATED:
             ctx.tenant = auth.tenant_for(runtime.settings, request.headers.get("Authorization"))
             if ctx.endpoint != "models":
                 policy = runtime.settings.policies.for_tenant(ctx.tenant)
@@ -146,6 +149,8 @@ def _endpoint(path: str) -> str:
         return endpoint
     if path.startswith("/v1/models/"):
         return "models"
+    if path.startswith("/v1/responses/"):
+        return "responses"
     if path.startswith("/admin/"):
         return "admin"
     return "other"

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from contextlib import aclosing
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
@@ -20,6 +20,7 @@ from gateway.reply.reply import Reply
 from gateway.server.shutdown import ShuttingDown
 
 log = logging.getLogger("gateway")
+Json = dict[str, Any]
 CLIENT_CLOSED = 499  # nginx's convention; only ever logged, never sent
 
 
@@ -40,9 +41,44 @@ def error(ctx: RequestContext, err: GatewayError) -> web.Response:
     return response
 
 
-async def stream(request: web.Request, ctx: RequestContext, reply: Reply) -> web.StreamResponse:
-    """Relay a reply's chunks as SSE. After prepare() the status is sent, so failures become an
-    SSE error event followed by [DONE]."""
+class StreamForm(Protocol):
+    """How one endpoint's stream is written: chat chunks as they are, or translated (a
+    Responses event stream, legacy text completions)."""
+
+    def batch(self, chunks: list[Json]) -> bytes:
+        """The bytes for one batch of chat chunks (may be empty)."""
+        ...
+
+    def failed(self, err: GatewayError) -> bytes:
+        """A failure after the headers went out."""
+        ...
+
+    def end(self) -> bytes:
+        """What ends the stream."""
+        ...
+
+
+class ChatChunks:
+    """Chat completion chunks as they are, an error event, then data: [DONE]."""
+
+    def batch(self, chunks: list[Json]) -> bytes:
+        return b"".join(map(sse.encode, chunks))
+
+    def failed(self, err: GatewayError) -> bytes:
+        return sse.encode(err.body())
+
+    def end(self) -> bytes:
+        return sse.DONE
+
+
+CHAT_CHUNKS = ChatChunks()
+
+
+async def stream(
+    request: web.Request, ctx: RequestContext, reply: Reply, form: StreamForm = CHAT_CHUNKS
+) -> web.StreamResponse:
+    """Relay a reply's chunks as SSE, written by `form`. After prepare() the status is sent, so
+    failures become what `form.failed` writes (chat: an SSE error event followed by [DONE])."""
     response = _SseResponse(
         headers={
             "Content-Type": "text/event-stream",
@@ -61,19 +97,20 @@ async def stream(request: web.Request, ctx: RequestContext, reply: Reply) -> web
             try:
                 first = True  # the first write goes out even when empty: it carries the headers
                 async for batch in relay:
-                    if batch or first:
-                        await response.write(b"".join(map(sse.encode, batch)))
+                    data = form.batch(batch)
+                    if data or first:
+                        await response.write(data)
                         first = False
             except GatewayError as err:
                 ctx.error_code = err.code or err.type
-                await response.write(sse.encode(err.body()))
+                await response.write(form.failed(err))
             except Exception:
                 # Headers are sent: a bug must still end as a well-formed stream.
                 log.exception("unhandled error mid-stream in request %s", ctx.request_id)
                 internal = internal_error(ctx)
                 ctx.error_code = internal.code
-                await response.write(sse.encode(internal.body()))
-        await response.write_eof(sse.DONE)  # one write: [DONE] and the end of the body
+                await response.write(form.failed(internal))
+        await response.write_eof(form.end())  # one write: the end and the end of the body
     except ConnectionResetError:
         # The client left; closing the relay above already released the upstream request.
         ctx.status, ctx.error_code = CLIENT_CLOSED, "client_disconnected"
@@ -84,7 +121,7 @@ async def stream(request: web.Request, ctx: RequestContext, reply: Reply) -> web
         task.uncancel()
         ctx.error_code = ShuttingDown.code
         with contextlib.suppress(ConnectionResetError):
-            await response.write_eof(sse.encode(ShuttingDown().body()) + sse.DONE)
+            await response.write_eof(form.failed(ShuttingDown()) + form.end())
     finally:
         drain.streams.discard(task)
     return response

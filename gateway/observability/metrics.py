@@ -61,7 +61,19 @@ LATENCY_BUCKETS = (
 )
 SIMILARITY_BUCKETS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0)
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
-ENDPOINTS = frozenset({"chat", "embeddings", "models", "health", "metrics", "admin", "other"})
+ENDPOINTS = frozenset(
+    {
+        "chat",
+        "responses",
+        "completions",
+        "embeddings",
+        "models",
+        "health",
+        "metrics",
+        "admin",
+        "other",
+    }
+)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 # `*_created` series double the series count and no dashboard reads them.
