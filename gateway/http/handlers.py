@@ -33,11 +33,12 @@ from gateway.observability.redact import redacted
 from gateway.util import offload
 from gateway.util.jsondepth import too_deep
 from gateway.util.tokens import message_text
-from gateway.wire import EmbeddingRequest, chat_params, validate
+from gateway.wire import ChatParams, EmbeddingRequest, chat_params, validate
 
 ROUTER_OWNER = "gateway-router"  # `owned_by` of routed aliases in /v1/models
 # orjson re-encodes at most ~254 levels; real requests nest far less.
 MAX_JSON_DEPTH = 128
+Json = dict[str, Any]
 INLINE_PARSE_BYTES = 65_536  # bodies up to this size are parsed on the loop (~0.2 ms)
 
 
@@ -45,16 +46,22 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     ctx, runtime = request[CTX], request[RUNTIME]
     body = await read_json(request)
     chat = chat_params(body)
-    ctx.requested_model, ctx.stream = chat.model, bool(chat.stream)
-    ctx.cache_directive = cache_directive(request.headers)
-    ctx.knowledge_directive = request.headers.get("x-gateway-knowledge-base")
-    ctx.deadline_seconds = deadline(request.headers)
-    if runtime.settings.server.log_prompts:
-        ctx.prompt = message_text(body["messages"][-1])
+    read_chat_headers(request, chat, body)
     reply = await runtime.pipeline.chat(ctx, chat, body)
     if reply.completion is not None:
         return render.json(ctx, reply.completion)
     return await render.stream(request, ctx, reply)
+
+
+def read_chat_headers(request: web.Request, chat: ChatParams, body: Json) -> None:
+    """What a chat request (or one translated to chat) tells the pipeline beside its body."""
+    ctx = request[CTX]
+    ctx.requested_model, ctx.stream = chat.model, bool(chat.stream)
+    ctx.cache_directive = cache_directive(request.headers)
+    ctx.knowledge_directive = request.headers.get("x-gateway-knowledge-base")
+    ctx.deadline_seconds = deadline(request.headers)
+    if request[RUNTIME].settings.server.log_prompts:
+        ctx.prompt = message_text(body["messages"][-1])
 
 
 async def embeddings(request: web.Request) -> web.StreamResponse:

@@ -10,6 +10,7 @@ from gateway.observability.accesslog import AccessLog
 from gateway.observability.metrics import Metrics
 from gateway.ratelimit import RateLimiter
 from gateway.resilience.breaker import Breakers
+from gateway.responses.store import ResponseStore
 from gateway.server.reload import Reloader
 from gateway.server.runtime import Runtime, RuntimeRef
 from gateway.server.shutdown import Drain
@@ -23,6 +24,7 @@ BREAKERS = web.AppKey("breakers", Breakers)  # per process: survive config reloa
 RELOADER = web.AppKey("reloader", Reloader)
 LIMITER = web.AppKey("limiter", RateLimiter)  # per process; budgets outlive reloads
 SHARED_STATE = web.AppKey("shared_state", SharedState)  # per process: /readyz, redis_up
+RESPONSES = web.AppKey("responses", ResponseStore)  # stored Responses, per process
 DRAIN = web.AppKey("drain", Drain)  # set on SIGTERM (gateway/server/shutdown.py)
 CTX = web.RequestKey("ctx", RequestContext)
 RUNTIME = web.RequestKey("runtime", Runtime)  # the runtime this request started with

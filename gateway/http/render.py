@@ -53,8 +53,8 @@ class StreamForm(Protocol):
         """A failure after the headers went out."""
         ...
 
-    def end(self) -> bytes:
-        """What ends the stream."""
+    async def end(self) -> bytes:
+        """What ends the stream, after a failure too (it may finish work first)."""
         ...
 
 
@@ -67,7 +67,7 @@ class ChatChunks:
     def failed(self, err: GatewayError) -> bytes:
         return sse.encode(err.body())
 
-    def end(self) -> bytes:
+    async def end(self) -> bytes:
         return sse.DONE
 
 
@@ -110,7 +110,7 @@ async def stream(
                 internal = internal_error(ctx)
                 ctx.error_code = internal.code
                 await response.write(form.failed(internal))
-        await response.write_eof(form.end())  # one write: the end and the end of the body
+        await response.write_eof(await form.end())  # one write: the end and the end of the body
     except ConnectionResetError:
         # The client left; closing the relay above already released the upstream request.
         ctx.status, ctx.error_code = CLIENT_CLOSED, "client_disconnected"
@@ -121,7 +121,7 @@ async def stream(
         task.uncancel()
         ctx.error_code = ShuttingDown.code
         with contextlib.suppress(ConnectionResetError):
-            await response.write_eof(form.failed(ShuttingDown()) + form.end())
+            await response.write_eof(form.failed(ShuttingDown()) + await form.end())
     finally:
         drain.streams.discard(task)
     return response

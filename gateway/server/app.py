@@ -11,7 +11,7 @@ from aiohttp import web
 
 from gateway.cache.factory import build_cache
 from gateway.config import Settings
-from gateway.http import handlers, malformed
+from gateway.http import completions, handlers, malformed, responses
 from gateway.http.keys import (
     ACCESS_LOG,
     BREAKERS,
@@ -20,6 +20,7 @@ from gateway.http.keys import (
     LIMITER,
     METRICS,
     RELOADER,
+    RESPONSES,
     RUNTIME_REF,
     SHARED_STATE,
 )
@@ -28,6 +29,7 @@ from gateway.observability.accesslog import AccessLog
 from gateway.observability.metrics import Metrics
 from gateway.ratelimit import RateLimiter
 from gateway.resilience.breaker import Breakers
+from gateway.responses.store import build_response_store
 from gateway.server.reload import Reloader
 from gateway.server.runtime import Runtime, RuntimeRef
 from gateway.server.shutdown import Drain
@@ -38,7 +40,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 ROUTES: list[tuple[str, str, Handler]] = [
     ("POST", "/v1/chat/completions", handlers.chat_completions),
+    ("POST", "/v1/completions", completions.completions),
     ("POST", "/v1/embeddings", handlers.embeddings),
+    ("POST", "/v1/responses", responses.create),
+    ("GET", "/v1/responses/{response_id}", responses.retrieve),
+    ("DELETE", "/v1/responses/{response_id}", responses.delete),
+    ("GET", "/v1/responses/{response_id}/input_items", responses.input_items),
     ("GET", "/v1/models", handlers.list_models),
     ("GET", "/v1/models/{model:.+}", handlers.retrieve_model),
     ("GET", "/healthz", handlers.healthz),
@@ -74,6 +81,7 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     app[RELOADER] = Reloader(ref, breakers, cache, on_result=metrics.config_reloaded)
     limiter = app[LIMITER] = RateLimiter(redis.target("rate_limits"))
     app[ACCESS_LOG] = access_log or AccessLog(enabled=settings.server.access_log)
+    app[RESPONSES] = build_response_store(settings.file.responses, redis.target("responses"))
     app[DRAIN] = Drain()
     metrics.in_flight.set_function(lambda: ref.in_flight)  # read when scraped
     if cache is not None:
@@ -81,6 +89,7 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     shared = app[SHARED_STATE] = SharedState.of(cache, breakers, limiter)
     metrics.watch_shared_state(shared)
     app.cleanup_ctx.append(_cache_lifetime)
+    app.cleanup_ctx.append(_response_store_lifetime)
     app.cleanup_ctx.append(_runtime_lifetime)
     app.cleanup_ctx.append(_config_watch)
     app.cleanup_ctx.append(_shared_state_watch)
@@ -97,6 +106,12 @@ async def _cache_lifetime(app: web.Application) -> AsyncIterator[None]:
     yield
     if cache is not None:
         await cache.close()
+
+
+async def _response_store_lifetime(app: web.Application) -> AsyncIterator[None]:
+    await app[RESPONSES].start()
+    yield
+    await app[RESPONSES].close()
 
 
 async def _config_watch(app: web.Application) -> AsyncIterator[None]:

@@ -1,0 +1,289 @@
+"""Legacy text completions (`POST /v1/completions`) end to end: the real OpenAI SDK
+(`client.completions.create`, plain and streamed) against the gateway on a socket, the fake
+upstream behind it. Translated requests go through the chat pipeline, so its cache, level 4,
+metrics and errors apply; every answer and chunk is checked against the official schema.
+
+The official `CreateCompletionResponse` also describes streamed chunks, and wants a string
+`finish_reason` in every one; the real API streams `null` until the last chunk (README of
+tests/data/openai). Chunks are therefore checked against a copy of the schema, made in this
+file only, whose `finish_reason` may also be null; the last chunk is checked against the
+schema as published.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from functools import cache
+from typing import Any
+
+import openai
+import pytest
+from jsonschema import Draft202012Validator
+
+from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.harness.fake_settings import settings_of
+from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
+from gateway.testing.harness.metrics import scrape
+from gateway.testing.harness.process import free_port
+from tests.clients import sdk_client
+from tests.e2e.helpers import (
+    assert_conforms,
+    assert_raw_error,
+    last_upstream_body,
+    openapi_document,
+    request,
+    sse_json,
+    upstream_requests,
+)
+
+Json = dict[str, Any]
+UNAVAILABLE = "Down for a moment, retry soon."
+CHAT = "/v1/chat/completions"
+
+
+def completions_config(fake_url: str) -> Json:
+    return {
+        "server": {"access_log": False},
+        "providers": {
+            "fake": {"type": "openai", "base_url": fake_url},
+            "dead": {"type": "openai", "base_url": f"http://127.0.0.1:{free_port()}/v1"},
+        },
+        "models": [
+            {"name": "text", "provider": "fake", "upstream_model": "text-up"},
+            {
+                "name": "cached",
+                "provider": "fake",
+                "upstream_model": "cached-up",
+                "cache": {"enabled": True, "semantic": False},
+            },
+            {"name": "down", "provider": "dead"},
+        ],
+        "cache": {"store": {"type": "memory"}},
+        "resilience": {"retry": {"attempts": 1}},
+        "degradation": {"unavailable": {"mode": "answer", "message": {"en": UNAVAILABLE}}},
+    }
+
+
+@pytest.fixture(scope="module")
+def cgw_server(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
+    with running_gateway(server_thread, settings_of(completions_config(fake.url))) as server:
+        yield server
+
+
+@pytest.fixture
+def gw(cgw_server: GatewayServer, fake_upstream: FakeUpstream) -> GatewayServer:
+    return cgw_server
+
+
+def client(gw: GatewayServer) -> openai.OpenAI:
+    return sdk_client(gw.url, "k", 20)
+
+
+@cache
+def chunk_validator() -> Draft202012Validator:
+    """CreateCompletionResponse with `finish_reason` nullable: the shape of a streamed chunk
+    before the last (see the module docstring)."""
+    components = copy.deepcopy(openapi_document()["components"])
+    choice = components["schemas"]["CreateCompletionResponse"]["properties"]["choices"]["items"]
+    reason = choice["properties"]["finish_reason"]
+    reason["type"], reason["enum"] = ["string", "null"], [*reason["enum"], None]
+    return Draft202012Validator(
+        {"$ref": "#/components/schemas/CreateCompletionResponse", "components": components}
+    )
+
+
+def assert_chunks_conform(chunks: list[Json]) -> None:
+    for chunk in chunks:
+        errors = list(chunk_validator().iter_errors(chunk))
+        assert not errors, f"{chunk}: {errors[0].message}"
+    finals = [c for c in chunks if any(ch["finish_reason"] for ch in c["choices"])]
+    assert finals, "no chunk carries a finish_reason"
+    assert_conforms(finals[-1], "CreateCompletionResponse")
+
+
+async def raw_stream(gw: GatewayServer, **body: Any) -> tuple[list[Json], bool]:
+    resp = await request("POST", gw.url + "/v1/completions", body={**body, "stream": True})
+    assert resp.status == 200, resp.text
+    assert resp.content_type.startswith("text/event-stream")
+    return sse_json(resp.sse())
+
+
+# --- translated through the chat pipeline ----------------------------------------------------
+
+
+def test_a_plain_completion_is_a_text_completion(gw: GatewayServer, fake_upstream: FakeUpstream):
+    raw = client(gw).completions.with_raw_response.create(
+        model="text", prompt="hello there", max_tokens=7, temperature=0.5, stop=["\n"]
+    )
+    assert_conforms(json.loads(raw.http_response.text), "CreateCompletionResponse")
+    reply = raw.parse()
+    assert reply.object == "text_completion" and reply.id.startswith("cmpl-")
+    assert [(c.index, c.text, c.finish_reason) for c in reply.choices] == [
+        (0, "Echo: hello there", "stop")
+    ]
+    assert reply.usage is not None and reply.usage.total_tokens == 15
+    # The upstream was asked a chat question: the prompt as the user's turn, the parameters
+    # as the client set them, nothing of the legacy API.
+    assert last_upstream_body(fake_upstream) == {
+        "model": "text-up",
+        "messages": [{"role": "user", "content": "hello there"}],
+        "max_tokens": 7,
+        "temperature": 0.5,
+        "stop": ["\n"],
+    }
+
+
+def test_a_streamed_completion_is_text_completion_chunks(gw: GatewayServer) -> None:
+    stream = client(gw).completions.create(model="text", prompt="one two three", stream=True)
+    chunks = list(stream)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == "Echo: one two three"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert {c.object for c in chunks} == {"text_completion"}
+    assert len({c.id for c in chunks}) == 1 and chunks[0].id.startswith("cmpl-")
+
+
+async def test_streamed_chunks_conform_and_end_with_done(gw: GatewayServer) -> None:
+    chunks, done = await raw_stream(
+        gw, model="text", prompt="a b c", stream_options={"include_usage": True}
+    )
+    assert done
+    assert_chunks_conform([c for c in chunks if c["choices"]])
+    usage = [c for c in chunks if not c["choices"]]
+    assert len(usage) == 1 and usage[0]["usage"]["total_tokens"] == 15
+    assert_conforms(usage[0], "CreateCompletionResponse")
+
+
+async def test_usage_is_hidden_from_a_stream_that_did_not_ask(gw: GatewayServer) -> None:
+    chunks, done = await raw_stream(gw, model="text", prompt="a b c")
+    assert done and all(c["choices"] and "usage" not in c for c in chunks)
+
+
+def test_a_list_of_prompts_is_one_choice_per_prompt_in_order(
+    gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    raw = client(gw).completions.with_raw_response.create(
+        model="text", prompt=["first", "second", "third"]
+    )
+    assert_conforms(json.loads(raw.http_response.text), "CreateCompletionResponse")
+    reply = raw.parse()
+    assert [(c.index, c.text) for c in reply.choices] == [
+        (0, "Echo: first"),
+        (1, "Echo: second"),
+        (2, "Echo: third"),
+    ]
+    assert reply.usage is not None
+    assert (reply.usage.prompt_tokens, reply.usage.total_tokens) == (30, 45)  # summed
+    assert len(upstream_requests(fake_upstream)) == 3
+
+
+def test_choices_are_numbered_prompt_index_times_n(gw: GatewayServer) -> None:
+    # The fake answers one choice per call whatever n is: prompt p's first choice is p * n.
+    reply = client(gw).completions.create(model="text", prompt=["a", "b"], n=3)
+    assert [(c.index, c.text) for c in reply.choices] == [(0, "Echo: a"), (3, "Echo: b")]
+
+
+def test_completions_and_chat_share_the_cache(gw: GatewayServer, fake_upstream: FakeUpstream):
+    question = "What is the boiling point of water at sea level?"
+    chat = client(gw).chat.completions.with_raw_response.create(
+        model="cached", messages=[{"role": "user", "content": question}], max_tokens=20
+    )
+    assert chat.headers["x-gateway-cache"] == "miss"
+    legacy = client(gw).completions.with_raw_response.create(
+        model="cached", prompt=question, max_tokens=20
+    )
+    assert legacy.headers["x-gateway-cache"] == "hit-exact"
+    assert legacy.parse().choices[0].text == chat.parse().choices[0].message.content
+    assert len(upstream_requests(fake_upstream)) == 1
+    # A streamed completion of the same question is a replayed hit too.
+    chunks = list(
+        client(gw).completions.create(model="cached", prompt=question, max_tokens=20, stream=True)
+    )
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == f"Echo: {question}"
+    assert len(upstream_requests(fake_upstream)) == 1
+
+
+def test_level_4_is_a_well_formed_text_completion(gw: GatewayServer) -> None:
+    raw = client(gw).completions.with_raw_response.create(model="down", prompt="hello")
+    assert raw.headers["x-gateway-degraded"] == "unavailable"
+    assert_conforms(json.loads(raw.http_response.text), "CreateCompletionResponse")
+    assert raw.parse().choices[0].text == UNAVAILABLE
+
+
+async def test_level_4_streamed(gw: GatewayServer) -> None:
+    chunks, done = await raw_stream(gw, model="down", prompt="hello")
+    assert done
+    assert_chunks_conform(chunks)
+    assert "".join(c["choices"][0]["text"] for c in chunks) == UNAVAILABLE
+
+
+async def test_a_stream_that_breaks_ends_with_an_error_event(gw: GatewayServer) -> None:
+    chunks, done = await raw_stream(
+        gw, model="text", prompt="one two three", fake={"stream_error_after": 2}
+    )
+    assert done
+    *text, error = chunks
+    assert set(error) == {"error"} and error["error"]["message"]
+    assert text and all(not list(chunk_validator().iter_errors(c)) for c in text)
+
+
+def test_requests_are_counted_under_the_completions_endpoint(gw: GatewayServer) -> None:
+    def count() -> float:
+        found = scrape(gw.url, "gateway_requests_total")
+        return sum(v for labels, v in found.items() if ("endpoint", "completions") in labels)
+
+    before = count()
+    client(gw).completions.create(model="text", prompt="count me")
+    assert count() == before + 1
+
+
+# --- refused without a native upstream --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("param", "call"),
+    [
+        ("echo", {"prompt": "hi", "echo": True}),
+        ("logprobs", {"prompt": "hi", "logprobs": 2}),
+        ("suffix", {"prompt": "hi", "suffix": " end."}),
+        ("best_of", {"prompt": "hi", "best_of": 3}),
+        ("prompt", {"prompt": [1, 2, 3]}),
+        ("prompt", {"prompt": [[1, 2], [3]]}),
+        ("prompt", {"prompt": ["a", "b"], "stream": True}),
+    ],
+)
+async def test_what_needs_a_native_upstream_is_refused_by_name(
+    gw: GatewayServer, fake_upstream: FakeUpstream, param: str, call: Json
+) -> None:
+    resp = await request("POST", gw.url + "/v1/completions", body={"model": "text", **call})
+    error = assert_raw_error(resp, 400, param=param, code="unsupported_parameter")
+    assert "natively" in error["message"]
+    assert not list(fake_upstream.received)
+
+
+async def test_what_translates_is_not_refused(gw: GatewayServer) -> None:
+    # The defaults, said out loud, change nothing.
+    body = {"model": "text", "prompt": "hi", "echo": False, "best_of": 1, "suffix": None}
+    resp = await request("POST", gw.url + "/v1/completions", body=body)
+    assert resp.status == 200 and resp.json()["choices"][0]["text"] == "Echo: hi"
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code"),
+    [
+        ({"model": "text"}, "prompt", "missing_required_parameter"),
+        ({"model": "text", "prompt": 5}, "prompt", "invalid_value"),
+        ({"model": "text", "prompt": "hi", "max_tokens": "7"}, "max_tokens", "invalid_value"),
+        ({"model": "text", "prompt": "hi", "temperature": 3}, "temperature", "invalid_value"),
+        ({"model": "text", "prompt": "hi", "logprobs": 9}, "logprobs", "invalid_value"),
+        ({"prompt": "hi"}, "model", "missing_required_parameter"),
+        ({"model": "nope", "prompt": "hi"}, "model", "model_not_found"),
+    ],
+)
+async def test_bad_requests_name_the_legacy_field(
+    gw: GatewayServer, body: Json, param: str, code: str
+) -> None:
+    resp = await request("POST", gw.url + "/v1/completions", body=body)
+    status = 404 if code == "model_not_found" else 400
+    assert_raw_error(resp, status, param=param, code=code)
