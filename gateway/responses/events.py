@@ -29,6 +29,10 @@ Json = dict[str, Any]
 Snapshot = Callable[[list[Json], str, Json | None, str | None, Json | None], Json]
 
 
+# A failed Response's error.code is one of the official codes.
+_ERROR_CODES = {429: "rate_limit_exceeded"}
+
+
 class ResponseEvents:
     def __init__(
         self, snapshot: Snapshot, on_complete: Callable[[Json, Json], Awaitable[None]]
@@ -79,7 +83,10 @@ class ResponseEvents:
                 "param": body.get("param"),
             }
         )
-        error = {"code": "server_error", "message": body["message"]}
+        for item in self._items:
+            if item["status"] == "in_progress":
+                item["status"] = "incomplete"
+        error = {"code": _ERROR_CODES.get(err.status, "server_error"), "message": body["message"]}
         response = self._snapshot(self._items, "failed", None, None, error)
         events.append({"type": "response.failed", "response": response})
         return self._encode(events)

@@ -55,7 +55,7 @@ def response_object(
         "temperature": request.temperature if request.temperature is not None else 1.0,
         "text": {**text, "format": text.get("format") or {"type": "text"}},
         "tool_choice": request.tool_choice if request.tool_choice is not None else "auto",
-        "tools": body.get("tools") or [],
+        "tools": [_tool(tool) for tool in body.get("tools") or []],
         "top_p": request.top_p if request.top_p is not None else 1.0,
         "truncation": request.truncation or "disabled",
         "metadata": request.metadata or {},
@@ -65,6 +65,13 @@ def response_object(
     if usage is not None:
         response["usage"] = response_usage(usage)
     return response
+
+
+def _tool(tool: Json) -> Json:
+    """A tool as the Response echoes it: a function tool with every field, null if unset."""
+    if tool.get("type") != "function":
+        return tool
+    return {"description": None, "parameters": None, "strict": None, **tool}
 
 
 def output_items(completion: Json) -> list[Json]:

@@ -39,6 +39,43 @@ BUILT_IN_TOOLS = frozenset(
     }
 )
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+# Every field of the official CreateResponse: what is not among them is a provider's own
+# extension (vLLM's top_k, say, sent with the SDK's extra_body) and goes upstream as it is.
+RESPONSES_FIELDS = frozenset(
+    {
+        "background",
+        "context_management",
+        "conversation",
+        "include",
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "max_tool_calls",
+        "metadata",
+        "model",
+        "moderation",
+        "parallel_tool_calls",
+        "previous_response_id",
+        "prompt",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+        "reasoning",
+        "safety_identifier",
+        "service_tier",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "text",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "truncation",
+        "user",
+    }
+)
 # Responses fields copied to the chat body under the same name, when the client set them.
 _SAME_NAME = (
     "temperature",
@@ -114,6 +151,7 @@ def chat_body(request: ResponsesRequest, body: Json, turn: list[Json]) -> Json:
     OpenAI, instructions are not carried over: this request's own go first)."""
     system = [{"role": "system", "content": request.instructions}] if request.instructions else []
     chat: Json = {"model": request.model, "messages": system + turn}
+    chat.update((k, v) for k, v in body.items() if k not in RESPONSES_FIELDS)
     for name in _SAME_NAME:
         if name in body and body[name] is not None:
             chat[name] = body[name]
