@@ -38,6 +38,7 @@ from gateway.config.resilience import (
     ResilienceConfig,
     RetryConfig,
 )
+from gateway.config.responses import ResponsesConfig, ResponseStoreConfig
 from gateway.config.routing import (
     AliasConfig,
     EscalationConfig,
@@ -91,6 +92,8 @@ __all__ = [
     "RedisConfig",
     "RedisTarget",
     "ResilienceConfig",
+    "ResponseStoreConfig",
+    "ResponsesConfig",
     "RetryConfig",
     "RoutingConfig",
     "ScoringConfig",

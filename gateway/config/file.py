@@ -16,6 +16,7 @@ from gateway.config.providers import ProviderConfig
 from gateway.config.rate_limits import RateLimitsConfig
 from gateway.config.redis import RedisConfig, SharedRedis, resolve
 from gateway.config.resilience import ResilienceConfig
+from gateway.config.responses import ResponsesConfig
 from gateway.config.routing import RoutingConfig
 from gateway.config.server import ServerConfig
 
@@ -38,6 +39,10 @@ class ConfigFile(Strict):
     guard: GuardConfig = Field(default_factory=GuardConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     rate_limits: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
+    responses: ResponsesConfig = Field(
+        default_factory=ResponsesConfig,
+        description="Stored Responses (POST /v1/responses with store: true): where, how long.",
+    )
     redis: RedisConfig = Field(
         default_factory=RedisConfig,
         description="The Redis that parts with `type: redis` share state in (docs/DEPLOY.md).",
@@ -50,6 +55,7 @@ class ConfigFile(Strict):
             "cache": self.cache.store.as_written("cache.store", ":cache"),
             "breakers": self.resilience.breaker_storage.as_written("resilience.breaker_storage"),
             "rate_limits": self.rate_limits.storage.as_written("rate_limits.storage"),
+            "responses": self.responses.store.as_written("responses.store", ":responses"),
         }
         return resolve(self.redis, self.redis.model_fields_set, parts)
 

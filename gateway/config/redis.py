@@ -1,5 +1,6 @@
 """The `redis:` section: the one Redis that replicas share state through, and where each part
-that shares (the cache store, the circuit breakers, the rate limits) keeps its keys in it.
+that shares (the cache store, the circuit breakers, the rate limits, stored responses) keeps
+its keys in it.
 
 A part only says whether it shares (`type: redis`); the server and the key prefix are set once
 here, so several replicas (and the three parts) cannot point at different servers by mistake.
@@ -42,8 +43,8 @@ class RedisConfig(Strict):
         min_length=1,
         max_length=64,
         description="Prefix of every key: breakers and rate limits use it as it is, the cache "
-        "`<namespace>:cache`. Replicas of one deployment share it; another deployment on the "
-        "same server takes another.",
+        "`<namespace>:cache`, stored responses `<namespace>:responses`. Replicas of one "
+        "deployment share it; another deployment on the same server takes another.",
     )
 
     @field_validator("url")

@@ -1,7 +1,8 @@
 """Which parts of this process share state through Redis (the cache store, breaker state,
-rate-limit counters) and whether each can reach it right now: one object per process that
-/readyz and the `gateway_redis_up` gauge both read. Unreachable is degraded, never down: every
-part falls back to local state and resynchronises by itself (docs/DEPLOY.md)."""
+rate-limit counters, stored responses) and whether each can reach it right now: one object per
+process that /readyz and the `gateway_redis_up` gauge both read. Unreachable is degraded,
+never down: every part falls back to local state and resynchronises by itself, except stored
+responses, which answer 503 until Redis is back (docs/DEPLOY.md)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Protocol
 from gateway.cache.service import SemanticCache
 from gateway.ratelimit import RateLimiter
 from gateway.resilience.breaker import Breakers
+from gateway.responses.store import ResponseStore
 
 WATCH_SECONDS = 1.0
 
@@ -36,15 +38,19 @@ class SharedPart(Protocol):
 
 
 class SharedState:
-    """Component name ("cache", "breakers", "rate_limits") -> its part, built once per process;
-    only the parts configured to share are reported."""
+    """Component name ("cache", "breakers", "rate_limits", "responses") -> its part, built
+    once per process; only the parts configured to share are reported."""
 
     def __init__(self, parts: Mapping[str, SharedPart]) -> None:
         self._parts = dict(parts)
 
     @classmethod
     def of(
-        cls, cache: SemanticCache | None, breakers: Breakers, limiter: RateLimiter
+        cls,
+        cache: SemanticCache | None,
+        breakers: Breakers,
+        limiter: RateLimiter,
+        responses: ResponseStore | None = None,
     ) -> SharedState:
         from gateway.cache.redis_store import RedisStore
 
@@ -53,6 +59,8 @@ class SharedState:
             parts["cache"] = cache.store
         parts["breakers"] = breakers
         parts["rate_limits"] = limiter
+        if responses is not None:
+            parts["responses"] = responses  # listed only when it is the Redis store
         return cls(parts)
 
     def components(self) -> list[str]:

@@ -1,0 +1,206 @@
+"""The embedded response store: SQLite in WAL mode, one file, no server; the default.
+
+A row is (key, blob, created, expires): the key is SHA-256 of tenant and id (backend.py), the
+blob the whole stored response as one orjson value. Everything SQLite does runs on one worker
+thread, so the event loop never waits on the disk. A put returns once its transaction
+committed, and WAL with synchronous=NORMAL keeps it through a crash of the process; the file
+is kept across restarts. Expired rows are never returned, and swept every `sweep_seconds`
+(and at start); past `max_entries`, the oldest rows go first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from gateway.responses.backend import Clock, OnFailure, ResponseStore
+from gateway.util.threads import single_worker
+
+log = logging.getLogger("gateway.responses")
+
+SWEEP_SECONDS = 300.0
+_SWEEP_BATCH = 1000  # rows per transaction, so a sweep never holds the write lock for long
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    id INTEGER PRIMARY KEY,
+    key BLOB NOT NULL UNIQUE,
+    value BLOB NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS responses_expires ON responses (expires_at);
+"""
+
+
+class EmbeddedResponseStore(ResponseStore):
+    outages = (sqlite3.Error, OSError)
+
+    def __init__(
+        self,
+        path: str | None,
+        ttl_seconds: int,
+        *,
+        max_entries: int | None = None,
+        sweep_seconds: float = SWEEP_SECONDS,
+        clock: Clock = time.time,
+        on_failure: OnFailure | None = None,
+    ) -> None:
+        """`path` None: in memory only (lost on restart)."""
+        super().__init__(ttl_seconds, clock=clock, on_failure=on_failure)
+        self.path = path
+        self.max_entries = max_entries
+        self.sweep_seconds = sweep_seconds
+        self._executor = single_worker("responses-db")
+        self._db: sqlite3.Connection | None = None
+        self._rows = 0  # live and expired rows in the table (the worker thread's count)
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if self._db is None:
+            await self._run(self._open, self._clock())
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        if self._db is not None:
+            await self._run(self._close)
+        self._executor.shutdown(wait=True)
+
+    async def sweep(self) -> int:
+        """Delete the expired rows now; returns how many."""
+        removed: int = await self._run(self._delete_expired, self._clock())
+        return removed
+
+    def __len__(self) -> int:
+        """Rows in the table, expired ones not yet swept included."""
+        return self._rows
+
+    # --- the backend -------------------------------------------------------------------------
+
+    async def _write(self, key: bytes, blob: bytes, expires_at: float) -> None:
+        await self._run(self._insert, key, blob, self._clock(), expires_at)
+
+    async def _read(self, key: bytes, now: float) -> bytes | None:
+        value: bytes | None = await self._run(self._select, key, now)
+        return value
+
+    async def _remove(self, key: bytes, now: float) -> bool:
+        removed: bool = await self._run(self._delete, key, now)
+        return removed
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_seconds)
+            try:
+                await self.sweep()
+            except self.outages as exc:
+                self._warnings.warning("stored responses: sweep failed: %r", exc, key="sweep")
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # --- SQLite side (runs on the store's own thread) ----------------------------------------
+
+    def _open(self, now: float) -> None:
+        if self.path is not None:  # conversations: readable by this user only
+            Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            Path(self.path).touch(mode=0o600, exist_ok=True)
+            os.chmod(self.path, 0o600)  # SQLite gives its -wal and -shm files the same mode
+        db = sqlite3.connect(self.path or ":memory:", isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL mode
+        db.execute("PRAGMA busy_timeout=5000")
+        db.executescript(SCHEMA)
+        self._db = db
+        self._rows = db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        self._delete_expired(now)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise sqlite3.ProgrammingError("the response store is not started (or was closed)")
+        return self._db
+
+    def _insert(self, key: bytes, blob: bytes, now: float, expires_at: float) -> None:
+        db = self._connection()
+        rows = self._rows
+        with _transaction(db):
+            replaced = db.execute(
+                "UPDATE responses SET value = ?, expires_at = ? WHERE key = ?",
+                (blob, expires_at, key),
+            ).rowcount
+            if not replaced:
+                db.execute(
+                    "INSERT INTO responses (key, value, created_at, expires_at) "
+                    "VALUES (?, ?, ?, ?)",
+                    (key, blob, now, expires_at),
+                )
+                rows += 1
+            over = rows - self.max_entries if self.max_entries is not None else 0
+            if over > 0:  # the oldest first: ids only grow
+                rows -= db.execute(
+                    "DELETE FROM responses WHERE id IN "
+                    "(SELECT id FROM responses ORDER BY id LIMIT ?)",
+                    (over,),
+                ).rowcount
+        self._rows = rows  # committed
+
+    def _select(self, key: bytes, now: float) -> bytes | None:
+        row = (
+            self._connection()
+            .execute("SELECT value FROM responses WHERE key = ? AND expires_at > ?", (key, now))
+            .fetchone()
+        )
+        return None if row is None else bytes(row[0])
+
+    def _delete(self, key: bytes, now: float) -> bool:
+        rows = (
+            self._connection()
+            .execute("DELETE FROM responses WHERE key = ? RETURNING expires_at", (key,))
+            .fetchall()  # every row stepped: the statement is done, its lock released
+        )
+        if not rows:
+            return False
+        self._rows -= 1
+        return bool(rows[0][0] > now)  # an expired row was already gone, as far as clients know
+
+    def _delete_expired(self, now: float) -> int:
+        db = self._connection()
+        removed = 0
+        while True:
+            batch = db.execute(
+                "DELETE FROM responses WHERE id IN "
+                "(SELECT id FROM responses WHERE expires_at <= ? LIMIT ?)",
+                (now, _SWEEP_BATCH),
+            ).rowcount
+            removed += batch
+            self._rows -= batch
+            if batch < _SWEEP_BATCH:
+                return removed
+
+    def _close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()
+
+
+class _transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")

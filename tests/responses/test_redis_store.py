@@ -1,0 +1,139 @@
+"""The shared response store (gateway/responses/redis_store.py) against a real redis-server:
+two stores are two replicas; an outage is a 503 on reads, a logged and counted failed put, and
+"responses" unreachable in the shared state /readyz reports."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.config.redis import RedisTarget
+from gateway.config.resilience import BreakerConfig
+from gateway.config.responses import ResponsesConfig
+from gateway.ratelimit import RateLimiter
+from gateway.resilience.breaker import Breakers
+from gateway.responses.redis_store import RedisResponseStore
+from gateway.responses.store import StoreUnavailable, build_response_store, new_response_id
+from gateway.state.shared import SharedState
+from gateway.testing.harness.redis_server import redis_server, redis_server_path
+from tests.responses.test_store import stored
+
+TTL = 3600
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"test:{uuid.uuid4().hex[:8]}:responses"  # each test its own keys
+
+
+@pytest.fixture
+async def replicas(
+    redis_url: str, namespace: str
+) -> AsyncIterator[tuple[RedisResponseStore, RedisResponseStore]]:
+    pair = (
+        RedisResponseStore(redis_url, namespace, TTL),
+        RedisResponseStore(redis_url, namespace, TTL),
+    )
+    for store in pair:
+        await store.start()
+    yield pair
+    for store in pair:
+        await store.close()
+
+
+async def test_what_one_replica_stores_the_other_reads_and_deletes(
+    replicas: tuple[RedisResponseStore, RedisResponseStore],
+) -> None:
+    a, b = replicas
+    one = stored()
+    rid = one.response["id"]
+    await a.put("acme", one)
+    assert await b.get("acme", rid) == one
+    assert await b.delete("acme", rid) is True
+    assert await a.get("acme", rid) is None
+    assert await a.delete("acme", rid) is False
+
+
+async def test_another_tenant_gets_what_an_unknown_id_gets(
+    replicas: tuple[RedisResponseStore, RedisResponseStore],
+) -> None:
+    a, b = replicas
+    mine = stored("mine")
+    rid = mine.response["id"]
+    await a.put("team-a", mine)
+    assert await b.get("team-b", rid) is None
+    assert await b.get("team-b", new_response_id()) is None
+    assert await b.delete("team-b", rid) is False
+    assert await a.get("team-a", rid) == mine
+
+
+async def test_keys_expire_at_the_ttl_and_name_no_tenant_or_id(
+    redis_url: str, namespace: str
+) -> None:
+    config = ResponsesConfig.model_validate({"ttl_seconds": TTL, "store": {"type": "redis"}})
+    store = build_response_store(config, RedisTarget(redis_url, namespace))
+    assert isinstance(store, RedisResponseStore) and store.shared
+    await store.start()
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        one = stored()
+        await store.put("tenant-with-a-name", one)
+        keys = [k.decode() async for k in client.scan_iter(match=f"{namespace}:*")]
+        assert len(keys) == 1
+        (key,) = keys
+        assert key.startswith(f"{namespace}:") and len(key) == len(namespace) + 1 + 64
+        assert "tenant-with-a-name" not in key and one.response["id"] not in key
+        assert TTL - 5 <= await client.ttl(key) <= TTL
+        long = stored("x" * 3_000_000)  # 6 MB with its copies: one value, nothing cut
+        await store.put("acme", long)
+        assert await store.get("acme", long.response["id"]) == long
+    finally:
+        await client.aclose()
+        await store.close()
+
+
+async def test_an_outage_is_a_503_on_reads_and_a_counted_failed_put(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    if redis_server_path() is None:
+        pytest.skip("redis-server is not on PATH")
+    failed: list[str] = []
+    with redis_server() as server:
+        store = RedisResponseStore(server.url, "gw:responses", TTL, on_failure=failed.append)
+        await store.start()
+        shared = SharedState.of(None, Breakers(BreakerConfig(), None), RateLimiter(None), store)
+        try:
+            kept = stored("before")
+            await store.put("acme", kept)
+            assert await store.get("acme", kept.response["id"]) == kept
+            assert shared.states() == {"responses": True}
+
+            server.stop()
+            with caplog.at_level(logging.WARNING, "gateway.responses"):
+                with pytest.raises(StoreUnavailable) as info:
+                    await store.get("acme", kept.response["id"])
+                await store.put("acme", stored("during"))  # does not raise
+                with pytest.raises(StoreUnavailable):
+                    await store.delete("acme", kept.response["id"])
+            assert info.value.status == 503
+            assert info.value.body()["error"]["code"] == "store_unavailable"
+            assert info.value.headers == {"Retry-After": "1"}
+            assert failed == ["get", "put", "delete"]
+            assert store.failures == {"get": 1, "put": 1, "delete": 1}
+            warnings = [r.getMessage() for r in caplog.records if r.name == "gateway.responses"]
+            assert len(warnings) == 1, warnings  # one per interval, not one per call
+            assert "stored responses: Redis get failed" in warnings[0]
+            assert shared.states() == {"responses": False}
+
+            server.start()  # back, empty (nothing persisted)
+            await store.probe_redis()  # what SharedState.watch does once a second
+            assert shared.states() == {"responses": True}
+            after = stored("after")
+            await store.put("acme", after)
+            assert await store.get("acme", after.response["id"]) == after
+        finally:
+            await store.close()
