@@ -100,7 +100,7 @@ class Pipeline:
                 wants_usage=request.wants_usage_in_stream,
             )
         except AllUpstreamsUnavailable as err:
-            return await self._unavailable(ctx, request, body, err)
+            return await self.unavailable(ctx, request, body, err)
         # On a stream, sources and the disclaimer go into the first batch as the upstream
         # sent it (Stage.opening), so the tool guard holds calls behind the disclaimer.
         reply = (
@@ -162,7 +162,7 @@ class Pipeline:
         disclaimer = degradation.localized(texts, last_user_text(body))
         return degradation.Disclaimer(disclaimer, request.n or 1)
 
-    async def _unavailable(
+    async def unavailable(
         self,
         ctx: RequestContext,
         request: ChatParams,

@@ -8,6 +8,7 @@ the Responses event stream. Stored responses are the tenant's own (gateway/respo
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -18,7 +19,9 @@ from gateway.errors import InvalidRequest, NotFound
 from gateway.http import render
 from gateway.http.handlers import read_chat_headers, read_json
 from gateway.http.keys import CTX, RESPONSES, RUNTIME
-from gateway.responses import output
+from gateway.reply.reply import Reply
+from gateway.resilience.executor import AllUpstreamsUnavailable
+from gateway.responses import native, output
 from gateway.responses import request as translate
 from gateway.responses.events import ResponseEvents
 from gateway.responses.store import ResponseStore, StoredResponse, new_response_id
@@ -28,32 +31,58 @@ Json = dict[str, Any]
 
 
 async def create(request: web.Request) -> web.StreamResponse:
-    ctx, runtime, store = request[CTX], request[RUNTIME], request.app[RESPONSES]
+    ctx, pipeline = request[CTX], request[RUNTIME].pipeline
     body = await read_json(request)
     asked = translate.parse(body)
-    history: list[Json] = []
-    if asked.previous_response_id is not None:
-        previous = await store.get(_tenant(ctx), asked.previous_response_id)
-        if previous is None:
-            raise NotFound(
-                f"Previous response with id '{asked.previous_response_id}' not found.",
-                param="previous_response_id",
-                code="previous_response_not_found",
-            )
-        history = previous.conversation
+    history = await _history(request, asked)
     items = translate.input_items(asked)
+    if translate.built_in_tools(asked) and native.serves(ctx, pipeline, asked.model):
+        return await _native(request, asked, body, history, items)
     turn = history + translate.conversation(items)
     chat = translate.chat_body(asked, body, turn)
     params = chat_params(chat)
     read_chat_headers(request, params, chat)
-    reply = await runtime.pipeline.chat(ctx, params, chat)
+    reply = await pipeline.chat(ctx, params, chat)
+    return await _answer(request, asked, body, Conversation(turn, items), reply)
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """What a stored response keeps beside itself: the chat turns before its answer, and
+    this request's own input items."""
+
+    turn: list[Json]
+    items: list[Json]
+
+
+async def _history(request: web.Request, asked: translate.ResponsesRequest) -> list[Json]:
+    """The conversation `previous_response_id` continues (the tenant's own only)."""
+    if asked.previous_response_id is None:
+        return []
+    previous = await _store(request).get(_tenant(request[CTX]), asked.previous_response_id)
+    if previous is None:
+        raise NotFound(
+            f"Previous response with id '{asked.previous_response_id}' not found.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
+    return previous.conversation
+
+
+async def _answer(
+    request: web.Request,
+    asked: translate.ResponsesRequest,
+    body: Json,
+    conversation: Conversation,
+    reply: Reply,
+) -> web.StreamResponse:
+    """The pipeline's chat answer as a Response, or as the Responses event stream."""
+    ctx = request[CTX]
     model = ctx.route.name if ctx.route is not None else asked.model
     snapshot = partial(_snapshot, new_response_id(), asked, body, model, int(time.time()))
 
     async def keep(response: Json, _completion: Json) -> None:
-        if asked.stores:
-            conversation = turn + output.conversation_output(response["output"])
-            await store.put(_tenant(ctx), StoredResponse(response, items, conversation))
+        await _keep(request, asked, conversation, response)
 
     completion = reply.completion
     if completion is None:
@@ -70,6 +99,48 @@ async def create(request: web.Request) -> web.StreamResponse:
         response["sources"] = completion["sources"]
     await keep(response, completion)
     return render.json(ctx, response)
+
+
+async def _keep(
+    request: web.Request,
+    asked: translate.ResponsesRequest,
+    conversation: Conversation,
+    response: Json,
+) -> None:
+    if asked.stores and isinstance(response.get("id"), str):
+        turns = conversation.turn + output.conversation_output(response.get("output") or [])
+        stored = StoredResponse(response, conversation.items, turns)
+        await _store(request).put(_tenant(request[CTX]), stored)
+
+
+async def _native(
+    request: web.Request,
+    asked: translate.ResponsesRequest,
+    body: Json,
+    history: list[Json],
+    items: list[Json],
+) -> web.StreamResponse:
+    """A request with built-in tools, to an upstream that runs them (responses/native.py);
+    level 4 when none answers, as on the chat path."""
+    ctx, pipeline = request[CTX], request[RUNTIME].pipeline
+    turn = history + translate.conversation(items, provider_items=True)
+    chat = translate.chat_body(asked, body, turn, tools=False)  # for the record and level 4
+    params = chat_params(chat)
+    read_chat_headers(request, params, chat)
+    conversation = Conversation(turn, items)
+
+    async def keep(response: Json) -> None:
+        await _keep(request, asked, conversation, response)
+
+    relayed = native.upstream_body(asked, body, history)
+    try:
+        answer = await native.relay(ctx, pipeline, relayed, bool(asked.stream), keep)
+    except AllUpstreamsUnavailable as err:
+        reply = await pipeline.unavailable(ctx, params, chat, err)
+        return await _answer(request, asked, body, conversation, reply)
+    if isinstance(answer, dict):
+        return render.json(ctx, answer)
+    return await render.stream(request, ctx, *answer)
 
 
 async def retrieve(request: web.Request) -> web.StreamResponse:

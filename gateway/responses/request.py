@@ -145,7 +145,9 @@ def built_in_tools(request: ResponsesRequest) -> list[str]:
     return [str(tool.get("type")) for tool in request.tools or [] if tool.get("type") != "function"]
 
 
-def chat_body(request: ResponsesRequest, body: Json, turn: list[Json]) -> Json:
+def chat_body(
+    request: ResponsesRequest, body: Json, turn: list[Json], *, tools: bool = True
+) -> Json:
     """The chat completions body for this request. `turn`: the conversation in chat messages,
     the earlier turns of a response it continues first, without their instructions (as at
     OpenAI, instructions are not carried over: this request's own go first)."""
@@ -159,13 +161,13 @@ def chat_body(request: ResponsesRequest, body: Json, turn: list[Json]) -> Json:
         chat["max_completion_tokens"] = request.max_output_tokens
     if request.top_logprobs:
         chat["logprobs"], chat["top_logprobs"] = True, request.top_logprobs
-    if request.tools:
+    if request.tools and tools:
         chat["tools"], choice = _tools(request.tools, request.tool_choice)
         if choice is not None:
             chat["tool_choice"] = choice
         if request.parallel_tool_calls is not None:
             chat["parallel_tool_calls"] = request.parallel_tool_calls
-    elif request.tool_choice not in (None, "auto", "none"):
+    elif tools and request.tool_choice not in (None, "auto", "none"):
         raise InvalidRequest(
             "'tool_choice' names a tool but 'tools' is empty.", param="tool_choice"
         )
@@ -206,9 +208,11 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{os.urandom(24).hex()}"
 
 
-def conversation(items: list[Json]) -> list[Json]:
+def conversation(items: list[Json], *, provider_items: bool = False) -> list[Json]:
     """Input items -> chat messages. Consecutive function calls (and the assistant text just
-    before them) make one assistant message, as a chat client sends parallel calls."""
+    before them) make one assistant message, as a chat client sends parallel calls.
+    `provider_items`: skip the items of built-in tools (a native request's), which no chat
+    message can hold, instead of refusing them."""
     messages: list[Json] = []
     for index, item in enumerate(items):
         kind = item.get("type", "message")
@@ -218,7 +222,7 @@ def conversation(items: list[Json]) -> list[Json]:
             _add_call(messages, item, index)
         elif kind == "function_call_output":
             messages.append(_call_output(item, index))
-        elif kind == "reasoning":
+        elif kind == "reasoning" or provider_items:
             continue  # a model's own reasoning: chat upstreams take none back
         else:
             raise InvalidRequest(
