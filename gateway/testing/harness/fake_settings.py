@@ -26,6 +26,7 @@ def fake_config(fake_url: str) -> Json:
     in /v1), a demo provider, and chat and embedding models on each."""
     return {
         "server": {"max_body_bytes": 65536},
+        "responses": {"store": {"type": "memory"}},  # test gateways share no file
         "providers": {
             "fake": {
                 "type": "openai",
