@@ -29,6 +29,13 @@ Json = dict[str, Any]
 Snapshot = Callable[[list[Json], str, Json | None, str | None, Json | None], Json]
 
 
+# A text part's kind -> the field that holds its text, and the event of one delta of it.
+_TEXT_FIELD = {"output_text": "text", "refusal": "refusal", "reasoning_text": "text"}
+_DELTA = {
+    "output_text": "response.output_text.delta",
+    "refusal": "response.refusal.delta",
+    "reasoning_text": "response.reasoning_text.delta",
+}
 # A failed Response's error.code is one of the official codes.
 _ERROR_CODES = {429: "rate_limit_exceeded"}
 
@@ -61,10 +68,12 @@ class ResponseEvents:
                 if choice.get("index", 0) != 0:
                     continue  # the Responses API has one output per response
                 delta = choice.get("delta") or {}
+                if delta.get("reasoning_content"):
+                    events += self._text(delta["reasoning_content"], "reasoning_text")
                 if delta.get("content"):
-                    events += self._text(delta["content"], refusal=False)
+                    events += self._text(delta["content"], "output_text")
                 if delta.get("refusal"):
-                    events += self._text(delta["refusal"], refusal=True)
+                    events += self._text(delta["refusal"], "refusal")
                 for call in delta.get("tool_calls") or []:
                     events += self._call(call)
                 if choice.get("finish_reason"):
@@ -121,32 +130,35 @@ class ResponseEvents:
             {"type": "response.in_progress", "response": created},
         ]
 
-    def _text(self, text: str, *, refusal: bool) -> list[Json]:
+    def _text(self, text: str, kind: str) -> list[Json]:
+        """A text delta of a part of `kind` (output_text, refusal: a message's; reasoning_text:
+        a reasoning item's), opening its item and part when it is the first."""
         events: list[Json] = []
+        item_type = "reasoning" if kind == "reasoning_text" else "message"
         item = self._open
-        if item is None or item["type"] != "message":
+        if item is None or item["type"] != item_type:
             events += self._close()
-            item_id = new_id("msg")
-            events += self._open_item(output.message_item(item_id, [], "in_progress"))
-            item = self._open
-            assert item is not None
-        kind = "refusal" if refusal else "output_text"
+            if item_type == "reasoning":
+                opened = output.reasoning_item(new_id("rs"), [], "in_progress")
+            else:
+                opened = output.message_item(new_id("msg"), [], "in_progress")
+            events += self._open_item(opened)
+            item = opened
         parts = item["content"]
         if not parts or parts[-1]["type"] != kind:
             events += self._close_part()
-            part = output.refusal_part("") if refusal else output.text_part("")
+            part = output.PARTS[kind]("")
             parts.append(part)
             events.append(
                 self._at(item, {"type": "response.content_part.added", "part": dict(part)})
             )
         part = parts[-1]
-        if refusal:
-            part["refusal"] += text
-            events.append(self._at(item, {"type": "response.refusal.delta", "delta": text}))
-        else:
-            part["text"] += text
-            delta = {"type": "response.output_text.delta", "delta": text, "logprobs": []}
-            events.append(self._at(item, delta))
+        field = _TEXT_FIELD[kind]
+        part[field] += text
+        delta: Json = {"type": _DELTA[kind], "delta": text}
+        if kind == "output_text":
+            delta["logprobs"] = []
+        events.append(self._at(item, delta))
         return events
 
     def _text_part_added(self, item_id: str) -> list[Json]:
@@ -187,7 +199,7 @@ class ResponseEvents:
     def _open_item(self, item: Json) -> list[Json]:
         self._items.append(item)
         self._open = item
-        added = {**item, "content": []} if item["type"] == "message" else dict(item)
+        added = {**item, "content": []} if "content" in item else dict(item)
         return [
             {
                 "type": "response.output_item.added",
@@ -201,7 +213,7 @@ class ResponseEvents:
         item = self._open
         if item is None:
             return []
-        events = self._close_part() if item["type"] == "message" else []
+        events = self._close_part()
         if item["type"] == "function_call":
             events.append(
                 {
@@ -221,13 +233,16 @@ class ResponseEvents:
 
     def _close_part(self) -> list[Json]:
         item = self._open
-        if item is None or item["type"] != "message" or not item["content"]:
+        if item is None or item["type"] == "function_call" or not item["content"]:
             return []
         part = item["content"][-1]
-        if part["type"] == "refusal":
-            finished = {"type": "response.refusal.done", "refusal": part["refusal"]}
-        else:
-            finished = {"type": "response.output_text.done", "text": part["text"], "logprobs": []}
+        kind = part["type"]
+        finished = {
+            "type": _DELTA[kind].replace(".delta", ".done"),
+            **{k: part[k] for k in (_TEXT_FIELD[kind],)},
+        }
+        if kind == "output_text":
+            finished["logprobs"] = []
         done = {"type": "response.content_part.done", "part": dict(part)}
         return [self._at(item, finished), self._at(item, done)]
 

@@ -7,6 +7,7 @@ response's `response.completed` equals what the plain call returns.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gateway.responses.request import ResponsesRequest, new_id
@@ -81,6 +82,9 @@ def output_items(completion: Json) -> list[Json]:
     message = choice.get("message") or {}
     status = "incomplete" if choice.get("finish_reason") in INCOMPLETE else "completed"
     items = []
+    if message.get("reasoning_content"):  # an open model's thinking (DeepSeek, vLLM)
+        part = reasoning_part(message["reasoning_content"])
+        items.append(reasoning_item(new_id("rs"), [part], "completed"))
     calls = message.get("tool_calls") or []
     if message.get("refusal"):
         items.append(message_item(new_id("msg"), [refusal_part(message["refusal"])], status))
@@ -116,6 +120,22 @@ def text_part(text: str) -> Json:
 
 def refusal_part(refusal: str) -> Json:
     return {"type": "refusal", "refusal": refusal}
+
+
+def reasoning_item(item_id: str, content: list[Json], status: str) -> Json:
+    return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "status": status}
+
+
+def reasoning_part(text: str) -> Json:
+    return {"type": "reasoning_text", "text": text}
+
+
+# A text part's kind -> an empty one
+PARTS: dict[str, Callable[[str], Json]] = {
+    "output_text": text_part,
+    "refusal": refusal_part,
+    "reasoning_text": reasoning_part,
+}
 
 
 def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> Json:

@@ -208,3 +208,18 @@ def test_any_chunking_gives_the_same_items(seed: int) -> None:
     assert texts_from_deltas(events) == {message["id"]: text}
     assert message["content"][0]["text"] == text
     assert call["arguments"] == arguments
+
+
+def test_reasoning_content_streams_as_a_reasoning_item_before_the_message() -> None:
+    events, _ = translated(
+        [
+            [chunk({"reasoning_content": "The user greets"}), chunk({"reasoning_content": "."})],
+            [chunk({"content": "Hi!"}), chunk({}, "stop")],
+        ]
+    )
+    check(events)
+    reasoning, message = final_items(events)
+    assert reasoning["type"] == "reasoning"
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": "The user greets."}]
+    assert message["content"][0]["text"] == "Hi!"
+    assert "response.reasoning_text.done" in [e["type"] for e in events]

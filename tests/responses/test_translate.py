@@ -351,3 +351,11 @@ def test_input_items_get_ids_and_a_string_is_one_user_message() -> None:
         translate.parse({"model": "m", "input": [{"role": "user", "content": "x", "id": "msg_a"}]})
     )
     assert kept[0]["id"] == "msg_a"
+
+
+def test_reasoning_content_is_a_reasoning_item_and_is_not_replayed_to_chat() -> None:
+    message = {"role": "assistant", "content": "4", "reasoning_content": "2+2 is 4."}
+    response = response_for({"model": "m", "input": "2+2?"}, completion(message))
+    assert_conforms(response, "Response")
+    assert [item["type"] for item in response["output"]] == ["reasoning", "message"]
+    assert output.conversation_output(response["output"]) == [{"role": "assistant", "content": "4"}]
