@@ -1,7 +1,7 @@
 """A legacy completions request through the chat pipeline: one pipeline call per prompt (run
 concurrently, their choices merged), or, for a stream, the one prompt's chat stream written as
-text completion chunks. A request only a native completions endpoint can answer is refused
-here with the parameter named (gateway/completions/request.py says which and why)."""
+text completion chunks. A request only a native completions endpoint can answer goes to one
+(gateway/completions/native.py), or is refused with the parameter named."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.completions import native
 from gateway.completions.request import CompletionRequest, chat_body, native_only
 from gateway.completions.response import TextChunks, summed_usage, text_completion
 from gateway.context import RequestContext
-from gateway.errors import InvalidRequest
 from gateway.pipeline import Pipeline
+from gateway.reply.native import NativeEvents
 from gateway.reply.reply import Reply
 from gateway.wire import chat_params
 
@@ -25,7 +26,7 @@ class Streamed:
     """A stream to relay, and how its chunks are written."""
 
     reply: Reply
-    form: TextChunks
+    form: TextChunks | NativeEvents
 
 
 async def complete(
@@ -34,13 +35,8 @@ async def complete(
     """The text completion for `request` (`body` as the client sent it), or its stream."""
     refused = native_only(request)
     if refused is not None:
-        param, why = refused
-        raise InvalidRequest(
-            f"'{param}' needs an upstream that serves /v1/completions natively, and the "
-            f"model '{request.model}' has none: {why}.",
-            param=param,
-            code="unsupported_parameter",
-        )
+        answer = await native.relay(ctx, pipeline, request, body, refused)
+        return answer if isinstance(answer, dict) else Streamed(*answer)
     prompts = request.prompts
     assert prompts, "native_only refuses token prompts and empty lists"
     if request.stream:

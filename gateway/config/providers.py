@@ -8,6 +8,8 @@ from pydantic import Field, model_validator
 
 from gateway.config.base import Strict
 
+NativeEndpoint = Literal["completions", "responses"]
+
 
 class TimeoutConfig(Strict):
     connect: float = Field(5.0, gt=0)
@@ -27,6 +29,12 @@ class ProviderConfig(Strict):
     stream_usage: bool = Field(
         True, description="Ask the upstream for usage on streams, to account tokens."
     )
+    native: list[NativeEndpoint] = Field(
+        default_factory=list,
+        description="OpenAI endpoints besides chat completions this upstream serves itself "
+        "(completions, responses): requests only they can answer (echo, logprobs, built-in "
+        "tools) are passed to it as they came. Empty: the gateway translates to chat.",
+    )
 
     @model_validator(mode="after")
     def _openai_needs_url(self) -> ProviderConfig:
@@ -34,4 +42,6 @@ class ProviderConfig(Strict):
             raise ValueError("an 'openai' provider needs base_url")
         if self.base_url and not self.base_url.startswith(("http://", "https://")):
             raise ValueError("base_url must start with http:// or https://")
+        if self.type == "demo" and self.native:
+            raise ValueError("the demo provider serves chat completions only: no 'native'")
         return self

@@ -38,6 +38,7 @@ class ProviderSettings:
     max_connections: int
     stream_usage: bool
     disabled_reason: str | None = None
+    native: frozenset[str] = frozenset()  # endpoints it serves itself (config/providers.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,4 +259,5 @@ def _provider_settings(name: str, p: ProviderConfig, env: Mapping[str, str]) -> 
         max_connections=p.max_connections,
         stream_usage=p.stream_usage,
         disabled_reason=disabled,
+        native=frozenset(p.native),
     )

@@ -26,6 +26,7 @@ from pydantic import SecretStr
 from gateway.config import Deployment, ModelRoute, Settings
 from gateway.context import RequestContext
 from gateway.errors import GatewayError, InvalidRequest, UpstreamTimeout
+from gateway.reply.native import chat_usage
 from gateway.reply.stream import ChunkStream
 from gateway.resilience.breaker import BreakerOpen, Breakers
 from gateway.resilience.retry import Backoff, Outcome, classify, failure_reason, retry_after_seconds
@@ -92,6 +93,46 @@ class UpstreamExecutor:
 
         return await self._run(ctx, route, body, open_stream, fallbacks=True)
 
+    async def native(
+        self, ctx: RequestContext, route: ModelRoute, endpoint: str, body: Json, *, stream: bool
+    ) -> Json | ChunkStream:
+        """A call to an OpenAI endpoint an upstream serves itself (`completions`, `responses`),
+        `body` relayed as the client sent it: through the same deployments, breakers, retries,
+        deadline and fallbacks as chat, skipping deployments whose provider does not serve the
+        endpoint (check `serves_natively` first). The answer, or a stream of its events whose
+        first batch has arrived (the events as they came, names kept: reply/native.py)."""
+        if not stream:
+
+            async def call(provider: Provider, upstream_body: Json, key: SecretStr | None) -> Json:
+                return await provider.native(endpoint, upstream_body, key)
+
+            run = self._run(ctx, route, body, call, fallbacks=True, native=endpoint)
+            answer = await self._timed(ctx, run)
+            ctx.record_usage(chat_usage(answer.get("usage")))
+            return answer
+
+        async def open_stream(
+            provider: Provider, upstream_body: Json, key: SecretStr | None
+        ) -> ChunkStream:
+            served = ctx.served_deployment
+            breaker = self.breakers.get(served.key) if served else None
+            return await ChunkStream.open(
+                ctx,
+                provider.native_stream(endpoint, upstream_body, key),
+                on_break=breaker.record_failure if breaker else None,
+            )
+
+        return await self._run(ctx, route, body, open_stream, fallbacks=True, native=endpoint)
+
+    def serves_natively(self, route: ModelRoute, endpoint: str) -> bool:
+        """Whether a provider of one of the model's own deployments serves `endpoint` itself
+        (its `native` list); `native` then walks those and the fallbacks' that do too."""
+        return any(self._native(d, endpoint) for d in route.deployments)
+
+    def _native(self, deployment: Deployment, endpoint: str) -> bool:
+        provider = self.settings.providers.get(deployment.provider)
+        return provider is not None and endpoint in provider.native
+
     async def on_behalf(
         self, ctx: RequestContext, route: ModelRoute, body: Json, purpose: str
     ) -> Json:
@@ -125,7 +166,14 @@ class UpstreamExecutor:
         return result
 
     async def _run(
-        self, ctx: RequestContext, route: ModelRoute, body: Json, call: Call[T], *, fallbacks: bool
+        self,
+        ctx: RequestContext,
+        route: ModelRoute,
+        body: Json,
+        call: Call[T],
+        *,
+        fallbacks: bool,
+        native: str | None = None,
     ) -> T:
         loop = asyncio.get_running_loop()
         # The loop's clock: its timers (asyncio.timeout) may fire a little before a
@@ -137,6 +185,8 @@ class UpstreamExecutor:
         chain = list(self._chain(route)) if fallbacks else [route]
         if ctx.byok_key is not None:
             chain = _for_callers_key(chain, ctx.byok_providers, route.name)
+        if native is not None:
+            chain = self._serving(chain, native, route.name)
         for model in chain:
             for deployment in _weighted_order(model.deployments):
                 breaker = self.breakers.get(deployment.key)
@@ -199,6 +249,21 @@ class UpstreamExecutor:
             fallback = self.settings.routes.get(name)
             if fallback is not None and fallback.disabled_reason is None:
                 yield fallback
+
+    def _serving(self, chain: list[ModelRoute], endpoint: str, model: str) -> list[ModelRoute]:
+        """The chain cut down to the deployments whose provider serves `endpoint` itself."""
+        kept = []
+        for route in chain:
+            deployments = tuple(d for d in route.deployments if self._native(d, endpoint))
+            if deployments:
+                kept.append(replace(route, deployments=deployments))
+        if not kept:
+            raise InvalidRequest(
+                f"The model '{model}' has no upstream that serves /v1/{endpoint} itself.",
+                param="model",
+                code="native_unsupported",
+            )
+        return kept
 
     def _unavailable(
         self, last: GatewayError | None, waits: list[float], *, deadline_passed: bool

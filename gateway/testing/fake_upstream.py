@@ -38,6 +38,7 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.testing import fake_native
 from gateway.testing.cli import run_fake
 
 Json = dict[str, Any]
@@ -115,6 +116,8 @@ class FakeUpstream:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=2**30)
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/responses", self._responses)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/_fake/config", self._configure)
@@ -157,6 +160,29 @@ class FakeUpstream:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body, knobs = await self._receive(request)
         return await self._guarded(request, body, knobs, self._chat_reply)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        """Legacy completions, served natively (gateway/testing/fake_native.py)."""
+        body, knobs = await self._receive(request)
+        return await self._guarded(request, body, knobs, self._native_reply)
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        """The Responses API, served natively (gateway/testing/fake_native.py)."""
+        body, knobs = await self._receive(request)
+        return await self._guarded(request, body, knobs, self._native_reply)
+
+    async def _native_reply(self, request: web.Request, body: Json, knobs: Knobs) -> Any:
+        responses = request.path.endswith("/responses")
+        if body.get("stream"):
+            if responses:
+                events = fake_native.response_events(body, knobs)
+            else:
+                events = fake_native.completion_chunks(body, knobs)
+            return await self._sse(request, knobs, events, done=not responses)
+        if knobs.malformed:
+            return web.Response(body=b'{"id": "x", "output": [', content_type="application/json")
+        answer = (fake_native.response if responses else fake_native.completion)(body, knobs)
+        return web.json_response(answer, dumps=lambda d: orjson.dumps(d).decode())
 
     async def _embeddings(self, request: web.Request) -> web.StreamResponse:
         body, knobs = await self._receive(request)
@@ -237,30 +263,42 @@ class FakeUpstream:
         finish: str,
         usage: Json,
     ) -> web.StreamResponse:
+        chunks = _chunks(body, knobs, model, message, finish, usage)
+        return await self._sse(request, knobs, [(None, data) for data in chunks], done=True)
+
+    async def _sse(
+        self,
+        request: web.Request,
+        knobs: Knobs,
+        events: list[tuple[str | None, bytes]],
+        *,
+        done: bool,
+    ) -> web.StreamResponse:
+        """Write `events` (an `event:` line for those with a name) under the stream knobs, and
+        `data: [DONE]` after them when `done` (chat, completions; Responses streams have none)."""
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         if knobs.first_byte_ms:
             await asyncio.sleep(knobs.first_byte_ms / 1000)
-        chunks = _chunks(body, knobs, model, message, finish, usage)
-        for i, data in enumerate(chunks):
+        for i, (name, data) in enumerate(events):
             if knobs.cut_after is not None and i >= knobs.cut_after:
                 assert request.transport is not None
                 request.transport.close()  # an abrupt cut, mid-stream
                 return response
-            if knobs.stream_error_after is not None and i == knobs.stream_error_after:
-                data = orjson.dumps(
-                    {"error": {"message": knobs.error_message, "type": "server_error"}}
-                )
+            error = knobs.stream_error_after is not None and i == knobs.stream_error_after
+            if error:
+                name, data = _stream_error(name, knobs, i)
             elif knobs.malformed and i == 1:
                 data = b'{"id": "broken'
             elif knobs.invalid_utf8 and i == 1:
                 data = b'{"id": "\xff\xfe"}'
             if i and knobs.chunk_delay_ms:
                 await asyncio.sleep(knobs.chunk_delay_ms / 1000)
-            await response.write(b"data: " + data + b"\n\n")
-            if knobs.stream_error_after is not None and i == knobs.stream_error_after:
+            head = b"" if name is None else b"event: " + name.encode() + b"\n"
+            await response.write(head + b"data: " + data + b"\n\n")
+            if error:
                 break
-        if not knobs.no_done:
+        if done and not knobs.no_done:
             await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
@@ -428,6 +466,23 @@ def _chunks(
     if include_usage:
         out.append(chunk(None, usage=usage))
     return out
+
+
+def _stream_error(name: str | None, knobs: Knobs, sequence: int) -> tuple[str | None, bytes]:
+    """The error event of a stream told to fail: `{"error": ...}` data in chat and completions
+    streams, an `error` event in a Responses stream (the one kind with event names)."""
+    if name is None:
+        return None, orjson.dumps(
+            {"error": {"message": knobs.error_message, "type": "server_error"}}
+        )
+    event = {
+        "type": "error",
+        "code": "server_error",
+        "message": knobs.error_message,
+        "param": None,
+        "sequence_number": sequence,
+    }
+    return "error", orjson.dumps(event)
 
 
 def _logprobs(body: Json) -> Json | None:

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from gateway.config import ProviderSettings
+from gateway.errors import InvalidRequest
 
 Json = dict[str, Any]
 
@@ -46,6 +47,25 @@ class Provider(ABC):
     @abstractmethod
     async def embeddings(self, body: Json, key: SecretStr | None = None) -> Json:
         """One embeddings call."""
+
+    async def native(self, endpoint: str, body: Json, key: SecretStr | None = None) -> Json:
+        """One plain call to an OpenAI endpoint the upstream serves itself (`completions`,
+        `responses`: its provider's `native` list), the answer relayed as it came."""
+        raise self._not_native(endpoint)
+
+    async def native_stream(
+        self, endpoint: str, body: Json, key: SecretStr | None = None
+    ) -> AsyncIterator[list[Json]]:
+        """That endpoint's stream: its events as JSON objects, in batches as `stream` gives
+        chunks, each with its SSE `event:` name under `upstream.native.EVENT` when it had one."""
+        raise self._not_native(endpoint)
+        yield []  # unreachable: it makes this an async generator, as callers expect
+
+    def _not_native(self, endpoint: str) -> InvalidRequest:
+        return InvalidRequest(
+            f"The provider '{self.name}' does not serve /v1/{endpoint} itself.",
+            code="native_unsupported",
+        )
 
     async def close(self) -> None:  # noqa: B027 - optional hook; most adapters hold nothing
         """Release connections. In-flight requests on a shared session finish first."""

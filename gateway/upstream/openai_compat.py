@@ -14,9 +14,9 @@ import orjson
 from pydantic import SecretStr
 
 from gateway.config import ProviderSettings
-from gateway.errors import UpstreamError
+from gateway.errors import GatewayError, UpstreamError
 from gateway.reply import sse
-from gateway.upstream import errors
+from gateway.upstream import errors, native
 from gateway.upstream.base import Json, Provider
 from gateway.upstream.http_client import make_session
 from gateway.upstream.shapes import chunk_problem, completion_problem, embeddings_problem
@@ -82,6 +82,69 @@ class OpenAICompatible(Provider):
         raise UpstreamError(
             f"provider '{self.name}' ended the stream before [DONE]", code="upstream_stream_cut"
         )
+
+    async def native(self, endpoint: str, body: Json, key: SecretStr | None = None) -> Json:
+        data = await self._post_json(native.PATHS[endpoint], body, key)
+        return self._shaped(data, lambda answer: native.answer_problem(endpoint, answer))
+
+    async def native_stream(
+        self, endpoint: str, body: Json, key: SecretStr | None = None
+    ) -> AsyncIterator[list[Json]]:
+        with errors.network_errors(self.name):
+            async with self.session.post(
+                self._base_url + native.PATHS[endpoint],
+                data=orjson.dumps(body),
+                headers=self._headers_with(key),
+            ) as resp:
+                if resp.status >= 400:
+                    raise await self._error(resp, key)
+                if not resp.headers.get("Content-Type", "").startswith("text/event-stream"):
+                    raise UpstreamError(
+                        f"provider '{self.name}' did not answer with an event stream",
+                        code="upstream_invalid_response",
+                    )
+                reader = native.NamedEventReader()
+                pieces, ended = resp.content.iter_any(), False
+                while not ended:
+                    piece = await anext(pieces, None)
+                    ended = piece is None
+                    events = reader.end() if piece is None else reader.feed(piece)
+                    batch, done, error = self._native_batch(endpoint, events, key)
+                    if batch:
+                        yield batch
+                    if error is not None:
+                        raise error
+                    if done:
+                        return
+        raise UpstreamError(
+            f"provider '{self.name}' ended the stream before its end", code="upstream_stream_cut"
+        )
+
+    def _native_batch(
+        self, endpoint: str, events: list[tuple[str | None, bytes]], key: SecretStr | None
+    ) -> tuple[list[Json], bool, GatewayError | None]:
+        """As `_batch`, for a native stream: its events (names kept), whether it ended, the
+        error of a bad or failed event (the events before it are still sent)."""
+        batch: list[Json] = []
+        for name, data in events:
+            if data.strip() == b"[DONE]":
+                return batch, True, None
+            try:
+                event = errors.parse_json(self.name, data)
+            except UpstreamError as err:
+                return batch, False, err
+            if native.is_error(endpoint, event):
+                return (
+                    batch,
+                    False,
+                    errors.from_stream_event(self.name, data, self._secrets_with(key)),
+                )
+            if name is not None:
+                event[native.EVENT] = name
+            batch.append(event)
+            if native.ends(endpoint, event):
+                return batch, True, None
+        return batch, False, None
 
     async def close(self) -> None:
         if self._session is not None:

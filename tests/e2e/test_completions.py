@@ -22,7 +22,7 @@ import openai
 import pytest
 from jsonschema import Draft202012Validator
 
-from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from gateway.testing.harness.fake_settings import settings_of
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from gateway.testing.harness.metrics import scrape
@@ -44,11 +44,19 @@ CHAT = "/v1/chat/completions"
 
 
 def completions_config(fake_url: str) -> Json:
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+
+    def native(name: str, **more: Any) -> Json:
+        return {"name": name, "provider": "native", "upstream_model": f"{name}-up", **more}
+
     return {
         "server": {"access_log": False},
         "providers": {
             "fake": {"type": "openai", "base_url": fake_url},
-            "dead": {"type": "openai", "base_url": f"http://127.0.0.1:{free_port()}/v1"},
+            "dead": {"type": "openai", "base_url": dead},
+            # The same fake, declared to serve the legacy endpoint itself.
+            "native": {"type": "openai", "base_url": fake_url, "native": ["completions"]},
+            "native-dead": {"type": "openai", "base_url": dead, "native": ["completions"]},
         },
         "models": [
             {"name": "text", "provider": "fake", "upstream_model": "text-up"},
@@ -59,9 +67,16 @@ def completions_config(fake_url: str) -> Json:
                 "cache": {"enabled": True, "semantic": False},
             },
             {"name": "down", "provider": "dead"},
+            native("legacy", fallbacks=["legacy-backup"]),
+            native("legacy-backup"),
+            native("legacy-lonely", fallbacks=["text"]),  # a fallback that is not native
+            {"name": "legacy-down", "provider": "native-dead"},
         ],
         "cache": {"store": {"type": "memory"}},
-        "resilience": {"retry": {"attempts": 1}},
+        "resilience": {
+            "retry": {"attempts": 2, "initial_backoff_ms": 1, "max_backoff_ms": 2},
+            "breaker": {"failures": 1000},
+        },
         "degradation": {"unavailable": {"mode": "answer", "message": {"en": UNAVAILABLE}}},
     }
 
@@ -287,3 +302,147 @@ async def test_bad_requests_name_the_legacy_field(
     resp = await request("POST", gw.url + "/v1/completions", body=body)
     status = 404 if code == "model_not_found" else 400
     assert_raw_error(resp, status, param=param, code=code)
+
+
+# --- passed natively to an upstream that serves /v1/completions --------------------------------
+
+COMPLETIONS = "/v1/completions"
+
+
+def test_echo_logprobs_and_suffix_are_passed_natively(
+    gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    raw = client(gw).completions.with_raw_response.create(
+        model="legacy", prompt="Say hi. ", echo=True, logprobs=2, max_tokens=5
+    )
+    assert_conforms(json.loads(raw.http_response.text), "CreateCompletionResponse")
+    choice = raw.parse().choices[0]
+    assert choice.text == "Say hi. Echo: Say hi. "
+    assert choice.logprobs is not None and choice.logprobs.tokens is not None
+    assert "".join(choice.logprobs.tokens) == choice.text
+    assert choice.logprobs.top_logprobs and len(choice.logprobs.top_logprobs[0]) == 2
+    # The client's body went to the native endpoint as it came, the model mapped; no chat.
+    assert last_upstream_body(fake_upstream, COMPLETIONS) == {
+        "model": "legacy-up",
+        "prompt": "Say hi. ",
+        "echo": True,
+        "logprobs": 2,
+        "max_tokens": 5,
+    }
+    assert not upstream_requests(fake_upstream, CHAT)
+
+    filled = client(gw).completions.create(model="legacy", prompt="def f(", suffix="return x")
+    assert filled.choices[0].text == "Fill: def f( ... return x"
+
+
+def test_token_prompts_and_best_of_are_passed_natively(gw: GatewayServer) -> None:
+    reply = client(gw).completions.create(model="legacy", prompt=[[1, 2, 3], [4]], best_of=3)
+    assert [(c.index, c.text) for c in reply.choices] == [(0, "Echo: 1 2 3"), (1, "Echo: 4")]
+
+
+def test_a_plain_request_to_a_native_model_still_goes_through_chat(
+    gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    # Nothing native-only in it: translated, so the chat stages apply.
+    reply = client(gw).completions.create(model="legacy", prompt="hello")
+    assert reply.choices[0].text == "Echo: hello"
+    assert upstream_requests(fake_upstream, CHAT)
+    assert not upstream_requests(fake_upstream, COMPLETIONS)
+
+
+async def test_a_native_stream_is_relayed_as_it_came(gw: GatewayServer) -> None:
+    chunks, done = await raw_stream(
+        gw,
+        model="legacy",
+        prompt="a b",
+        echo=True,
+        logprobs=1,
+        stream_options={"include_usage": True},
+    )
+    assert done
+    text = [c for c in chunks if c["choices"]]
+    assert_chunks_conform(text)
+    assert "".join(c["choices"][0]["text"] for c in text) == "a bEcho: a b"
+    assert all(c["choices"][0]["logprobs"] for c in text if c["choices"][0]["text"])
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] == 15
+
+
+def test_a_native_stream_through_the_sdk(gw: GatewayServer) -> None:
+    stream = client(gw).completions.create(
+        model="legacy", prompt=["one", "two"], echo=True, stream=True
+    )
+    texts: dict[int, str] = {}
+    for chunk in stream:
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + choice.text
+    assert texts == {0: "oneEcho: one", 1: "twoEcho: two"}
+
+
+async def test_a_native_stream_that_breaks_ends_with_an_error_event(gw: GatewayServer) -> None:
+    chunks, done = await raw_stream(
+        gw, model="legacy", prompt="a b c", echo=True, fake={"stream_error_after": 2}
+    )
+    assert done
+    *text, error = chunks
+    assert len(text) == 2 and set(error) == {"error"}
+    assert "mid-stream" in error["error"]["message"]
+
+
+def test_a_native_call_is_retried(gw: GatewayServer, fake_upstream: FakeUpstream) -> None:
+    fake_upstream.per_model["legacy-up"] = Knobs(status=500, fail_times=1)
+    raw = client(gw).completions.with_raw_response.create(model="legacy", prompt="x", echo=True)
+    assert raw.headers["x-gateway-attempts"] == "2" and "x-gateway-fallback" not in raw.headers
+    assert raw.parse().choices[0].text == "xEcho: x"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_native_call_falls_back_to_a_native_fallback(
+    gw: GatewayServer, fake_upstream: FakeUpstream, stream: bool
+) -> None:
+    fake_upstream.per_model["legacy-up"] = Knobs(status=503)
+    body = {"model": "legacy", "prompt": "x", "echo": True, "stream": stream}
+    resp = await request("POST", gw.url + COMPLETIONS, body=body)
+    assert resp.status == 200 and resp.headers["x-gateway-fallback"] == "legacy-backup"
+    models = [r["body"]["model"] for r in upstream_requests(fake_upstream, COMPLETIONS)]
+    assert models == ["legacy-up", "legacy-up", "legacy-backup-up"]  # two attempts, then it
+    if stream:
+        chunks, done = sse_json(resp.sse())
+        assert done and "".join(c["choices"][0]["text"] for c in chunks) == "xEcho: x"
+    else:
+        assert resp.json()["choices"][0]["text"] == "xEcho: x"
+
+
+def test_a_fallback_that_is_not_native_is_never_tried(
+    gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    # legacy-lonely falls back to `text`, which would get a chat request the echo cannot
+    # go into: nothing is left to try, and the answer is level 4.
+    fake_upstream.per_model["legacy-lonely-up"] = Knobs(status=503)
+    raw = client(gw).completions.with_raw_response.create(
+        model="legacy-lonely", prompt="x", echo=True
+    )
+    assert raw.headers["x-gateway-degraded"] == "unavailable"
+    assert raw.parse().choices[0].text == UNAVAILABLE
+    assert not upstream_requests(fake_upstream, CHAT)
+
+
+async def test_level_4_on_the_native_path(gw: GatewayServer) -> None:
+    raw = client(gw).completions.with_raw_response.create(
+        model="legacy-down", prompt=["a", "b"], echo=True
+    )
+    assert raw.headers["x-gateway-degraded"] == "unavailable"
+    assert_conforms(json.loads(raw.http_response.text), "CreateCompletionResponse")
+    assert [c.text for c in raw.parse().choices] == [UNAVAILABLE, UNAVAILABLE]
+    chunks, done = await raw_stream(gw, model="legacy-down", prompt="a", echo=True)
+    assert done and "".join(c["choices"][0]["text"] for c in chunks) == UNAVAILABLE
+    assert_chunks_conform(chunks)
+
+
+async def test_a_native_upstream_error_is_the_clients(
+    gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.per_model["legacy-up"] = Knobs(status=400, error_message="bad logprobs")
+    body = {"model": "legacy", "prompt": "x", "logprobs": 1}
+    resp = await request("POST", gw.url + COMPLETIONS, body=body)
+    error = assert_raw_error(resp, 400)
+    assert "bad logprobs" in error["message"]
