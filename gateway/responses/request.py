@@ -194,6 +194,10 @@ def input_items(request: ResponsesRequest) -> list[Json]:
         if not isinstance(item, dict):
             raise InvalidRequest(f"input[{index}] must be an object.", param=f"input[{index}]")
         kind = item.get("type", "message")
+        if not isinstance(kind, str):
+            raise InvalidRequest(
+                f"input[{index}].type must be a string.", param=f"input[{index}].type"
+            )
         if kind == "message":
             item = {**item, "type": "message", "content": _parts(item, index)}
             item.setdefault("status", "completed")
@@ -326,7 +330,8 @@ def _add_call(messages: list[Json], item: Json, index: int) -> None:
 def _call_output(item: Json, index: int) -> Json:
     call_id, output = item.get("call_id"), item.get("output")
     if isinstance(output, list):  # content parts: their text, in order
-        output = "".join(part.get("text", "") for part in output if isinstance(part, dict))
+        texts = [part.get("text") for part in output if isinstance(part, dict)]
+        output = "".join(text for text in texts if isinstance(text, str))
     if not (isinstance(call_id, str) and isinstance(output, str)):
         raise InvalidRequest(
             f"input[{index}]: a function_call_output item needs call_id and output (strings).",
@@ -378,6 +383,8 @@ def _text(text: Json | None) -> Json:
     if text.get("verbosity") is not None:
         chat["verbosity"] = text["verbosity"]
     form = text.get("format")
+    if form is not None and not isinstance(form, dict):
+        raise InvalidRequest("text.format must be an object.", param="text.format")
     if not form or form.get("type") == "text":
         return chat
     if form.get("type") == "json_object":
