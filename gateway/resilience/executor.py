@@ -9,6 +9,8 @@ Retry-After, and the pipeline decides what the client receives (degradation leve
 
 A caller who brings its own provider key is served only by deployments on the providers the
 key is for (its policy's `byok.providers`), so its requests never spend the gateway's keys.
+A call to an endpoint an upstream serves itself (`native`: legacy completions, Responses) walks
+the same way, over only the deployments whose provider declares that endpoint.
 """
 
 from __future__ import annotations

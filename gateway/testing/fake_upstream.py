@@ -11,7 +11,9 @@ Run it alone with `python -m gateway.testing.fake_upstream --port 9000`, or in-p
 Knobs (see `Knobs`): latency, slow first byte, delay between chunks, error status and body
 kind, Retry-After, malformed JSON or UTF-8, a stream cut mid-way or ending without [DONE], scripted
 content and tool calls (one reply per assistant turn already in the history), reasoning
-content, and response extras. `GET /_fake/requests` returns the bodies and headers received,
+content, and response extras. Besides chat and embeddings it serves `/v1/completions` and
+`/v1/responses` itself, as an upstream with `native:` endpoints does (gateway/testing/fake_native.py),
+under the same knobs. `GET /_fake/requests` returns the bodies and headers received,
 `GET /_fake/stats` counts requests and client disconnects.
 
 Faults no knob describes are injected with a `Fault` (`FakeUpstream(fault=...)` or

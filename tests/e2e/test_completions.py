@@ -34,6 +34,7 @@ from tests.e2e.helpers import (
     last_upstream_body,
     openapi_document,
     request,
+    settings_from_files,
     sse_json,
     upstream_requests,
 )
@@ -446,3 +447,62 @@ async def test_a_native_upstream_error_is_the_clients(
     resp = await request("POST", gw.url + COMPLETIONS, body=body)
     error = assert_raw_error(resp, 400)
     assert "bad logprobs" in error["message"]
+
+
+# --- the caller's own key and rate limits, on both paths ---------------------------------------
+
+CALLER_KEY = "sk-callers-own-key-CCCC3333"
+TENANT_KEYS = {"partner": "sk-gw-cmpl-partner", "metered": "sk-gw-cmpl-metered"}
+POLICIES: dict[str, Json] = {
+    "partners-byok": {
+        "match": {"tenants": ["partner"]},
+        "byok": {"enabled": True, "providers": ["fake", "native"]},
+    },
+    "metered": {
+        "match": {"tenants": ["metered"]},
+        "rate_limits": {"requests_per_second": 0.01, "burst": 1},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def keyed(
+    server_thread: ServerThread, fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayServer]:
+    keys = [{"env": f"CMPL_{t.upper()}", "tenant": t} for t in TENANT_KEYS]
+    config = {**completions_config(fake.url), "auth": {"keys": keys}}
+    environ = {f"CMPL_{t.upper()}": key for t, key in TENANT_KEYS.items()}
+    root = tmp_path_factory.mktemp("completions-keyed")
+    settings = settings_from_files(root, config, POLICIES, environ)
+    with running_gateway(server_thread, settings) as server:
+        yield server
+
+
+@pytest.mark.parametrize(
+    ("call", "path"),
+    [({"prompt": "mine"}, CHAT), ({"prompt": "mine", "echo": True}, COMPLETIONS)],
+    ids=["translated", "native"],
+)
+async def test_a_callers_own_key_goes_upstream_on_both_paths(
+    keyed: GatewayServer, fake_upstream: FakeUpstream, call: Json, path: str
+) -> None:
+    headers = {
+        "Authorization": f"Bearer {TENANT_KEYS['partner']}",
+        "x-gateway-provider-key": CALLER_KEY,
+    }
+    body = {"model": "legacy", **call}
+    resp = await request("POST", keyed.url + COMPLETIONS, body=body, headers=headers)
+    assert resp.status == 200, resp.text
+    (received,) = upstream_requests(fake_upstream, path)
+    assert received["headers"]["Authorization"] == f"Bearer {CALLER_KEY}"
+
+
+def test_completions_count_against_the_tenants_rate_limit(
+    keyed: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    metered = sdk_client(keyed.url, TENANT_KEYS["metered"])
+    assert metered.completions.create(model="text", prompt="one").choices[0].text
+    with pytest.raises(openai.RateLimitError) as info:
+        metered.completions.create(model="legacy", prompt="two", echo=True)
+    assert info.value.code == "rate_limit_exceeded"
+    assert len(list(fake_upstream.received)) == 1

@@ -6,6 +6,7 @@ answer an upstream failure."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -229,3 +230,21 @@ def test_named_events_are_read_across_any_split_and_line_end() -> None:
             got += reader.feed(rest[:cut])
             rest = rest[cut:]
         assert got + reader.end() == expected
+
+
+async def test_a_failure_after_the_headers_is_written_in_the_endpoints_shape() -> None:
+    from gateway.errors import UpstreamError as Broken
+
+    responses = NativeEvents("responses")
+    responses.batch([{EVENT: "response.created", "type": "response.created", "sequence_number": 0}])
+    event = responses.failed(Broken("provider 'up' reported an error mid-stream"))
+    name, data = event.split(b"\n", 1)
+    assert name == b"event: error" and data.startswith(b"data: ") and data.endswith(b"\n\n")
+    error = json.loads(data[6:])
+    assert error["sequence_number"] == 1
+    assert_conforms(error, "ResponseStreamEvent")
+    assert await responses.end() == b""
+
+    completions = NativeEvents("completions")
+    body = json.loads(completions.failed(Broken("cut"))[6:])
+    assert set(body) == {"error"} and await completions.end() == b"data: [DONE]\n\n"
