@@ -12,9 +12,9 @@ Knobs (see `Knobs`): latency, slow first byte, delay between chunks, error statu
 kind, Retry-After, malformed JSON or UTF-8, a stream cut mid-way or ending without [DONE], scripted
 content and tool calls (one reply per assistant turn already in the history), reasoning
 content, and response extras. Besides chat and embeddings it serves `/v1/completions` and
-`/v1/responses` itself, as an upstream with `native:` endpoints does (gateway/testing/fake_native.py),
-under the same knobs. `GET /_fake/requests` returns the bodies and headers received,
-`GET /_fake/stats` counts requests and client disconnects.
+`/v1/responses` itself, as an upstream with `native:` endpoints does
+(gateway/testing/fake_native.py), under the same knobs. `GET /_fake/requests` returns the
+bodies and headers received, `GET /_fake/stats` counts requests and client disconnects.
 
 Faults no knob describes are injected with a `Fault` (`FakeUpstream(fault=...)` or
 `upstream.inject(...)`): a function given each request (`Received`) that may answer it itself
