@@ -334,6 +334,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.response_store_failures = Counter(
+            "gateway_response_store_failures",
+            "Stored-response operations that failed: put (the response was not kept), get and "
+            "delete (answered 503 store_unavailable).",
+            ["operation"],
+            registry=r,
+        )
         self.redis_up = Gauge(
             "gateway_redis_up",
             "1 while a part that shares state through Redis reaches it (the cache: also "
@@ -452,6 +459,9 @@ class Metrics:
 
     def config_reloaded(self, result: str) -> None:
         self._child(self.config_reloads, result).inc()
+
+    def response_store_failed(self, operation: str) -> None:
+        self._child(self.response_store_failures, operation).inc()
 
     def breaker_changed(self, breaker: str, state: str) -> None:
         self._child(self.breaker_transitions, breaker, state).inc()

@@ -81,12 +81,16 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     app[RELOADER] = Reloader(ref, breakers, cache, on_result=metrics.config_reloaded)
     limiter = app[LIMITER] = RateLimiter(redis.target("rate_limits"))
     app[ACCESS_LOG] = access_log or AccessLog(enabled=settings.server.access_log)
-    app[RESPONSES] = build_response_store(settings.file.responses, redis.target("responses"))
+    responses = app[RESPONSES] = build_response_store(
+        settings.file.responses,
+        redis.target("responses"),
+        on_failure=metrics.response_store_failed,
+    )
     app[DRAIN] = Drain()
     metrics.in_flight.set_function(lambda: ref.in_flight)  # read when scraped
     if cache is not None:
         metrics.cache_entries.set_function(lambda: len(cache.store))
-    shared = app[SHARED_STATE] = SharedState.of(cache, breakers, limiter)
+    shared = app[SHARED_STATE] = SharedState.of(cache, breakers, limiter, responses)
     metrics.watch_shared_state(shared)
     app.cleanup_ctx.append(_cache_lifetime)
     app.cleanup_ctx.append(_response_store_lifetime)
