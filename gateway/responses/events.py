@@ -174,15 +174,17 @@ class ResponseEvents:
         function = delta.get("function") or {}
         item = self._calls.get(index)
         if item is None:
+            # The call's name is in its first delta (the tool guard relays a call whole):
+            # output_item.added carries it, as OpenAI's does.
             events += self._close()
-            item = output.call_item(
-                new_id("fc"), delta.get("id") or new_id("call"), "", "", "in_progress"
-            )
+            call_id = delta.get("id") or new_id("call")
+            name = function.get("name") or ""
+            item = output.call_item(new_id("fc"), call_id, name, "", "in_progress")
             self._calls[index] = item
             events += self._open_item(item)
         elif item is not self._open:
             return events  # a late delta for a call already closed: its done event is sent
-        if function.get("name"):
+        elif function.get("name"):
             item["name"] += function["name"]
         if function.get("arguments"):
             item["arguments"] += function["arguments"]

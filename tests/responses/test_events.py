@@ -223,3 +223,10 @@ def test_reasoning_content_streams_as_a_reasoning_item_before_the_message() -> N
     assert reasoning["content"] == [{"type": "reasoning_text", "text": "The user greets."}]
     assert message["content"][0]["text"] == "Hi!"
     assert "response.reasoning_text.done" in [e["type"] for e in events]
+
+
+def test_a_calls_name_is_in_its_output_item_added() -> None:
+    events, _ = translated([[chunk(call_delta(0, "call_a", "get_weather", '{"city":"Rome"}'))]])
+    check(events)
+    (added,) = [e for e in events if e["type"] == "response.output_item.added"]
+    assert (added["item"]["name"], added["item"]["arguments"]) == ("get_weather", "")
