@@ -8,6 +8,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 
+import openai
 import pytest
 import redis.asyncio as aioredis
 
@@ -19,7 +20,12 @@ from gateway.resilience.breaker import Breakers
 from gateway.responses.redis_store import RedisResponseStore
 from gateway.responses.store import StoreUnavailable, build_response_store, new_response_id
 from gateway.state.shared import SharedState
+from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.harness.fake_settings import settings_for
+from gateway.testing.harness.inprocess import ServerThread, running_gateway
 from gateway.testing.harness.redis_server import redis_server, redis_server_path
+from gateway.testing.harness.sync_http import get_json, http
+from tests.clients import sdk_client
 from tests.responses.test_store import stored
 
 TTL = 3600
@@ -137,3 +143,38 @@ async def test_an_outage_is_a_503_on_reads_and_a_counted_failed_put(
             assert await store.get("acme", after.response["id"]) == after
         finally:
             await store.close()
+
+
+def test_a_gateway_on_the_redis_store_reports_an_outage_and_counts_its_failures(
+    server_thread: ServerThread, fake: FakeUpstream, fake_upstream: FakeUpstream
+) -> None:
+    """The store as the app wires it: /readyz lists "responses", a retrieve in the outage is a
+    503 the SDK sees as such, a create is still answered (its put counted as failed)."""
+    if redis_server_path() is None:
+        pytest.skip("redis-server is not on PATH")
+    with redis_server() as server:
+        extra = {
+            "responses": {"store": {"type": "redis"}},
+            "redis": {"url": server.url, "namespace": f"gw-{uuid.uuid4().hex[:8]}"},
+        }
+        with running_gateway(server_thread, settings_for(fake.url, extra)) as gw:
+            client = sdk_client(gw.url)
+            created = client.responses.create(model="fake-model", input="hello")
+            assert client.responses.retrieve(created.id).id == created.id
+            ready = get_json(gw.url + "/readyz")
+            assert ready["status"] == "ready" and ready["shared_state"] == {"responses": "ok"}
+
+            server.stop()
+            with pytest.raises(openai.InternalServerError) as info:
+                client.responses.retrieve(created.id)
+            assert info.value.status_code == 503
+            assert info.value.code == "store_unavailable"
+            answered = client.responses.create(model="fake-model", input="during the outage")
+            assert answered.status == "completed"
+            ready = get_json(gw.url + "/readyz")
+            assert ready["status"] == "degraded"
+            assert ready["shared_state"] == {"responses": "unreachable"}
+            text = http("GET", gw.url + "/metrics").body.decode()
+            for operation in ("get", "put"):
+                line = f'gateway_response_store_failures_total{{operation="{operation}"}} 1.0'
+                assert line in text, operation
