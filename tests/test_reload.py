@@ -15,8 +15,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.config import load_settings
+from gateway.config import Settings, build_settings, load_settings, parse_config
 from gateway.http.keys import RUNTIME_REF
+from gateway.server.reload import _warn_about_restart_only_changes
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from gateway.testing.harness.configs import dump_yaml
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread
@@ -182,3 +183,23 @@ def test_sighup_reloads_a_running_gateway(tmp_path: Path, fake: FakeUpstream) ->
 def _ids(url: str) -> set[str]:
     client = sdk_client(url, "k")
     return {m.id for m in client.models.list()}
+
+
+def test_a_responses_edit_says_it_takes_effect_at_the_next_restart(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The response store belongs to the process: a reload keeps it, and says so."""
+
+    def settings(responses: str) -> Settings:
+        text = config_text("http://127.0.0.1:1/v1") + responses
+        return build_settings(parse_config(text), "config.yaml", environ={})
+
+    before = settings("")
+    with caplog.at_level("WARNING", "gateway"):
+        _warn_about_restart_only_changes(before, settings(""))
+        assert not caplog.records
+        _warn_about_restart_only_changes(before, settings("responses: {ttl_seconds: 3600}\n"))
+        _warn_about_restart_only_changes(before, settings("responses: {store: {type: redis}}\n"))
+    assert [r.getMessage() for r in caplog.records] == [
+        "responses (its store, redis or ttl) changes take effect at the next restart"
+    ] * 2

@@ -6,7 +6,8 @@ builds a new Runtime and swaps it in; a bad edit never replaces the running conf
     close the old Runtime once the requests that started on it have finished
 
 The cache and the circuit breakers belong to the process and carry over (breaker thresholds
-are updated in place); changes to the cache's store or embedder need a restart, and say so.
+are updated in place); changes to the cache's store or embedder, and to `responses:` (the
+response store is the process's too), need a restart, and say so.
 """
 
 from __future__ import annotations
@@ -154,5 +155,9 @@ def _warn_about_restart_only_changes(old: Settings, new: Settings) -> None:
         was.target("rate_limits") != now.target("rate_limits")
     ):
         log.warning("rate_limits.storage (or its redis) changes take effect at the next restart")
+    if old.file.responses != new.file.responses or (
+        was.target("responses") != now.target("responses")
+    ):
+        log.warning("responses (its store, redis or ttl) changes take effect at the next restart")
     if old.server != new.server:
         log.warning("server settings (host, port, ...) take effect at the next restart")
