@@ -45,9 +45,18 @@ async def complete(
         if reply.completion is None:
             return Streamed(reply, TextChunks())
         return text_completion([reply.completion], request.n or 1)
-    answers = await _all(_answer(ctx, pipeline, chat_body(body, p)) for p in prompts)
+    # The first prompt runs on the request's own context; the others each on one of their
+    # own, so that concurrent calls never read each other's decisions (a fallback's answer
+    # must not be cached as the model's), merged into the request's record afterwards.
+    contexts = [ctx, *(_sibling(ctx, i) for i in range(1, len(prompts)))]
+    calls = (
+        _answer(c, pipeline, chat_body(body, p)) for c, p in zip(contexts, prompts, strict=True)
+    )
+    answers = await _all(calls)
+    for sibling in contexts[1:]:
+        _merge(ctx, sibling)
     if len(answers) > 1:
-        ctx.usage = summed_usage([a.get("usage") for a in answers])  # for the request's record
+        ctx.usage = summed_usage([a.get("usage") for a in answers])
     return text_completion(answers, request.n or 1)
 
 
@@ -55,6 +64,43 @@ async def _answer(ctx: RequestContext, pipeline: Pipeline, chat: Json) -> Json:
     reply = await pipeline.chat(ctx, chat_params(chat), chat)
     assert reply.completion is not None, "a plain request has a plain answer"
     return reply.completion
+
+
+def _sibling(ctx: RequestContext, index: int) -> RequestContext:
+    """A context for one more prompt of the request: who is asking and how, nothing decided."""
+    return RequestContext(
+        request_id=f"{ctx.request_id}-{index}",
+        endpoint=ctx.endpoint,
+        started=ctx.started,
+        tenant=ctx.tenant,
+        requested_model=ctx.requested_model,
+        policy=ctx.policy,
+        in_flight=ctx.in_flight,
+        byok_key=ctx.byok_key,
+        byok_hash=ctx.byok_hash,
+        byok_providers=ctx.byok_providers,
+        cache_directive=ctx.cache_directive,
+        deadline_seconds=ctx.deadline_seconds,
+        knowledge_directive=ctx.knowledge_directive,
+    )
+
+
+def _merge(ctx: RequestContext, sibling: RequestContext) -> None:
+    """What one more prompt's calls did, onto the request's record (metrics, access log,
+    headers): attempts and failures add up; the worst level and any fallback show."""
+    ctx.attempts += sibling.attempts
+    ctx.retries += sibling.retries
+    ctx.upstream_failures += sibling.upstream_failures
+    ctx.guard_usage += sibling.guard_usage
+    ctx.tool_problems += sibling.tool_problems
+    ctx.shed += [name for name in sibling.shed if name not in ctx.shed]
+    ctx.response_headers.update(sibling.response_headers)
+    ctx.fallback_model = ctx.fallback_model or sibling.fallback_model
+    ctx.error_code = ctx.error_code or sibling.error_code
+    if (sibling.degradation_level or 0) > (ctx.degradation_level or 0):
+        ctx.degradation_level = sibling.degradation_level
+    if ctx.upstream_seconds is None or (sibling.upstream_seconds or 0) > ctx.upstream_seconds:
+        ctx.upstream_seconds = sibling.upstream_seconds
 
 
 async def _all(calls: Any) -> list[Json]:

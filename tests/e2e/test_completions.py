@@ -22,7 +22,7 @@ import openai
 import pytest
 from jsonschema import Draft202012Validator
 
-from gateway.testing.fake_upstream import FakeUpstream, Knobs
+from gateway.testing.fake_upstream import FakeUpstream, Knobs, Received
 from gateway.testing.harness.fake_settings import settings_of
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from gateway.testing.harness.metrics import scrape
@@ -192,6 +192,26 @@ def test_a_list_of_prompts_is_one_choice_per_prompt_in_order(
     assert reply.usage is not None
     assert (reply.usage.prompt_tokens, reply.usage.total_tokens) == (30, 45)  # summed
     assert len(upstream_requests(fake_upstream)) == 3
+
+
+def test_what_each_prompts_calls_did_is_on_the_requests_record(
+    gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    failed: list[str] = []
+
+    def fail_the_second_once(received: Received) -> Knobs | None:
+        text = received.body["messages"][-1]["content"]
+        if text == "second" and not failed:
+            failed.append(text)
+            return received.knobs.model_copy(update={"status": 500})
+        return None
+
+    fake_upstream.inject(fail_the_second_once)
+    raw = client(gw).completions.with_raw_response.create(
+        model="text", prompt=["first", "second", "third"]
+    )
+    assert [c.text for c in raw.parse().choices] == ["Echo: first", "Echo: second", "Echo: third"]
+    assert raw.headers["x-gateway-attempts"] == "4"  # three prompts, one of them retried
 
 
 def test_choices_are_numbered_prompt_index_times_n(gw: GatewayServer) -> None:
