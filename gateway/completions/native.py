@@ -9,18 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway import degradation
 from gateway.completions.request import CompletionRequest
 from gateway.completions.response import TextChunks, text_completion
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest
 from gateway.pipeline import Pipeline
-from gateway.reply import chunks
 from gateway.reply.native import NativeEvents, NativeUsage
 from gateway.reply.reply import Reply
-from gateway.reply.stream import ChunkStream
-from gateway.reply.usage import UsageAccounting
 from gateway.resilience.executor import AllUpstreamsUnavailable
+from gateway.wire import chat_params
 
 Json = dict[str, Any]
 ENDPOINT = "completions"
@@ -63,20 +60,18 @@ async def _unavailable(
     request: CompletionRequest,
     err: AllUpstreamsUnavailable,
 ) -> Json | tuple[Reply, TextChunks | NativeEvents]:
-    """Level 4 as the chat path gives it (pipeline.py), as a text completion."""
-    ctx.degradation_level = 4
-    policy = pipeline.settings.policies.of(ctx).degradation.unavailable
-    if policy.mode == "error":
-        raise err
-    ctx.response_headers["Retry-After"] = str(err.retry_after)
-    ctx.error_code = err.code
-    prompts = request.prompts or []
-    text = degradation.localized(policy.message, prompts[-1] if prompts else None)
-    count = max(1, len(prompts)) * (request.n or 1)
-    completion = degradation.unavailable_completion(request.model, text, count)
-    if not request.stream:
-        return text_completion([completion], 1)
-    replayed = chunks.replay(completion, request.wants_usage_in_stream)
-    stream = await ChunkStream.open(ctx, replayed)
-    reply = await Reply(stream).then(UsageAccounting(ctx, client_wants_usage=True)).ready()
+    """Level 4 as the chat path gives it (`Pipeline.unavailable`), as a text completion: one
+    choice for each prompt and n, in the language of the last prompt."""
+    prompts = request.prompts or [""]
+    chat: Json = {
+        "model": request.model,
+        "messages": [{"role": "user", "content": prompts[-1]}],
+        "n": len(prompts) * (request.n or 1),
+        "stream": bool(request.stream),
+    }
+    if request.stream_options is not None:
+        chat["stream_options"] = {"include_usage": request.wants_usage_in_stream}
+    reply = await pipeline.unavailable(ctx, chat_params(chat), chat, err)
+    if reply.completion is not None:
+        return text_completion([reply.completion], 1)
     return reply, TextChunks()
