@@ -7,6 +7,7 @@ them all.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -52,33 +53,21 @@ class OpenAICompatible(Provider):
         return self._shaped(await self._post_json("/embeddings", body, key), embeddings_problem)
 
     async def stream(self, body: Json, key: SecretStr | None = None) -> AsyncIterator[list[Json]]:
-        with errors.network_errors(self.name):
-            async with self.session.post(
-                self._base_url + "/chat/completions",
-                data=orjson.dumps(body),
-                headers=self._headers_with(key),
-            ) as resp:
-                if resp.status >= 400:
-                    raise await self._error(resp, key)
-                if not resp.headers.get("Content-Type", "").startswith("text/event-stream"):
-                    raise UpstreamError(
-                        f"provider '{self.name}' did not answer with an event stream",
-                        code="upstream_invalid_response",
-                    )
-                reader = sse.EventReader()  # fed here: no async generator per read
-                pieces, ended = resp.content.iter_any(), False
-                while not ended:
-                    piece = await anext(pieces, None)
-                    ended = piece is None  # then the reader gives what the stream left open
-                    events = reader.end() if piece is None else reader.feed(piece)
-                    if events:
-                        batch, done, error = self._batch(events, key)
-                        if batch:  # what arrived before a bad event still goes out
-                            yield batch
-                        if error is not None:
-                            raise error
-                        if done:
-                            return
+        async with self._event_stream("/chat/completions", body, key) as resp:
+            reader = sse.EventReader()  # fed here: no async generator per read
+            pieces, ended = resp.content.iter_any(), False
+            while not ended:
+                piece = await anext(pieces, None)
+                ended = piece is None  # then the reader gives what the stream left open
+                events = reader.end() if piece is None else reader.feed(piece)
+                if events:
+                    batch, done, error = self._batch(events, key)
+                    if batch:  # what arrived before a bad event still goes out
+                        yield batch
+                    if error is not None:
+                        raise error
+                    if done:
+                        return
         raise UpstreamError(
             f"provider '{self.name}' ended the stream before [DONE]", code="upstream_stream_cut"
         )
@@ -90,32 +79,20 @@ class OpenAICompatible(Provider):
     async def native_stream(
         self, endpoint: str, body: Json, key: SecretStr | None = None
     ) -> AsyncIterator[list[Json]]:
-        with errors.network_errors(self.name):
-            async with self.session.post(
-                self._base_url + native.PATHS[endpoint],
-                data=orjson.dumps(body),
-                headers=self._headers_with(key),
-            ) as resp:
-                if resp.status >= 400:
-                    raise await self._error(resp, key)
-                if not resp.headers.get("Content-Type", "").startswith("text/event-stream"):
-                    raise UpstreamError(
-                        f"provider '{self.name}' did not answer with an event stream",
-                        code="upstream_invalid_response",
-                    )
-                reader = native.NamedEventReader()
-                pieces, ended = resp.content.iter_any(), False
-                while not ended:
-                    piece = await anext(pieces, None)
-                    ended = piece is None
-                    events = reader.end() if piece is None else reader.feed(piece)
-                    batch, done, error = self._native_batch(endpoint, events, key)
-                    if batch:
-                        yield batch
-                    if error is not None:
-                        raise error
-                    if done:
-                        return
+        async with self._event_stream(native.PATHS[endpoint], body, key) as resp:
+            reader = native.NamedEventReader()
+            pieces, ended = resp.content.iter_any(), False
+            while not ended:
+                piece = await anext(pieces, None)
+                ended = piece is None
+                events = reader.end() if piece is None else reader.feed(piece)
+                batch, done, error = self._native_batch(endpoint, events, key)
+                if batch:
+                    yield batch
+                if error is not None:
+                    raise error
+                if done:
+                    return
         raise UpstreamError(
             f"provider '{self.name}' ended the stream before its end", code="upstream_stream_cut"
         )
@@ -145,6 +122,26 @@ class OpenAICompatible(Provider):
             if native.ends(endpoint, event):
                 return batch, True, None
         return batch, False, None
+
+    @asynccontextmanager
+    async def _event_stream(
+        self, path: str, body: Json, key: SecretStr | None
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """The upstream's answer to a streamed request, once it is known to be an event stream
+        (an error status or another content type raises); network failures while it is read
+        are mapped too."""
+        with errors.network_errors(self.name):
+            async with self.session.post(
+                self._base_url + path, data=orjson.dumps(body), headers=self._headers_with(key)
+            ) as resp:
+                if resp.status >= 400:
+                    raise await self._error(resp, key)
+                if not resp.headers.get("Content-Type", "").startswith("text/event-stream"):
+                    raise UpstreamError(
+                        f"provider '{self.name}' did not answer with an event stream",
+                        code="upstream_invalid_response",
+                    )
+                yield resp
 
     async def close(self) -> None:
         if self._session is not None:
