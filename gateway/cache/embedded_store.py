@@ -30,6 +30,7 @@ import orjson
 
 from gateway.cache.index import IndexesByEmbedder
 from gateway.cache.store import CacheEntry, Commits, StoreStats
+from gateway.util.sqlite import transaction
 from gateway.util.threads import single_worker
 
 SCHEMA = """
@@ -429,7 +430,7 @@ class EmbeddedStore:
 
     def _delete_and_touch(self, doomed: list[int], touched: dict[int, float]) -> None:
         assert self._db is not None
-        with _transaction(self._db):
+        with transaction(self._db):
             for start in range(0, len(doomed), 500):
                 batch = doomed[start : start + 500]
                 self._db.execute(
@@ -484,14 +485,3 @@ def file_stats(path: str, max_entries: int) -> StoreStats:
 def _disk_size(path: str) -> int:
     files = [Path(path + suffix) for suffix in ("", "-wal", "-shm")]
     return sum(f.stat().st_size for f in files if f.exists())
-
-
-class _transaction:
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
-
-    def __enter__(self) -> None:
-        self.db.execute("BEGIN")
-
-    def __exit__(self, exc_type: object, *rest: object) -> None:
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")

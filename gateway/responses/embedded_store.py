@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.responses.backend import Clock, OnFailure, ResponseStore
+from gateway.util.sqlite import transaction
 from gateway.util.threads import single_worker
 
 log = logging.getLogger("gateway.responses")
@@ -135,7 +136,7 @@ class EmbeddedResponseStore(ResponseStore):
     def _insert(self, key: bytes, blob: bytes, now: float, expires_at: float) -> None:
         db = self._connection()
         rows = self._rows
-        with _transaction(db):
+        with transaction(db, immediate=True):
             replaced = db.execute(
                 "UPDATE responses SET value = ?, expires_at = ? WHERE key = ?",
                 (blob, expires_at, key),
@@ -193,14 +194,3 @@ class EmbeddedResponseStore(ResponseStore):
         db, self._db = self._db, None
         if db is not None:
             db.close()
-
-
-class _transaction:
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
-
-    def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type: object, *rest: object) -> None:
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
