@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from gateway.testing.harness.inprocess import GatewayServer
+from tests.clients import sdk_client
 from tests.e2e.helpers import upstream_requests
 
 Json = dict[str, Any]
@@ -125,6 +126,36 @@ async def test_the_agents_sdk_gets_a_structured_output(
     assert sent["response_format"]["type"] == "json_schema"
 
 
+async def test_the_agents_sdk_model_settings_are_accepted(
+    gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    """What ModelSettings adds to the request (truncation, store, reasoning, metadata...)."""
+    from agents import ModelSettings, Runner
+    from openai import AsyncOpenAI
+    from openai.types.shared import Reasoning
+
+    settings = ModelSettings(
+        temperature=0.2,
+        top_p=0.9,
+        tool_choice="auto",
+        parallel_tool_calls=True,
+        truncation="auto",
+        max_tokens=200,
+        store=True,
+        metadata={"ticket": "42"},
+        reasoning=Reasoning(effort="low"),
+    )
+    script(fake_upstream, {"tool_calls": [WEATHER_CALL]}, {"content": SUNNY})
+    async with AsyncOpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0) as client:
+        result = await Runner.run(_agent(gw, client, model_settings=settings), "Paris?")
+    assert result.final_output == SUNNY
+    first = chat_requests(fake_upstream)[0]
+    assert first["temperature"] == 0.2 and first["top_p"] == 0.9
+    assert first["max_completion_tokens"] == 200 and first["reasoning_effort"] == "low"
+    assert first["tool_choice"] == "auto" and first["parallel_tool_calls"] is True
+    assert "metadata" not in first and "truncation" not in first
+
+
 # --- LangChain ----------------------------------------------------------------------------------
 
 
@@ -210,6 +241,34 @@ def test_langchain_with_structured_output(gw: GatewayServer, fake_upstream: Fake
     assert parsed == City(name="Paris", population=2100000)
     [sent] = chat_requests(fake_upstream)
     assert sent["response_format"]["json_schema"]["name"] == "City"
+
+
+def test_langchain_with_previous_response_id_and_settings(
+    gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    from langchain_core.messages import HumanMessage
+
+    llm = _langchain(
+        gw,
+        use_previous_response_id=True,
+        reasoning={"effort": "low", "summary": "auto"},
+        include=["reasoning.encrypted_content"],
+        temperature=0.3,
+    )
+    messages: list[Any] = [HumanMessage("I am Ann.")]
+    ai = llm.invoke(messages)
+    again = llm.invoke([*messages, ai, HumanMessage("Who am I?")])
+    assert again.text == "Echo: Who am I?"
+    sent = chat_requests(fake_upstream)[-1]
+    assert sent["messages"] == [
+        {"role": "user", "content": "I am Ann."},
+        {"role": "assistant", "content": "Echo: I am Ann."},
+        {"role": "user", "content": "Who am I?"},
+    ]
+    assert sent["reasoning_effort"] == "low" and sent["temperature"] == 0.3
+    # LangChain sent only the new message; the earlier turn came from the stored response.
+    stored = sdk_client(gw.url).responses.input_items.list(again.response_metadata["id"])
+    assert [item.content[0].text for item in stored.data] == ["Who am I?"]
 
 
 # --- llama-index ----------------------------------------------------------------------------------
