@@ -244,6 +244,27 @@ async def test_a_streamed_function_call_adds_up_to_its_arguments(
     assert item["arguments"] == deltas and item["call_id"] == added["call_id"]
 
 
+@pytest.mark.parametrize("fault", ["cut_after", "stream_error_after"])
+async def test_a_stream_that_breaks_ends_with_error_and_response_failed(
+    gw: GatewayServer, fake_upstream: FakeUpstream, fault: str
+) -> None:
+    body = {
+        "model": MODEL,
+        "input": "one two three four five six",
+        "stream": True,
+        "fake": {fault: 3},
+    }
+    events = stream_events(await post(gw, body))
+    types = [e["type"] for e in events]
+    assert types[:2] == ["response.created", "response.in_progress"]
+    assert types[-2:] == ["error", "response.failed"], types
+    failed = events[-1]["response"]
+    assert_conforms(failed, "Response")
+    assert failed["status"] == "failed" and failed["error"]["code"] == "server_error"
+    assert all(item["status"] != "in_progress" for item in failed["output"])
+    assert events[-2]["message"]
+
+
 def test_the_sdk_streams_and_its_stream_helper_accepts_the_events(sdk: Sdk, gw: GatewayServer):
     responses = Responses(sdk)
     events = responses.stream(model=MODEL, input="stream this please")
