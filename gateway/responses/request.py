@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, with_config
+from typing_extensions import TypedDict
 
 from gateway.errors import InvalidRequest
 from gateway.wire import validate
@@ -87,6 +88,24 @@ _SAME_NAME = (
 )
 
 
+_Summary = Literal["auto", "concise", "detailed"]
+
+
+# The Response echoes `reasoning` and `text` as they came: their known fields are checked here,
+# so that a value the schema forbids is a 400 naming it rather than an invalid Response.
+@with_config(ConfigDict(extra="allow"))
+class ReasoningParam(TypedDict, total=False):
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None
+    summary: _Summary | None
+    generate_summary: _Summary | None
+
+
+@with_config(ConfigDict(extra="allow"))
+class TextParam(TypedDict, total=False):
+    format: Any  # checked by _text
+    verbosity: Literal["low", "medium", "high"] | None
+
+
 class ResponsesRequest(BaseModel):
     """What the gateway reads of `POST /v1/responses` (strict types, unknown fields allowed)."""
 
@@ -96,16 +115,16 @@ class ResponsesRequest(BaseModel):
     input: str | list[Json] | None = None
     instructions: str | None = None
     tools: list[Json] | None = None
-    tool_choice: str | Json | None = None
+    tool_choice: Literal["none", "auto", "required"] | Json | None = None
     parallel_tool_calls: bool | None = None
-    text: Json | None = None
+    text: TextParam | None = None
     max_output_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(ge=0, le=1)] | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
-    reasoning: Json | None = None
+    reasoning: ReasoningParam | None = None
     store: bool | None = None
     stream: bool | None = None
     previous_response_id: Annotated[str, Field(min_length=1)] | None = None
@@ -375,7 +394,7 @@ def _tools(tools: list[Json], choice: str | Json | None) -> tuple[list[Json], An
     )
 
 
-def _text(text: Json | None) -> Json:
+def _text(text: TextParam | None) -> Json:
     """`text.format` -> `response_format`; `text.verbosity` as it is."""
     chat: Json = {}
     if not text:
@@ -390,6 +409,7 @@ def _text(text: Json | None) -> Json:
     if form.get("type") == "json_object":
         chat["response_format"] = {"type": "json_object"}
     elif form.get("type") == "json_schema" and isinstance(form.get("schema"), dict):
+        _check_json_schema_format(form)
         keys = ("name", "schema", "strict", "description")
         schema = {"name": "response", **{k: form[k] for k in keys if form.get(k) is not None}}
         chat["response_format"] = {"type": "json_schema", "json_schema": schema}
@@ -399,3 +419,23 @@ def _text(text: Json | None) -> Json:
             param="text.format",
         )
     return chat
+
+
+def _check_json_schema_format(form: Json) -> None:
+    """The fields of a json_schema format the Response echoes: a string name (required, as at
+    OpenAI), a boolean `strict`, a string `description`."""
+    if not isinstance(form.get("name"), str):
+        missing = form.get("name") is None
+        raise InvalidRequest(
+            "Missing required parameter: 'text.format.name'."
+            if missing
+            else "text.format.name must be a string.",
+            param="text.format.name",
+            code="missing_required_parameter" if missing else None,
+        )
+    for key, kind in (("strict", bool), ("description", str)):
+        value = form.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise InvalidRequest(
+                f"text.format.{key} must be a {kind.__name__}.", param=f"text.format.{key}"
+            )
