@@ -30,7 +30,9 @@ async def test_each_step_is_charged_to_the_task_of_its_context() -> None:
             loop.create_task(work(1, 0.03), context=charged_to(2)),
         )
     assert len(timer.steps[1]) >= 3 and sum(timer.steps[1]) >= 0.03
-    assert max(timer.steps[2]) >= 0.03 and sum(timer.steps[2]) < 0.06
+    # Task 2 took one long step and its end, and none of task 1's (counted, not timed: a
+    # loaded machine stretches the wall time of a step)
+    assert max(timer.steps[2]) >= 0.03 and len(timer.steps[2]) <= 3
     assert timer.cpu[1] >= 0.02  # spinning is CPU on the loop thread
     assert asyncio.events.Handle._run is original  # uninstalled
     before = timer.steps[1][:]
