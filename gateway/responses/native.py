@@ -63,27 +63,46 @@ async def relay(
 
 
 class NativeStream(NativeEvents):
-    """The provider's events as they came; its final Response kept once the stream ends."""
+    """The provider's events as they came; its final Response kept once the stream ends. A
+    stream that breaks ends as a translated one does: the `error` event, then
+    `response.failed` with the Response as the provider last showed it."""
 
     def __init__(self, keep: Keep) -> None:
         super().__init__(ENDPOINT)
         self._keep = keep
         self._final: Json | None = None
+        self._latest: Json | None = None  # the Response of the last event that carried one
 
     def batch(self, chunks: list[Json]) -> bytes:
         for event in chunks:
+            response = event.get("response")
+            if isinstance(response, dict):
+                self._latest = response
             if event.get(EVENT, event.get("type")) in ("response.completed", "response.incomplete"):
-                self._final = event.get("response")
+                self._final = response
         return super().batch(chunks)
 
     def failed(self, err: GatewayError) -> bytes:
         self._final = None
-        return super().failed(err)
+        announced = super().failed(err)
+        if self._latest is None:
+            return announced
+        message = err.body()["error"]["message"]
+        code = "rate_limit_exceeded" if err.status == 429 else "server_error"
+        response = {**self._latest, "status": "failed", "completed_at": None}
+        response["error"] = {"code": code, "message": message}
+        event = {EVENT: "response.failed", "type": "response.failed", "response": response}
+        return announced + self._event({**event, "sequence_number": self._sequence + 1})
 
     async def end(self) -> bytes:
-        if isinstance(self._final, dict):
+        if isinstance(self._final, dict) and _is_list_of_objects(self._final.get("output")):
             await self._keep(self._final)
         return await super().end()
+
+
+def _is_list_of_objects(value: Any) -> bool:
+    """A provider's `output` the store can keep (the gateway replays it on a later turn)."""
+    return isinstance(value, list) and all(isinstance(item, dict) for item in value)
 
 
 def items_of(conversation: list[Json]) -> list[Json]:

@@ -170,26 +170,34 @@ def response_usage(usage: Json) -> Json:
 
 
 def conversation_output(output: list[Json]) -> list[Json]:
-    """A response's output items as the chat message a later turn replays."""
+    """A response's output items as the chat message a later turn replays. A provider's own
+    Response (a native one) may hold items of any shape: only what reads as text or a call
+    counts."""
+    items = [item for item in output if isinstance(item, dict)]
     content = "".join(
-        part.get("text") or part.get("refusal") or ""
-        for item in output
-        if item["type"] == "message"
+        _text_of(part)
+        for item in items
+        if item.get("type") == "message" and isinstance(item.get("content"), list)
         for part in item["content"]
     )
     calls = [
         {
-            "id": item["call_id"],
+            "id": item.get("call_id"),
             "type": "function",
-            "function": {"name": item["name"], "arguments": item["arguments"]},
+            "function": {"name": item.get("name"), "arguments": item.get("arguments")},
         }
-        for item in output
-        if item["type"] == "function_call"
+        for item in items
+        if item.get("type") == "function_call"
     ]
     message: Json = {"role": "assistant", "content": content or None}
     if calls:
         message["tool_calls"] = calls
     return [message]
+
+
+def _text_of(part: Any) -> str:
+    text = (part.get("text") or part.get("refusal")) if isinstance(part, dict) else None
+    return text if isinstance(text, str) else ""
 
 
 def _count(value: Any) -> int:
