@@ -69,6 +69,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/reliability/test_durability.py": ("process",),
     "tests/reliability/test_fuzz_http.py": ("process", "fuzz"),
     "tests/reliability/test_fuzz_parsers.py": ("process", "fuzz"),
+    "tests/reliability/test_fuzz_responses.py": ("process", "fuzz"),
     "tests/reliability/test_isolation.py": ("process",),
     "tests/resilience/test_redis_breakers.py": ("process", "redis"),
     "tests/test_cli.py": ("process",),

@@ -1,8 +1,9 @@
 """A real gateway process (`python -m gateway serve`) in front of a fake upstream process, for
 fuzzing over raw sockets: API keys for two tenants and an admin key, the semantic cache on
 (hash embedder, memory store, bounded), the tool guard on, a routing alias, a rate-limited
-tenant. Its resident memory is read from /proc/<pid>/status. (Hypothesis settings:
-tests/reliability/fuzzing.py.)
+tenant, a model whose provider serves /v1/completions and /v1/responses natively (the same
+fake), stored Responses in memory. Its resident memory is read from /proc/<pid>/status.
+(Hypothesis settings: tests/reliability/fuzzing.py.)
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ ADMIN_KEY = "adm-fuzz-0123456789abcdef"
 TENANT_KEYS = {"team-a": "sk-fuzz-team-a-0123456789", "team-b": "sk-fuzz-team-b-0123456789"}
 PROVIDER_KEY = "sk-fuzz-provider-secret-42"
 MAX_BODY = 131072
+RESPONSES_KEPT = 200
 CHAT_MODELS = ["fake-model", "fake-alias", "fake-strong", "auto", "demo"]
 EMBEDDING_MODELS = ["fake-embedding", "demo-embedding"]
+NATIVE_MODEL = "fake-native"  # its provider serves /v1/completions and /v1/responses itself
 
 
 def config(fake_url: str) -> Json:
@@ -45,12 +48,20 @@ def config(fake_url: str) -> Json:
                 "api_key_env": "FUZZ_PROVIDER_KEY",
                 "timeouts": timeouts,
             },
+            "native": {
+                "type": "openai",
+                "base_url": fake_url,
+                "api_key_env": "FUZZ_PROVIDER_KEY",
+                "timeouts": timeouts,
+                "native": ["completions", "responses"],
+            },
             "demo": {"type": "demo"},
         },
         "models": [
             {"name": "fake-model", "provider": "fake", "aliases": ["fake-alias"]},
             {"name": "fake-strong", "provider": "fake", "upstream_model": "strong-up"},
             {"name": "fake-embedding", "provider": "fake", "kind": "embedding"},
+            {"name": NATIVE_MODEL, "provider": "native", "upstream_model": "native-up"},
             {"name": "demo", "provider": "demo"},
             {"name": "demo-embedding", "provider": "demo", "kind": "embedding"},
         ],
@@ -59,6 +70,8 @@ def config(fake_url: str) -> Json:
             "embedder": {"type": "hash"},
             "defaults": {"enabled": True, "cache_tool_calls": True},
         },
+        # Bounded, and full after the warm-up, so that the RSS check measures leaks only.
+        "responses": {"store": {"type": "memory", "max_entries": RESPONSES_KEPT}},
         "guard": {"tools": {"enabled": True, "repair_attempts": 1, "on_failure": "strip"}},
         "routing": {
             "aliases": {

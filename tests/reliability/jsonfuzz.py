@@ -214,8 +214,10 @@ def _object(schema: Mapping[str, Any], depth: int) -> st.SearchStrategy[Any]:
 def _array(schema: Mapping[str, Any], depth: int) -> st.SearchStrategy[Any]:
     low = schema.get("minItems", 0)
     high = min(schema.get("maxItems", low + 3), low + 3)
-    items = schema.get("items", {})
-    return st.lists(schema_strategy(items, depth + 1), min_size=low, max_size=high)
+    items = schema_strategy(schema.get("items", {}), depth + 1)
+    if items.is_empty:  # cut off by the depth limit (the Responses item unions recurse deeply)
+        return st.just([]) if low == 0 else st.nothing()
+    return st.lists(items, min_size=low, max_size=high)
 
 
 def _string_of(schema: Mapping[str, Any], depth: int) -> st.SearchStrategy[Any]:

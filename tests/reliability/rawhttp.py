@@ -23,6 +23,12 @@ from tests.e2e.helpers import (
     parse_sse,
     sse_json,
 )
+from tests.reliability.streams import (
+    Conforms,
+    check_response_stream,
+    check_stored_answer,
+    completion_chunk_conforms,
+)
 
 Header = tuple[bytes, bytes]
 
@@ -230,8 +236,11 @@ def dechunk(data: bytes) -> bytes:
 # The fuzz tests count these instead of failing on them again, so that they keep exploring;
 # remove an entry once its test passes.
 KNOWN_BUGS: dict[str, tuple[str, Callable[[Reply, str, Sent], bool]]] = {
-    # name: (the regression test that pins it, a matcher for what the fuzz sees). Empty: every
-    # bug the fuzz found is fixed, so nothing it meets is excused.
+    # name: (the regression test that pins it, a matcher for what the fuzz sees).
+    "empty-input-items-page": (
+        "tests/reliability/test_fuzz_responses.py::test_an_empty_input_items_page_conforms",
+        lambda reply, problem, sent: "ResponseItemList: first_id: None" in problem,
+    ),
 }
 KNOWN_SEEN: Counter[str] = Counter()
 KNOWN_EXAMPLES: dict[str, str] = {}  # the first answer of each, for the curious (-s)
@@ -269,6 +278,8 @@ RESPONSE_SCHEMAS = {
     "embeddings": "CreateEmbeddingResponse",
     "models": "ListModelsResponse",
     "model": "Model",
+    "responses": "Response",
+    "completions": "CreateCompletionResponse",
 }
 
 
@@ -318,16 +329,24 @@ def _check(reply: Reply, sent: Sent, endpoint: str, strict_schema: bool) -> Any:
         except (AssertionError, ValueError) as exc:
             raise AssertionError(f"not an OpenAI error: {exc}") from None
         return json.loads(reply.body)
+    conforms = _strictly if strict_schema else lenient(_strictly)
     if reply.content_type == "text/event-stream":
+        if endpoint == "responses":
+            return check_response_stream(reply.body, conforms)
+        if endpoint == "completions":
+            chunk = completion_chunk_conforms
+            return check_stream(reply.body, strict_schema=strict_schema, chunk=chunk)
         assert endpoint == "chat", "a stream from " + endpoint
         return check_stream(reply.body, strict_schema=strict_schema)
     assert reply.content_type == "application/json", reply.content_type
     data = json.loads(reply.body)
     if endpoint == "embeddings":
         data = _base64_as_floats(data)
+    if endpoint == "responses-stored":
+        check_stored_answer(data, sent.method, sent.path, conforms)
     schema = RESPONSE_SCHEMAS.get(endpoint)
     if schema is not None:
-        _conforms(data, schema, strict_schema)
+        conforms(data, schema)
     return data
 
 
@@ -335,17 +354,32 @@ PASSED_THROUGH: Counter[str] = Counter()
 """Answers relayed although they break the response schema (counted where that is allowed)."""
 
 
-def _conforms(data: Any, schema: str, strict: bool) -> None:
-    try:
-        assert_conforms(data, schema)
-    except AssertionError as exc:
-        if strict:
-            raise
-        PASSED_THROUGH[str(exc).split(";")[0][:120]] += 1
+def _strictly(data: Any, schema: str) -> None:
+    assert_conforms(data, schema)
 
 
-def check_stream(body: bytes, context: str = "", *, strict_schema: bool = True) -> list[Any]:
-    """An SSE stream of chat chunks, at most one error event (last), then [DONE]."""
+def lenient(check: Conforms) -> Conforms:
+    """`check`, counting a violation in PASSED_THROUGH instead of failing."""
+
+    def counted(data: Any, schema: str) -> None:
+        try:
+            check(data, schema)
+        except AssertionError as exc:
+            PASSED_THROUGH[str(exc).split(";")[0][:120]] += 1
+
+    return counted
+
+
+def check_stream(
+    body: bytes,
+    context: str = "",
+    *,
+    strict_schema: bool = True,
+    chunk: Conforms = _strictly,
+) -> list[Any]:
+    """An SSE stream of chunks (chat ones unless `chunk` checks another kind), at most one
+    error event (last), then [DONE]."""
+    conforms = chunk if strict_schema else lenient(chunk)
     try:
         events, done = sse_json(parse_sse(body))
     except (AssertionError, ValueError) as exc:
@@ -363,7 +397,7 @@ def check_stream(body: bytes, context: str = "", *, strict_schema: bool = True) 
             assert code != "internal_error", f"an internal error mid-stream: {event}" + context
             continue
         try:
-            _conforms(event, "CreateChatCompletionStreamResponse", strict_schema)
+            conforms(event, "CreateChatCompletionStreamResponse")
         except AssertionError as exc:
             raise AssertionError(f"chunk {i}: {exc}" + context) from None
     return events

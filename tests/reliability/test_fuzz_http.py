@@ -45,7 +45,6 @@ from tests.reliability.jsonfuzz import (
     TEXT,
     Pairs,
     Raw,
-    acceptable_json_object,
     any_value,
     byte_mutated,
     component,
@@ -54,11 +53,9 @@ from tests.reliability.jsonfuzz import (
     plain_value,
     unicode_value,
 )
+from tests.reliability.outcomes import assert_survived, refuses_what_it_must
 from tests.reliability.rawhttp import (
     KNOWN_BUG,
-    KNOWN_EXAMPLES,
-    KNOWN_SEEN,
-    PASSED_THROUGH,
     Header,
     KeepAlive,
     Reply,
@@ -67,6 +64,7 @@ from tests.reliability.rawhttp import (
     check_stream,
     exchange,
 )
+from tests.reliability.steering import KNOBS, tools_and_calls
 from tests.reliability.warmup import (
     CHAT,
     EMBEDDINGS,
@@ -102,96 +100,6 @@ CONTENT_TYPES = [
     b"",
     b";;;",
 ]
-TOOL_SCHEMAS: list[dict[str, Any]] = [
-    {"type": "object", "properties": {"q": {"type": "string"}, "n": {"type": "integer"}}},
-    {
-        "type": "object",
-        "properties": {
-            "when": {"type": "string", "format": "date-time"},
-            "amount": {"type": "number", "minimum": 0, "maximum": 100},
-            "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
-            "nested": {"type": "object", "properties": {"a": {"type": "object"}}},
-        },
-        "required": ["amount"],
-        "additionalProperties": False,
-    },
-    {"type": "object", "properties": {"mode": {"enum": ["a", "b"]}}, "required": ["mode"]},
-    {"type": "object", "properties": {"x": {"$ref": "#/definitions/nowhere"}}},  # unusable
-    {"type": "string"},  # not an object schema
-]
-HOSTILE_ARGUMENTS = [
-    "",
-    "{",
-    "null",
-    "[]",
-    '"str"',
-    "{}",
-    '{"q": "a", "q": 5}',
-    '{"amount": 1e400}',
-    '{"amount": NaN}',
-    '{"amount": -Infinity}',
-    '{"amount": 123456789012345678901234567890}',
-    '{"amount": "12.5"}',
-    '{"amount": 5, "when": "yesterday"}',
-    '{"q": "\\ud800"}',
-    '{"q": "\u0000"}',
-    "{'q': 'single'}",
-    '{"q": "a"} trailing',
-    '```json\n{"q": "fenced"}\n```',
-    '{"mode": "c"}',
-    '{"nested": {"a": ' + "[" * 200 + "]" * 200 + "}}",
-    '{"n": ' + "9" * 5000 + "}",
-    "[" * 5000 + "]" * 5000,
-]
-
-
-@st.composite
-def tools_and_calls(draw: st.DrawFn) -> tuple[list[Any], dict[str, Any]]:
-    """Declared tools, and a scripted upstream reply calling them with hostile arguments."""
-    count = draw(st.integers(1, 3))
-    names = [
-        draw(st.sampled_from(["lookup", "book", "get_weather", "a.b", "x" * 64]))
-        for _ in range(count)
-    ]
-    tools = [
-        {
-            "type": "function",
-            "function": {"name": name, "parameters": draw(st.sampled_from(TOOL_SCHEMAS))},
-        }
-        for name in names
-    ]
-    calls = []
-    for _ in range(draw(st.integers(1, 3))):
-        arguments: Any = draw(
-            st.sampled_from(HOSTILE_ARGUMENTS)
-            | TEXT
-            | st.dictionaries(TEXT, plain_value(), max_size=3)
-        )
-        name = draw(st.sampled_from([*names, "undeclared", "LOOKUP", ""]))
-        calls.append({"name": name, "arguments": arguments})
-    reply = {"tool_calls": calls, "content": draw(st.none() | TEXT)}
-    return tools, {"replies": [reply]}
-
-
-KNOBS = st.fixed_dictionaries(
-    {},
-    optional={
-        "status": st.sampled_from([400, 401, 403, 404, 408, 409, 422, 429, 500, 502, 503, 504]),
-        "error_body": st.sampled_from(["json", "html", "empty", "text"]),
-        "retry_after": st.sampled_from(
-            ["0", "1", "abc", "-5", "1e9", "Wed, 21 Oct 2015 07:28:00 GMT"]
-        ),
-        "malformed": st.booleans(),
-        "invalid_utf8": st.booleans(),
-        "cut_after": st.integers(0, 4),
-        "no_done": st.booleans(),
-        "stream_error_after": st.integers(0, 3),
-        "content": st.one_of(TEXT, st.sampled_from(["", " ", "\u0000", "data: [DONE]\n\n"])),
-        "words_per_chunk": st.integers(1, 3),
-        "reasoning_content": TEXT,
-        "extra": st.dictionaries(st.sampled_from(["x_meta", "x_other"]), plain_value(), max_size=2),
-    },
-)
 
 
 @st.composite
@@ -265,19 +173,7 @@ def test_chat_mutated_bodies(
         event(name.split("@")[0])
     headers = [(b"Content-Type", content_type), key] if content_type else [key]
     sent = Sent(b"POST", CHAT, headers, raw, notes=tuple(applied))
-    _refuses_what_it_must(fuzz_gateway, sent, raw)
-
-
-def _refuses_what_it_must(fuzz_gateway: FuzzGateway, sent: Sent, raw: bytes) -> None:
-    """A body over the size limit gets 413 (or 429), one that is no JSON object an error."""
-    reply, parsed = send(fuzz_gateway, sent)
-    event(f"status={reply.status}")
-    if parsed is KNOWN_BUG:
-        return
-    if len(raw) > MAX_BODY:
-        assert reply.status in (413, 429), reply.describe()
-    elif not acceptable_json_object(raw):
-        assert reply.status >= 400, f"accepted a body it must refuse\n{sent.describe()}"
+    refuses_what_it_must(fuzz_gateway, sent, raw)
 
 
 # `dimensions` sizes the vectors the demo provider (and the fake upstream) allocate: between
@@ -340,7 +236,7 @@ def test_embedding_bodies(fuzz_gateway: FuzzGateway, data: st.DataObject, key: H
             applied.append(kind)
     note(f"mutations: {applied}")
     sent = Sent(b"POST", EMBEDDINGS, [JSON_TYPE, key], raw, notes=tuple(applied))
-    _refuses_what_it_must(fuzz_gateway, sent, raw)
+    refuses_what_it_must(fuzz_gateway, sent, raw)
 
 
 CORE_FIELDS = [
@@ -737,46 +633,9 @@ def test_one_connection_many_requests(fuzz_gateway: FuzzGateway, names: list[str
 
 
 def test_the_gateway_survived_and_kept_its_memory(fuzz_gateway: FuzzGateway) -> None:
-    """After every fuzz test above, the process is alive, answers /healthz and
-    a normal request (streamed too), and its RSS grew less than RSS_GROWTH_LIMIT_MIB since the
-    warm-up."""
-    assert fuzz_gateway.gateway.alive(), fuzz_gateway.gateway.output()[-3000:]
-    reply, health = send(fuzz_gateway, Sent(b"GET", b"/healthz", [], None))
-    assert reply.status == 200 and health == {"status": "ok"}
-    fresh = {
-        "model": "fake-model",
-        "messages": [{"role": "user", "content": f"alive? {time.time()}"}],
-    }
-    reply, answer = send(fuzz_gateway, Sent(b"POST", CHAT, [JSON_TYPE, tenant_a()], dumps(fresh)))
-    assert reply.status == 200 and answer["choices"][0]["message"]["content"].startswith(
-        "Echo: alive?"
-    )
-    reply, _ = send(
-        fuzz_gateway,
-        Sent(b"POST", CHAT, [JSON_TYPE, tenant_a()], dumps({**fresh, "stream": True})),
-    )
-    assert reply.status == 200
-    check_stream(reply.body)
-    rss = fuzz_gateway.gateway.rss_kib()
-    growth_mib = (rss - fuzz_gateway.baseline_rss_kib) / 1024
-    print(
-        f"\nfuzz: {fuzz_gateway.sent} requests to the gateway ({fuzz_gateway.by_test}); "
-        f"RSS {fuzz_gateway.baseline_rss_kib / 1024:.1f} MiB after warm-up -> "
-        f"{rss / 1024:.1f} MiB at the end (growth {growth_mib:+.1f} MiB, limit "
-        f"{RSS_GROWTH_LIMIT_MIB} MiB)"
-    )
-    assert growth_mib < RSS_GROWTH_LIMIT_MIB, (
-        f"RSS grew {growth_mib:.1f} MiB over {fuzz_gateway.sent} requests"
-    )
-
-    seen = ", ".join(f"{name}: {count}" for name, count in sorted(KNOWN_SEEN.items()))
-    relayed = sum(PASSED_THROUGH.values())
-    print(
-        f"fuzz: known gateway bugs seen ({seen or 'none'}); "
-        f"{relayed} schema-breaking upstream answers relayed"
-    )
-    for name, example in sorted(KNOWN_EXAMPLES.items()):
-        print(f"first {name}: {example}\n")
+    """After every fuzz test above, the process is alive, answers /healthz and a normal
+    request (streamed too), and its RSS grew less than RSS_GROWTH_LIMIT_MIB since the warm-up."""
+    assert_survived(fuzz_gateway, RSS_GROWTH_LIMIT_MIB)
 
 
 # --- regressions: gateway bugs the fuzzing found, each fixed since --------------------------

@@ -12,6 +12,8 @@ if TYPE_CHECKING:
 
 CHAT = b"/v1/chat/completions"
 EMBEDDINGS = b"/v1/embeddings"
+RESPONSES = b"/v1/responses"
+COMPLETIONS = b"/v1/completions"
 JSON_TYPE: Header = (b"Content-Type", b"application/json")
 
 
@@ -54,13 +56,20 @@ def send(
 
 
 def endpoint_of(path: bytes) -> str:
-    if path == CHAT:
+    route = path.split(b"?", 1)[0]
+    if route == CHAT:
         return "chat"
-    if path == EMBEDDINGS:
+    if route == EMBEDDINGS:
         return "embeddings"
-    if path == b"/v1/models":
+    if route == RESPONSES:
+        return "responses"
+    if route.startswith(RESPONSES + b"/"):
+        return "responses-stored"
+    if route == COMPLETIONS:
+        return "completions"
+    if route == b"/v1/models":
         return "models"
-    if path.startswith(b"/v1/models/"):
+    if route.startswith(b"/v1/models/"):
         return "model"
     return "other"
 
@@ -108,3 +117,68 @@ def warm_up(fuzz: FuzzGateway, rounds: int = 40) -> None:
         send(fuzz, Sent(b"GET", b"/v1/models", [key], None))
         send(fuzz, Sent(b"GET", b"/admin/breakers", [admin()], None))
         send(fuzz, Sent(b"GET", b"/healthz", [], None))
+        warm_up_responses(fuzz, text, tools)
+        warm_up_completions(fuzz, text)
+
+
+def warm_up_responses(fuzz: FuzzGateway, text: str, chat_tools: list[Any]) -> None:
+    """/v1/responses plain, streamed, with a tool call, continued, level 4, natively with a
+    built-in tool; then the stored-response routes and a deleted id. Six stored responses a
+    round: the store (RESPONSES_KEPT) is full before the baseline is read."""
+    from tests.reliability.fuzz_target import NATIVE_MODEL
+
+    key = tenant_a()
+    tools = [{"type": "function", **tool["function"]} for tool in chat_tools]
+    scripted = {"replies": [{"tool_calls": [{"name": "lookup", "arguments": '{"q": 1'}]}]}
+    bodies: list[Any] = [
+        {"model": "fake-model", "input": text},
+        {"model": "auto", "input": text, "stream": True, "instructions": "be brief"},
+        {"model": "fake-model", "input": text, "tools": tools, "fake": scripted},
+        {"model": "fake-model", "input": text, "tools": tools, "stream": True, "fake": scripted},
+        {"model": "fake-model", "input": text, "fake": {"status": 503}, "store": False},
+        {"model": NATIVE_MODEL, "input": text, "tools": [{"type": "web_search"}]},
+        {"model": NATIVE_MODEL, "input": text, "tools": [{"type": "web_search"}], "stream": True},
+    ]
+    ids = []
+    for body in bodies:
+        _, answer = send(fuzz, post_json(RESPONSES, body, key))
+        ids.append(response_id_of(answer))
+    first = next(i for i in ids if i is not None)
+    send(
+        fuzz,
+        post_json(
+            RESPONSES, {"model": "fake-model", "input": "and?", "previous_response_id": first}, key
+        ),
+    )
+    stored = RESPONSES + b"/" + first.encode()
+    send(fuzz, Sent(b"GET", stored, [key], None))
+    send(fuzz, Sent(b"GET", stored + b"/input_items?limit=2&order=asc", [key], None))
+    send(fuzz, Sent(b"DELETE", stored, [key], None))
+    send(fuzz, Sent(b"GET", stored, [key], None))  # 404 now
+    send(fuzz, post_json(RESPONSES, {"model": "fake-model", "input": [{"type": "nope"}]}, key))
+
+
+def response_id_of(answer: Any) -> str | None:
+    """The id of a Response, or of the one a stream's events carry."""
+    if isinstance(answer, list):
+        answer = answer[-1].get("response") if answer else None
+    if isinstance(answer, dict) and answer.get("object") == "response":
+        return str(answer["id"])
+    return None
+
+
+def warm_up_completions(fuzz: FuzzGateway, text: str) -> None:
+    """/v1/completions translated (plain, two prompts, streamed), natively (echo, streamed
+    logprobs), and refused (echo where no upstream serves completions)."""
+    from tests.reliability.fuzz_target import NATIVE_MODEL
+
+    key = tenant_a()
+    for body in (
+        {"model": "fake-model", "prompt": text, "max_tokens": 5},
+        {"model": "fake-model", "prompt": [text, "x"]},
+        {"model": "auto", "prompt": text, "stream": True},
+        {"model": NATIVE_MODEL, "prompt": text, "echo": True},
+        {"model": NATIVE_MODEL, "prompt": [1, 2], "logprobs": 2, "stream": True},
+        {"model": "fake-model", "prompt": text, "echo": True},
+    ):
+        send(fuzz, post_json(COMPLETIONS, body, key))
