@@ -171,6 +171,8 @@ def chat_body(
     the earlier turns of a response it continues first, without their instructions (as at
     OpenAI, instructions are not carried over: this request's own go first)."""
     system = [{"role": "system", "content": request.instructions}] if request.instructions else []
+    if not system + turn:  # else the chat validation's 400 would name 'messages'
+        raise InvalidRequest("'input' is empty: there is nothing to respond to.", param="input")
     chat: Json = {"model": request.model, "messages": system + turn}
     chat.update((k, v) for k, v in body.items() if k not in RESPONSES_FIELDS)
     for name in _SAME_NAME:

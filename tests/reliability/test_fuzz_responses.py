@@ -414,6 +414,21 @@ def test_values_the_response_would_echo_are_checked(fuzz_gateway: FuzzGateway, p
     )
 
 
+@pytest.mark.parametrize(
+    "given", [[], [{"type": "reasoning", "summary": []}]], ids=["no-items", "reasoning-only"]
+)
+def test_an_empty_input_is_refused_by_its_own_name(fuzz_gateway: FuzzGateway, given: Any):
+    """Was a bug: an input with nothing a chat model reads (no items, or only reasoning, which
+    is not replayed) became a chat body without messages, and the 400 named `messages`, a
+    field the client never sent. Now the 400 names `input`."""
+    body = {"model": "fake-model", "input": given}
+    reply = exchange(fuzz_gateway.port, _post(RESPONSES, body, "team-a"))
+    assert reply is not None
+    assert_openai_error(
+        reply.status, dict(reply.headers), reply.body, expected_status=400, param="input"
+    )
+
+
 NATIVE_FAULTS = {
     "error-event": {"stream_error_after": 2},
     "cut": {"cut_after": 3},
