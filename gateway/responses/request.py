@@ -135,14 +135,6 @@ class ResponsesRequest(BaseModel):
     def stores(self) -> bool:
         return self.store is not False  # OpenAI's default: stored
 
-    @property
-    def n(self) -> int | None:
-        return None
-
-    @property
-    def wants_usage_in_stream(self) -> bool:
-        return True  # response.completed carries the usage
-
 
 def parse(body: Any) -> ResponsesRequest:
     request: ResponsesRequest = validate(ResponsesRequest, body)
