@@ -26,6 +26,7 @@ class Ids:
         self.live: dict[str, list[str]] = {team: [] for team in TEAMS}
         self.deleted: list[str] = []
         self.native: set[str] = set()  # answered by the provider natively (relayed as it was)
+        self.items: list[str] = ["msg_1"]  # input item ids, for input_items?after=
 
     def __repr__(self) -> str:
         sizes = {team: len(live) for team, live in self.live.items()}
@@ -359,10 +360,17 @@ def completion_body(draw: st.DrawFn) -> dict[str, Any]:
     body["model"] = draw(st.sampled_from(MODELS))
     if draw(st.booleans()):
         body["prompt"] = draw(PROMPTS)
-    for name in ("echo", "logprobs", "suffix", "best_of"):
-        if draw(st.integers(0, 2)):
+    # One in three keeps or draws parameters only a native upstream serves: the others test
+    # the translation through the chat pipeline.
+    if draw(st.sampled_from(["translated", "translated", "native-only"])) == "translated":
+        for name in ("echo", "logprobs", "suffix", "best_of"):
             body.pop(name, None)
-    body.update(draw(NATIVE_ONLY))
+        if draw(st.sampled_from(["text", "text", "schema"])) == "text":
+            body["prompt"] = draw(TEXT | st.lists(TEXT, min_size=1, max_size=3))
+    else:
+        body.update(draw(NATIVE_ONLY))
+        if draw(st.booleans()):
+            body["model"] = NATIVE_MODEL
     if "n" in body and draw(st.booleans()):
         body["n"] = draw(st.integers(1, 3))  # the schema allows 128 choices a prompt
     if draw(st.integers(0, 2)) == 0:

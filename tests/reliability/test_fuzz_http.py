@@ -67,8 +67,10 @@ from tests.reliability.rawhttp import (
 from tests.reliability.steering import KNOBS, tools_and_calls
 from tests.reliability.warmup import (
     CHAT,
+    COMPLETIONS,
     EMBEDDINGS,
     JSON_TYPE,
+    RESPONSES,
     admin,
     bearer,
     endpoint_of,
@@ -526,6 +528,9 @@ PATHS = st.one_of(
             b"/V1/CHAT/COMPLETIONS",
             b"/v1/chat/completions?stream=true&x=%ff",
             b"/v1/completions",
+            b"/v1/responses",
+            b"/v1/responses/resp_nope",
+            b"/v1/responses/resp_nope/input_items?limit=%ff",
             b"/",
             b"*",
             b"http://127.0.0.1/v1/models",
@@ -575,6 +580,7 @@ def test_methods_paths_and_framing(
 
 
 EMBED_A = b'{"model": "fake-embedding", "input": "a"}'
+RESPONSE_STREAM = {"model": "fake-model", "input": "keep-alive", "stream": True}
 
 
 def _keep_alive_requests() -> dict[str, tuple[Sent, set[int]]]:
@@ -599,6 +605,21 @@ def _keep_alive_requests() -> dict[str, tuple[Sent, set[int]]]:
         "404-with-body": (Sent(b"POST", b"/v1/nowhere", [JSON_TYPE, key], smuggled * 3), {404}),
         "get-with-body": (Sent(b"GET", b"/healthz", [], smuggled), {200}),
         "too-large": (Sent(b"POST", CHAT, [JSON_TYPE, key], b"x" * (MAX_BODY + 10)), {413}),
+        "responses": (
+            Sent(b"POST", RESPONSES, [JSON_TYPE, key], b'{"model": "fake-model", "input": "hi"}'),
+            {200},
+        ),
+        "responses-stream": (
+            Sent(b"POST", RESPONSES, [JSON_TYPE, key], dumps(RESPONSE_STREAM)),
+            {200},
+        ),
+        "unknown-response": (Sent(b"GET", RESPONSES + b"/resp_nope", [key], None), {404}),
+        "completions": (
+            Sent(
+                b"POST", COMPLETIONS, [JSON_TYPE, key], b'{"model": "fake-model", "prompt": "hi"}'
+            ),
+            {200},
+        ),
         "upstream-503": (
             Sent(b"POST", CHAT, [JSON_TYPE, key], dumps(chat_of("down", fake={"status": 503}))),
             {200, 502, 503},  # 200: the level-4 answer

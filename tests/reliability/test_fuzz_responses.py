@@ -31,7 +31,7 @@ import pytest
 from hypothesis import event, given, note
 from hypothesis import strategies as st
 
-from tests.e2e.helpers import assert_conforms, assert_openai_error
+from tests.e2e.helpers import assert_conforms, assert_openai_error, schema_validator
 from tests.e2e.responses_client import parse_events
 from tests.reliability.fuzz_target import (
     NATIVE_MODEL,
@@ -92,6 +92,11 @@ def ids(fuzz_gateway: FuzzGateway) -> Ids:
     doomed = seen.live["team-a"][0]
     send(fuzz_gateway, Sent(b"DELETE", _stored(doomed), [_key("team-a")], None))
     seen.forget("team-a", doomed)
+    for team in TEAMS:
+        for response_id in seen.live[team]:
+            path = _stored(response_id, b"/input_items")
+            _, listing = send(fuzz_gateway, Sent(b"GET", path, [_key(team)], None))
+            seen.items += [item["id"] for item in listing["data"]]
     return seen
 
 
@@ -137,8 +142,9 @@ def test_responses_bodies(fuzz_gateway: FuzzGateway, ids: Ids, data: st.DataObje
             assert reply.content_type == "text/event-stream", reply.describe()
         if body.get("store") is not False:
             ids.keep(team, parsed, native=native)
-    elif reply.status == 400:
-        event(f"400 {parsed['error'].get('code')} {parsed['error'].get('param')}")
+    elif "fake" not in body and schema_validator("CreateResponse").is_valid(body):
+        error = parsed["error"]
+        event(f"schema-valid refused: {reply.status} {error.get('code')} {error.get('param')}")
 
 
 @fuzz_settings(400)
@@ -224,7 +230,7 @@ def test_stored_response_routes(
     a foreign, deleted or random id is a 404 (or a 4xx the query earns first)."""
     _record(fuzz_gateway, "stored-routes")
     kind, response_id = data.draw(stored_id(ids, team))
-    query = data.draw(query_string(["msg_1"]))
+    query = data.draw(query_string(ids.items))
     path = RESPONSES + b"/" + response_id + route + query
     if method == b"DELETE" and kind == "own" and data.draw(st.integers(0, 2)):
         method = b"GET"  # deleting own responses empties the pool: only a third do
