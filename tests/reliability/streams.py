@@ -61,7 +61,45 @@ def check_response_stream(body: bytes, conforms: Conforms = assert_conforms) -> 
         assert not errors, f"an error event in a stream that did not fail: {kinds}"
     ids = {e["response"]["id"] for e in events if isinstance(e.get("response"), dict)}
     assert len(ids) == 1, f"one stream, several response ids: {ids}"
+    _deltas_add_up(events)
     return events
+
+
+_DONE_FIELD = {
+    "response.output_text.done": ("response.output_text.delta", "text"),
+    "response.refusal.done": ("response.refusal.delta", "refusal"),
+    "response.reasoning_text.done": ("response.reasoning_text.delta", "text"),
+    "response.function_call_arguments.done": (
+        "response.function_call_arguments.delta",
+        "arguments",
+    ),
+}
+
+
+def _deltas_add_up(events: list[Json]) -> None:
+    """Each part's deltas add up to its done event's text (a call's to its arguments), and a
+    finished stream's items are the final Response's output."""
+    for i, event in enumerate(events):
+        if event["type"] not in _DONE_FIELD:
+            continue
+        delta_type, field = _DONE_FIELD[event["type"]]
+        where = (event.get("item_id"), event.get("content_index"))
+        joined = "".join(
+            e["delta"]
+            for e in events[:i]
+            if e["type"] == delta_type and (e.get("item_id"), e.get("content_index")) == where
+        )
+        assert joined == event[field], f"deltas {joined!r} but {event['type']} {event[field]!r}"
+    last = events[-1]
+    if last["type"] == "response.failed":
+        return
+    done = {
+        e["output_index"]: e["item"] for e in events if e["type"] == "response.output_item.done"
+    }
+    output = last["response"].get("output")
+    if not isinstance(output, list):
+        return  # a provider's Response of the wrong shape (relayed: the schema check counts it)
+    assert done == dict(enumerate(output)), f"items done {done} but output {output}"
 
 
 @cache

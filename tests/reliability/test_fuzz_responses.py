@@ -142,9 +142,28 @@ def test_responses_bodies(fuzz_gateway: FuzzGateway, ids: Ids, data: st.DataObje
             assert reply.content_type == "text/event-stream", reply.describe()
         if body.get("store") is not False:
             ids.keep(team, parsed, native=native)
+        _stored_as_answered(fuzz_gateway, team, body, parsed, native)
     elif "fake" not in body and schema_validator("CreateResponse").is_valid(body):
         error = parsed["error"]
         event(f"schema-valid refused: {reply.status} {error.get('code')} {error.get('param')}")
+
+
+def _stored_as_answered(
+    fuzz: FuzzGateway, team: str, body: dict[str, Any], parsed: Any, native: bool
+) -> None:
+    """A finished response with store on is what GET answers afterwards, equal as JSON; with
+    store off, or failed, GET knows no such id."""
+    final = parsed[-1]["response"] if isinstance(parsed, list) else parsed
+    output = final.get("output")
+    if not (isinstance(output, list) and all(isinstance(item, dict) for item in output)):
+        return  # a provider's Response of the wrong shape: relayed, not kept
+    kept = body.get("store") is not False and final.get("status") != "failed"
+    stored = Sent(b"GET", _stored(final["id"]), [_key(team)], None)
+    reply = _unthrottled(fuzz, stored, strict_schema=not native)
+    if kept:
+        assert reply.status == 200 and json.loads(reply.body) == final, reply.describe()
+    else:
+        assert reply.status == 404, reply.describe()
 
 
 @fuzz_settings(400)
@@ -271,10 +290,10 @@ def _parsed(reply: Reply) -> Any:
     return json.loads(reply.body)
 
 
-def _unthrottled(fuzz: FuzzGateway, sent: Sent) -> Reply:
+def _unthrottled(fuzz: FuzzGateway, sent: Sent, *, strict_schema: bool = True) -> Reply:
     """The answer once team-b's rate limit (100 a second, a burst of 30) lets it through."""
     for _ in range(100):
-        reply, _ = send(fuzz, sent)
+        reply, _ = send(fuzz, sent, strict_schema=strict_schema)
         if reply.status != 429:
             return reply
         time.sleep(0.02)
