@@ -175,8 +175,9 @@ async def input_items(request: web.Request) -> web.StreamResponse:
         {
             "object": "list",
             "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
+            # An empty page has no ids; the official list schema still wants strings.
+            "first_id": page[0]["id"] if page else "",
+            "last_id": page[-1]["id"] if page else "",
             "has_more": len(ordered) > limit,
         },
     )

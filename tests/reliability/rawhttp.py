@@ -237,10 +237,6 @@ def dechunk(data: bytes) -> bytes:
 # remove an entry once its test passes.
 KNOWN_BUGS: dict[str, tuple[str, Callable[[Reply, str, Sent], bool]]] = {
     # name: (the regression test that pins it, a matcher for what the fuzz sees).
-    "empty-input-items-page": (
-        "tests/reliability/test_fuzz_responses.py::test_an_empty_input_items_page_conforms",
-        lambda reply, problem, sent: "ResponseItemList: first_id: None" in problem,
-    ),
 }
 KNOWN_SEEN: Counter[str] = Counter()
 KNOWN_EXAMPLES: dict[str, str] = {}  # the first answer of each, for the curious (-s)

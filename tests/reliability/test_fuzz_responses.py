@@ -23,8 +23,10 @@ Deterministic by default (tests/reliability/fuzzing.py); FUZZ_EXAMPLES=5000 for 
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -48,7 +50,7 @@ from tests.reliability.jsonfuzz import (
     unicode_value,
 )
 from tests.reliability.outcomes import assert_survived, refuses_what_it_must
-from tests.reliability.rawhttp import KNOWN_BUG, Header, Reply, Sent, exchange
+from tests.reliability.rawhttp import KNOWN_BUG, Header, Reply, Sent, build_request, exchange
 from tests.reliability.responses_bodies import (
     TEAMS,
     Ids,
@@ -382,6 +384,56 @@ def test_completions_mutated_bodies(fuzz_gateway: FuzzGateway, data: st.DataObje
     refuses_what_it_must(fuzz_gateway, sent, raw)
 
 
+# --- one conversation, many clients at once -------------------------------------------------
+
+
+def _race_plan(root: str) -> list[Sent]:
+    """Continuations of `root` (plain and streamed), reads of it, its input items and its
+    deletion, all at once; plus clients that leave a stream after its first bytes."""
+    key = [_key("team-a")]
+    turn = {"model": "fake-model", "input": "and then?", "previous_response_id": root}
+    plan = [
+        _post(RESPONSES, turn, "team-a"),
+        _post(RESPONSES, {**turn, "stream": True}, "team-a"),
+        Sent(b"GET", _stored(root), key, None),
+        Sent(b"GET", _stored(root, b"/input_items?order=asc"), key, None),
+    ]
+    return plan * 4 + [Sent(b"DELETE", _stored(root), key, None)]
+
+
+def test_a_conversation_continued_read_and_deleted_at_once(fuzz_gateway: FuzzGateway) -> None:
+    """Sixteen clients continue, read and list one stored response while a seventeenth deletes
+    it, and others drop their streams after the first bytes: every answer meets the contract
+    (a continuation either found the response or is its 404), the process stays up."""
+    _record(fuzz_gateway, "race")
+    for round_ in range(5):
+        _, answer = send(
+            fuzz_gateway,
+            _post(RESPONSES, {"model": "fake-model", "input": f"root {round_}"}, "team-a"),
+        )
+        root = response_id_of(answer)
+        assert root is not None, answer
+        plan = _race_plan(root)
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            leaving = [pool.submit(_leave_early, fuzz_gateway.port, root) for _ in range(3)]
+            replies = list(pool.map(lambda sent: send(fuzz_gateway, sent)[0], plan))
+            for left in leaving:
+                left.result()
+        for sent, reply in zip(plan, replies, strict=True):
+            if reply.status != 200:
+                assert reply.status == 404, f"{sent.describe()}\n{reply.describe()}"
+    assert fuzz_gateway.gateway.alive(), fuzz_gateway.gateway.output()[-3000:]
+
+
+def _leave_early(port: int, root: str) -> None:
+    """A streamed continuation whose client reads its first bytes and closes the socket."""
+    body = {"model": "fake-model", "input": "bye", "previous_response_id": root, "stream": True}
+    data, _ = build_request(_post(RESPONSES, body, "team-a"))
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(data)
+        sock.recv(64)
+
+
 # --- afterwards: the process survived ---------------------------------------------------------
 
 
@@ -397,10 +449,9 @@ def test_the_gateway_survived_and_kept_its_memory(fuzz_gateway: FuzzGateway) -> 
 
 
 def test_an_empty_input_items_page_conforms(fuzz_gateway: FuzzGateway) -> None:
-    """gateway/http/responses.py input_items (~line 160) answers an empty page (after= the
-    last item, or a response continued with no input of its own) with "first_id": null and
-    "last_id": null; ResponseItemList requires both as strings. Expected: a page that
-    validates."""
+    """An empty page (after= the last item, or a response continued with no input of its
+    own) validates: ResponseItemList requires first_id and last_id as strings, so they are
+    empty ones (they were null)."""
     body = {"model": "fake-model", "input": "one item"}
     _, answer = send(fuzz_gateway, _post(RESPONSES, body, "team-a"))
     response_id = response_id_of(answer)
