@@ -405,7 +405,7 @@ def _text(text: TextParam | None) -> Json:
     elif form.get("type") == "json_schema" and isinstance(form.get("schema"), dict):
         _check_json_schema_format(form)
         keys = ("name", "schema", "strict", "description")
-        schema = {"name": "response", **{k: form[k] for k in keys if form.get(k) is not None}}
+        schema = {k: form[k] for k in keys if form.get(k) is not None}
         chat["response_format"] = {"type": "json_schema", "json_schema": schema}
     else:
         raise InvalidRequest(
