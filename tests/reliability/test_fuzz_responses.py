@@ -23,6 +23,8 @@ Deterministic by default (tests/reliability/fuzzing.py); FUZZ_EXAMPLES=5000 for 
 from __future__ import annotations
 
 import json
+import os
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -33,7 +35,13 @@ import pytest
 from hypothesis import event, given, note
 from hypothesis import strategies as st
 
-from tests.e2e.helpers import assert_conforms, assert_openai_error, schema_validator
+from gateway.testing.harness.metrics import scrape
+from tests.e2e.helpers import (
+    assert_conforms,
+    assert_openai_error,
+    poll_until,
+    schema_validator,
+)
 from tests.e2e.responses_client import parse_events
 from tests.reliability.fuzz_target import (
     NATIVE_MODEL,
@@ -440,8 +448,27 @@ def _leave_early(port: int, root: str) -> None:
 def test_the_gateway_survived_and_kept_its_memory(fuzz_gateway: FuzzGateway) -> None:
     """After every fuzz test above, the process is alive, answers /healthz and a normal
     request (streamed too), and its RSS grew less than RSS_GROWTH_LIMIT_MIB since the warm-up
-    (which filled the bounded response store)."""
+    (which filled the bounded response store), and it logged no traceback."""
     assert_survived(fuzz_gateway, RSS_GROWTH_LIMIT_MIB)
+    # An exception nobody answered for (a background task, a write after the headers) shows
+    # only in the log. (test_fuzz_http.py cannot ask this: aiohttp logs the tracebacks of the
+    # compressed bodies that do not inflate, which it answers with a 400.)
+    log = _without_open_bugs(fuzz_gateway.gateway.output())
+    assert "Traceback" not in log, log[max(0, log.index("Traceback") - 300) :][:4000]
+
+
+# A log entry of an open bug, pinned by a failing regression test below.
+LEFT_MID_STREAM = re.compile(
+    r"unhandled error mid-stream in request \S+\nTraceback.*?"
+    r"ClientConnectionResetError: Cannot write to closing transport\n",
+    re.DOTALL,
+)
+
+
+def _without_open_bugs(log: str) -> str:
+    """The log without the entries test_a_client_leaving_a_stream_is_not_an_internal_error
+    pins (it fails until they are gone)."""
+    return LEFT_MID_STREAM.sub("", log)
 
 
 # --- regressions: gateway bugs the fuzzing found ----------------------------------------------
@@ -549,3 +576,38 @@ def test_a_native_final_response_of_a_wrong_shape_is_not_a_500(fuzz_gateway: Fuz
     response_id = events[-1]["response"]["id"]
     stored = exchange(fuzz_gateway.port, Sent(b"GET", _stored(response_id), [_key("team-a")], None))
     assert stored is not None and stored.status == 404, stored
+
+
+@pytest.mark.parametrize("path", [b"/v1/chat/completions", RESPONSES], ids=["chat", "responses"])
+def test_a_client_leaving_a_stream_is_not_an_internal_error(fuzz_gateway: FuzzGateway, path):
+    """gateway/http/render.py stream (~line 107): a client that closes its socket mid-stream
+    can make the next write raise aiohttp's ClientConnectionResetError ("Cannot write to
+    closing transport": the connection is closing, the handler not cancelled yet). It is a
+    ConnectionResetError, but the inner `except Exception` takes it first: logged as
+    "unhandled error mid-stream" with a traceback, the request recorded as internal_error
+    (ctx.error_code) instead of client_disconnected, and form.failed written to a closed
+    socket. Thirty clients that leave after the first bytes (about one in five hits the
+    window on this machine). Expected: none logged so (the outer `except
+    ConnectionResetError` is the place for a client that left)."""
+    text = " ".join(["word"] * 200)
+    if path == RESPONSES:
+        body: dict[str, Any] = {"model": "fake-model", "input": text}
+    else:
+        body = {"model": "fake-model", "messages": [{"role": "user", "content": text}]}
+    body |= {"stream": True, "fake": {"content": text}}
+    prefix = f"leave-{os.urandom(4).hex()}-"
+    for i in range(30):
+        headers = [JSON_TYPE, _key("team-a"), (b"x-request-id", f"{prefix}{i}".encode())]
+        data, _ = build_request(Sent(b"POST", path, headers, dumps(body)))
+        with socket.create_connection(("127.0.0.1", fuzz_gateway.port), timeout=20) as sock:
+            sock.sendall(data)
+            assert sock.recv(64)
+    assert poll_until(lambda: _in_flight(fuzz_gateway) <= 1, timeout=10)  # the scrape itself
+    log = fuzz_gateway.gateway.output()
+    entry = f"unhandled error mid-stream in request {prefix}"
+    assert entry not in log, log[log.index(entry) :][:2500]
+
+
+def _in_flight(fuzz: FuzzGateway) -> float:
+    samples = scrape(f"http://127.0.0.1:{fuzz.port}", "gateway_in_flight_requests")
+    return sum(samples.values())
