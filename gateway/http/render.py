@@ -104,6 +104,8 @@ async def stream(
             except GatewayError as err:
                 ctx.error_code = err.code or err.type
                 await response.write(form.failed(err))
+            except ConnectionResetError:
+                raise  # the client left while a batch was written: below, not a bug
             except Exception:
                 # Headers are sent: a bug must still end as a well-formed stream.
                 log.exception("unhandled error mid-stream in request %s", ctx.request_id)
