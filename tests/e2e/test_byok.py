@@ -491,3 +491,13 @@ def test_the_key_never_appears_in_logs_metrics_admin_or_the_cache(
 
     for text in seen:
         assert CALLER_KEY not in text, text[:500]
+
+
+def test_the_responses_api_uses_the_callers_key_too(
+    gw: Logged, fake_upstream: FakeUpstream
+) -> None:
+    response = client(gw, "partner").responses.create(
+        model="chat", input="a response with my key", extra_headers={HEADER: CALLER_KEY}
+    )
+    assert response.output_text == "Echo: a response with my key"
+    assert authorizations(fake_upstream) == [f"Bearer {CALLER_KEY}"]

@@ -11,6 +11,7 @@ import pytest
 
 from gateway.guard.compression import SUMMARY_PREFIX
 from gateway.guard.summarizer import INSTRUCTION
+from gateway.responses.native import items_of
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from gateway.testing.harness.fake_settings import settings_for
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
@@ -131,3 +132,17 @@ def test_a_failing_summarizer_keeps_the_last_turns(
     kept = sent[-1]["body"]["messages"]
     assert kept[0] == messages[0] and kept[-1] == messages[-1]
     assert len(kept) <= 1 + 2 + 1, "the system prompt, the last turns, the question"
+
+
+def test_the_loop_guard_reads_a_responses_conversation(
+    finalize_gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    """The same looping history, sent as Responses input items (function_call and
+    function_call_output), is stopped the same way."""
+    tools = [{"type": "function", **TOOLS[0]["function"]}]
+    raw = client(finalize_gw).responses.with_raw_response.create(
+        model="fake-model", input=items_of(looping_history(3)), tools=tools
+    )
+    assert raw.headers["x-gateway-loop-stop"] == "identical_calls"
+    assert raw.parse().output_text
+    assert "tools" not in upstream_requests(fake_upstream)[-1]["body"]

@@ -21,7 +21,7 @@ from gateway.testing.harness.configs import write_config
 from gateway.testing.harness.fake_settings import settings_of
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.clients import sdk_client
-from tests.e2e.helpers import last_upstream_body, request, sse_json
+from tests.e2e.helpers import assert_conforms, last_upstream_body, request, sse_json
 
 Json = dict[str, Any]
 DISCLAIMER = "General knowledge, not your documents."
@@ -372,3 +372,18 @@ def test_a_cached_grounded_answer_keeps_its_level_and_base_plain_and_streamed(
     assert streamed.headers["x-gateway-knowledge-base"] == "handbook"
     chunks = list(streamed.parse())
     assert chunks[0].model_extra["sources"] == first.parse().model_extra["sources"]
+
+
+def test_a_responses_request_is_grounded_and_carries_its_sources(
+    kgw: GatewayServer, kb: FakeRetriever, fake_upstream: FakeUpstream
+) -> None:
+    raw = client(kgw).responses.with_raw_response.create(model="helpdesk", input=RETURNS_QUESTION)
+    assert raw.headers["x-gateway-level"] == "1"
+    response = raw.parse()
+    assert_conforms(response.model_dump(exclude_unset=True), "Response")
+    assert response.model_extra["sources"][0]["source"] == "handbook/returns.md"
+    sent = last_upstream_body(fake_upstream)["messages"]
+    assert "[1] (handbook/returns.md - Returns)" in sent[0]["content"]
+    with client(kgw).responses.stream(model="helpdesk", input=RETURNS_QUESTION) as stream:
+        final = stream.get_final_response()
+    assert final.model_extra["sources"][0]["source"] == "handbook/returns.md"
