@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import time
 from collections.abc import Iterator
@@ -453,26 +452,12 @@ def test_the_gateway_survived_and_kept_its_memory(fuzz_gateway: FuzzGateway) -> 
     # An exception nobody answered for (a background task, a write after the headers) shows
     # only in the log. (test_fuzz_http.py cannot ask this: aiohttp logs the tracebacks of the
     # compressed bodies that do not inflate, which it answers with a 400.)
-    log = _without_open_bugs(fuzz_gateway.gateway.output())
+    log = fuzz_gateway.gateway.output()
     assert "Traceback" not in log, log[max(0, log.index("Traceback") - 300) :][:4000]
 
 
-# A log entry of an open bug, pinned by a failing regression test below.
-LEFT_MID_STREAM = re.compile(
-    r"unhandled error mid-stream in request \S+\nTraceback.*?"
-    r"ClientConnectionResetError: Cannot write to closing transport\n",
-    re.DOTALL,
-)
-
-
-def _without_open_bugs(log: str) -> str:
-    """The log without the entries test_a_client_leaving_a_stream_is_not_an_internal_error
-    pins (it fails until they are gone)."""
-    return LEFT_MID_STREAM.sub("", log)
-
-
 # --- regressions: gateway bugs the fuzzing found ----------------------------------------------
-# (each one open is in rawhttp.KNOWN_BUGS, so that the fuzz tests above keep exploring)
+# (each fixed since; one still open would be in rawhttp.KNOWN_BUGS while the fuzz explores on)
 
 
 def test_an_empty_input_items_page_conforms(fuzz_gateway: FuzzGateway) -> None:
@@ -580,15 +565,13 @@ def test_a_native_final_response_of_a_wrong_shape_is_not_a_500(fuzz_gateway: Fuz
 
 @pytest.mark.parametrize("path", [b"/v1/chat/completions", RESPONSES], ids=["chat", "responses"])
 def test_a_client_leaving_a_stream_is_not_an_internal_error(fuzz_gateway: FuzzGateway, path):
-    """gateway/http/render.py stream (~line 107): a client that closes its socket mid-stream
-    can make the next write raise aiohttp's ClientConnectionResetError ("Cannot write to
-    closing transport": the connection is closing, the handler not cancelled yet). It is a
-    ConnectionResetError, but the inner `except Exception` takes it first: logged as
-    "unhandled error mid-stream" with a traceback, the request recorded as internal_error
-    (ctx.error_code) instead of client_disconnected, and form.failed written to a closed
-    socket. Forty clients that leave after the first bytes (about one in five hit the
-    window on this machine). Expected: none logged so (the outer `except
-    ConnectionResetError` is the place for a client that left)."""
+    """Was a bug: a client that closes its socket mid-stream can make the next write raise
+    aiohttp's ClientConnectionResetError ("Cannot write to closing transport": the connection
+    is closing, the handler not cancelled yet), a ConnectionResetError that render.stream's
+    inner `except Exception` took first: logged as "unhandled error mid-stream" with a
+    traceback, recorded as internal_error. Forty clients that leave after the first bytes,
+    each streamed from the upstream (about one in five hit the window on this machine): no
+    such log entry."""
     text = " ".join(["word"] * 200)
     if path == RESPONSES:
         body: dict[str, Any] = {"model": "fake-model", "input": text}
