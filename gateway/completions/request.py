@@ -14,11 +14,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.errors import InvalidRequest
 from gateway.wire import StreamOptions, validate
 
 Json = dict[str, Any]
 
 # Fields that exist only in the legacy API: never part of a chat body.
+MAX_PROMPTS = 2048  # as OpenAI documents: each prompt is a pipeline call of its own
 LEGACY_ONLY = frozenset({"prompt", "echo", "logprobs", "suffix", "best_of"})
 
 
@@ -62,6 +64,12 @@ class CompletionRequest(BaseModel):
 def parse(body: Any) -> CompletionRequest:
     """The request validated, every refusal naming the legacy field (`prompt`, `max_tokens`)."""
     request: CompletionRequest = validate(CompletionRequest, body)
+    if isinstance(request.prompt, list) and len(request.prompt) > MAX_PROMPTS:
+        raise InvalidRequest(
+            f"'prompt' is a list of {len(request.prompt)} prompts; at most {MAX_PROMPTS} are "
+            "accepted in one request.",
+            param="prompt",
+        )
     return request
 
 

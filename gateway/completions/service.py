@@ -6,6 +6,7 @@ text completion chunks. A request only a native completions endpoint can answer 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,9 +104,21 @@ def _merge(ctx: RequestContext, sibling: RequestContext) -> None:
         ctx.upstream_seconds = sibling.upstream_seconds
 
 
+# Prompts of one request answered at once: a list of 2048 is not 2048 upstream calls at once
+# (rate limits count the request once).
+CONCURRENT_PROMPTS = 8
+
+
 async def _all(calls: Any) -> list[Json]:
-    """Every call's result, in order; the first failure cancels the rest."""
-    tasks = [asyncio.ensure_future(call) for call in calls]
+    """Every call's result, in order, at most CONCURRENT_PROMPTS at a time; the first failure
+    cancels the rest."""
+    slots = asyncio.Semaphore(CONCURRENT_PROMPTS)
+
+    async def bounded(call: Awaitable[Json]) -> Json:
+        async with slots:
+            return await call
+
+    tasks = [asyncio.ensure_future(bounded(call)) for call in calls]
     try:
         return list(await asyncio.gather(*tasks))
     finally:

@@ -107,7 +107,8 @@ class FakeUpstream:
         self.defaults = Knobs()
         self.per_model: dict[str, Knobs] = {}
         self.received: deque[Json] = deque(maxlen=history)
-        self.stats = {"requests": 0, "disconnects": 0, "in_flight": 0}
+        # in_flight: requests being answered now; peak_in_flight: the most at once since reset
+        self.stats = {"requests": 0, "disconnects": 0, "in_flight": 0, "peak_in_flight": 0}
         self.failed: dict[str, int] = {}  # model -> failures served under `fail_times`
         self._runner: web.AppRunner | None = None
 
@@ -155,7 +156,7 @@ class FakeUpstream:
         self.defaults, self.per_model = Knobs(), {}
         self.received.clear()
         self.failed.clear()
-        self.stats.update(requests=0, disconnects=0)
+        self.stats.update(requests=0, disconnects=0, peak_in_flight=self.stats["in_flight"])
 
     # --- handlers ---------------------------------------------------------------------------
 
@@ -194,6 +195,7 @@ class FakeUpstream:
         self, request: web.Request, body: Json, knobs: Knobs, reply: Any
     ) -> web.StreamResponse:
         self.stats["in_flight"] += 1
+        self.stats["peak_in_flight"] = max(self.stats["peak_in_flight"], self.stats["in_flight"])
         try:
             if self.fault is not None:
                 outcome = self.fault(Received(request, body, knobs))

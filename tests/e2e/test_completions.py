@@ -526,3 +526,24 @@ def test_completions_count_against_the_tenants_rate_limit(
         metered.completions.create(model="legacy", prompt="two", echo=True)
     assert info.value.code == "rate_limit_exceeded"
     assert len(list(fake_upstream.received)) == 1
+
+
+def test_a_long_prompt_list_is_answered_a_few_prompts_at_a_time(
+    gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    """Each prompt is a pipeline call; one request's calls are bounded (service.py
+    CONCURRENT_PROMPTS), so a list of many is not as many upstream calls at once."""
+    from gateway.completions.service import CONCURRENT_PROMPTS
+
+    prompts = [f"prompt {i}" for i in range(40)]
+    fake_upstream.defaults = Knobs(latency_ms=20)  # calls overlap while they last
+    answer = client(gw).completions.create(model="text", prompt=prompts)
+    assert [c.text for c in answer.choices] == [f"Echo: {p}" for p in prompts]
+    assert 1 < fake_upstream.stats["peak_in_flight"] <= CONCURRENT_PROMPTS
+
+
+async def test_more_prompts_than_openai_allows_are_refused(gw: GatewayServer) -> None:
+    resp = await request(
+        "POST", gw.url + "/v1/completions", body={"model": "text", "prompt": ["x"] * 2049}
+    )
+    assert_raw_error(resp, 400, param="prompt")
