@@ -157,7 +157,9 @@ def test_an_alias_without_a_usable_tier_is_a_clear_404(
 def test_a_responses_request_is_routed_like_a_chat_one(
     rgw: GatewayServer, fake_upstream: FakeUpstream
 ) -> None:
-    raw = sdk_client(rgw.url, "k").responses.with_raw_response.create(model="auto", input=SIMPLE)
+    # A question of its own: stickiness keeps an earlier test's conversation on its tier
+    question = "hello there, what time is it?"
+    raw = sdk_client(rgw.url, "k").responses.with_raw_response.create(model="auto", input=question)
     assert route_header(raw)["model"] == "cheap"
     assert raw.parse().model == "cheap"  # the tier the alias routed to
     assert upstream_requests(fake_upstream)[-1]["body"]["model"] == "cheap-up"
