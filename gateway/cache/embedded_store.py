@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import os
 import sqlite3
 import time
 from collections import Counter, OrderedDict
@@ -30,7 +29,7 @@ import orjson
 
 from gateway.cache.index import IndexesByEmbedder
 from gateway.cache.store import CacheEntry, Commits, StoreStats
-from gateway.util.sqlite import transaction
+from gateway.util.sqlite import connect, transaction
 from gateway.util.threads import single_worker
 
 SCHEMA = """
@@ -350,14 +349,7 @@ class EmbeddedStore:
     # --- SQLite side (runs on the store's own thread) ----------------------------------------
 
     def _open_db(self, now: float) -> list[tuple[Any, ...]]:
-        if self.path is not None:  # prompts and answers: readable by this user only
-            Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            Path(self.path).touch(mode=0o600, exist_ok=True)
-            os.chmod(self.path, 0o600)  # SQLite gives its -wal and -shm files the same mode
-        db = sqlite3.connect(self.path or ":memory:", isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL mode
-        db.execute("PRAGMA busy_timeout=5000")
+        db = connect(self.path)
         db.executescript(SCHEMA)
         columns = {row[1] for row in db.execute("PRAGMA table_info(entries)")}
         if "headers" not in columns:  # a store written before answers kept their headers

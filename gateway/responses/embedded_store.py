@@ -13,14 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import sqlite3
 import time
-from pathlib import Path
 from typing import Any
 
 from gateway.responses.backend import Clock, OnFailure, ResponseStore
-from gateway.util.sqlite import transaction
+from gateway.util.sqlite import connect, transaction
 from gateway.util.threads import single_worker
 
 log = logging.getLogger("gateway.responses")
@@ -115,14 +113,7 @@ class EmbeddedResponseStore(ResponseStore):
     # --- SQLite side (runs on the store's own thread) ----------------------------------------
 
     def _open(self, now: float) -> None:
-        if self.path is not None:  # conversations: readable by this user only
-            Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            Path(self.path).touch(mode=0o600, exist_ok=True)
-            os.chmod(self.path, 0o600)  # SQLite gives its -wal and -shm files the same mode
-        db = sqlite3.connect(self.path or ":memory:", isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL mode
-        db.execute("PRAGMA busy_timeout=5000")
+        db = connect(self.path)
         db.executescript(SCHEMA)
         self._db = db
         self._rows = db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]

@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+from pathlib import Path
+
+
+def connect(path: str | None) -> sqlite3.Connection:
+    """A store's database in WAL mode (None: in memory), its file readable by this user only
+    (it holds prompts and answers); autocommit, so transactions are explicit."""
+    if path is not None:
+        Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        Path(path).touch(mode=0o600, exist_ok=True)
+        os.chmod(path, 0o600)  # SQLite gives its -wal and -shm files the same mode
+    db = sqlite3.connect(path or ":memory:", isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL mode
+    db.execute("PRAGMA busy_timeout=5000")
+    return db
 
 
 class transaction:

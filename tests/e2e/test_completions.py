@@ -5,22 +5,19 @@ metrics and errors apply; every answer and chunk is checked against the official
 
 The official `CreateCompletionResponse` also describes streamed chunks, and wants a string
 `finish_reason` in every one; the real API streams `null` until the last chunk (README of
-tests/data/openai). Chunks are therefore checked against a copy of the schema, made in this
-file only, whose `finish_reason` may also be null; the last chunk is checked against the
-schema as published.
+tests/data/openai). Chunks are therefore checked against a copy of the schema
+(helpers.completion_chunk_validator) whose `finish_reason` may also be null; the last chunk
+is checked against the schema as published.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterator
-from functools import cache
 from typing import Any
 
 import openai
 import pytest
-from jsonschema import Draft202012Validator
 
 from gateway.testing.fake_upstream import FakeUpstream, Knobs, Received
 from gateway.testing.harness.fake_settings import settings_of
@@ -31,8 +28,8 @@ from tests.clients import sdk_client
 from tests.e2e.helpers import (
     assert_conforms,
     assert_raw_error,
+    completion_chunk_validator,
     last_upstream_body,
-    openapi_document,
     request,
     settings_from_files,
     sse_json,
@@ -97,22 +94,9 @@ def client(gw: GatewayServer) -> openai.OpenAI:
     return sdk_client(gw.url, "k", 20)
 
 
-@cache
-def chunk_validator() -> Draft202012Validator:
-    """CreateCompletionResponse with `finish_reason` nullable: the shape of a streamed chunk
-    before the last (see the module docstring)."""
-    components = copy.deepcopy(openapi_document()["components"])
-    choice = components["schemas"]["CreateCompletionResponse"]["properties"]["choices"]["items"]
-    reason = choice["properties"]["finish_reason"]
-    reason["type"], reason["enum"] = ["string", "null"], [*reason["enum"], None]
-    return Draft202012Validator(
-        {"$ref": "#/components/schemas/CreateCompletionResponse", "components": components}
-    )
-
-
 def assert_chunks_conform(chunks: list[Json]) -> None:
     for chunk in chunks:
-        errors = list(chunk_validator().iter_errors(chunk))
+        errors = list(completion_chunk_validator().iter_errors(chunk))
         assert not errors, f"{chunk}: {errors[0].message}"
     finals = [c for c in chunks if any(ch["finish_reason"] for ch in c["choices"])]
     assert finals, "no chunk carries a finish_reason"
@@ -261,7 +245,7 @@ async def test_a_stream_that_breaks_ends_with_an_error_event(gw: GatewayServer) 
     assert done
     *text, error = chunks
     assert set(error) == {"error"} and error["error"]["message"]
-    assert text and all(not list(chunk_validator().iter_errors(c)) for c in text)
+    assert text and all(not list(completion_chunk_validator().iter_errors(c)) for c in text)
 
 
 def test_requests_are_counted_under_the_completions_endpoint(gw: GatewayServer) -> None:

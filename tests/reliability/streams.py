@@ -12,14 +12,10 @@ published schema has no null: tests/data/openai README), at most one error event
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
-from functools import cache
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
-from tests.e2e.helpers import assert_conforms, openapi_document
+from tests.e2e.helpers import assert_conforms, completion_chunk_validator
 from tests.e2e.responses_client import parse_events
 
 Json = dict[str, Any]
@@ -102,21 +98,8 @@ def _deltas_add_up(events: list[Json]) -> None:
     assert done == dict(enumerate(output)), f"items done {done} but output {output}"
 
 
-@cache
-def _chunk_validator() -> Draft202012Validator:
-    """CreateCompletionResponse with a nullable `finish_reason`: a streamed chunk before the
-    last (tests/e2e/test_completions.py checks the same difference with the SDK)."""
-    components = copy.deepcopy(openapi_document()["components"])
-    choice = components["schemas"]["CreateCompletionResponse"]["properties"]["choices"]["items"]
-    reason = choice["properties"]["finish_reason"]
-    reason["type"], reason["enum"] = ["string", "null"], [*reason["enum"], None]
-    return Draft202012Validator(
-        {"$ref": "#/components/schemas/CreateCompletionResponse", "components": components}
-    )
-
-
 def completion_chunk_conforms(chunk: Any, _schema: str) -> None:
-    errors = list(_chunk_validator().iter_errors(chunk))
+    errors = list(completion_chunk_validator().iter_errors(chunk))
     assert not errors, f"a completion chunk: {errors[0].message} at {list(errors[0].path)}"
 
 
