@@ -10,7 +10,7 @@ gateway/completions/), so each cell here is a chat request with a translation on
 the chat cell of the same kind and concurrency is its baseline. One gateway process (cache,
 routing and knowledge bases off, access log off; stored Responses in an SQLite file in the
 run's temp dir, written on the store's thread "responses-db" before the answer is sent) in
-front of the fake upstream in its own process, which answers every cell with the same ~30-word
+front of the fake upstream in its own process, which answers every cell with the same 33-word
 text, one word per stream chunk. Every cell asks the same question: chat's one user message,
 Responses' `input` string, completions' `prompt` (each becomes the same chat body).
 
@@ -65,7 +65,7 @@ from gateway.testing.harness.tables import markdown_table  # noqa: E402
 
 MODEL = "bench-model"
 QUESTION = "Which drill bit do I need for a 6 mm wall plug in brick?"
-# 30 words: the fake streams one word per chunk, so a stream has ~30 content chunks.
+# 33 words: the fake streams one word per chunk, so a stream has 33 content chunks.
 ANSWER = (
     "Use a 6 mm masonry bit with the drill in hammer mode, drill slightly deeper than the "
     "plug, blow out the dust, then tap the plug in flush before you drive the screw."
