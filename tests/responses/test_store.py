@@ -274,3 +274,35 @@ async def test_a_memory_store_keeps_nothing_across_restarts(clock: Clock) -> Non
             await s.put("acme", one)
         assert await s.get("acme", one.response["id"]) == expected
         await s.close()
+
+
+async def test_concurrent_puts_share_transactions_and_are_all_kept(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """Group commit: the writes that arrive while one commits go in the next transaction, so
+    many concurrent puts take a few transactions, and each put returns once its row is in."""
+    path = str(tmp_path / "responses.sqlite3")
+    s = EmbeddedResponseStore(path, TTL, max_entries=30, clock=clock)
+    await s.start()
+    transactions = 0
+    insert = s._insert
+
+    def counted(batch: list[tuple[bytes, bytes, float]], now: float) -> None:
+        nonlocal transactions
+        transactions += 1
+        insert(batch, now)
+
+    s._insert = counted  # type: ignore[method-assign]
+    many = [stored(f"question {i}") for i in range(40)]
+    await asyncio.gather(*(s.put("acme", one) for one in many))
+    assert transactions < len(many) / 2
+    assert len(s) == 30  # max_entries applied across the batches
+    await s.close()
+
+    reopened = EmbeddedResponseStore(path, TTL, clock=clock)
+    await reopened.start()
+    try:
+        kept = [await reopened.get("acme", one.response["id"]) for one in many]
+        assert kept[10:] == many[10:] and kept[:10] == [None] * 10  # the oldest went first
+    finally:
+        await reopened.close()
