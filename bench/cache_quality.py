@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from gateway.cache.guards import content_difference
 from gateway.config import CALIBRATED_THRESHOLDS
 from gateway.testing.harness.gitrev import checkout_state, export
-from gateway.testing.harness.options import option, parse_options
+from gateway.testing.harness.options import listed, option, parse_options
 from gateway.testing.harness.stats import fmt, percentile
 from gateway.testing.harness.tables import markdown_table
 
@@ -76,7 +76,7 @@ class Options:
     ablate_at: tuple[float, ...] = option(
         (),
         "also ablate at these bars (comma-separated); always: the shipped one and a lower one",
-        parse=lambda text: tuple(float(t) for t in text.split(",")),
+        parse=listed(float),
     )
 
 

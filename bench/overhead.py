@@ -70,7 +70,7 @@ from gateway.testing.harness.load import (  # noqa: E402
     closed_loop,
     session_for,
 )
-from gateway.testing.harness.options import option, parse_options  # noqa: E402
+from gateway.testing.harness.options import listed, option, parse_options  # noqa: E402
 from gateway.testing.harness.process import Server, answers, free_port  # noqa: E402
 from gateway.testing.harness.procstat import (  # noqa: E402
     cpu_seconds,
@@ -125,10 +125,6 @@ THREADS = {
     "cache-store": "store",
     "gateway-cpu": "offload",
 }
-
-
-def listed(kind: Callable[[str], object]) -> Callable[[str], tuple[object, ...]]:
-    return lambda text: tuple(kind(part) for part in text.split(","))
 
 
 @dataclass

@@ -49,7 +49,7 @@ from gateway.testing.harness.load import (  # noqa: E402
     closed_loop,
     session_for,
 )
-from gateway.testing.harness.options import option, parse_options  # noqa: E402
+from gateway.testing.harness.options import listed, option, parse_options  # noqa: E402
 from gateway.testing.harness.process import Server  # noqa: E402
 from gateway.testing.harness.procstat import (  # noqa: E402
     cpu_seconds,
@@ -93,10 +93,6 @@ def request_body(endpoint: str, stream: bool) -> bytes:
     else:
         body |= {"input": QUESTION, "store": endpoint == STORED}
     return json.dumps(body).encode()
-
-
-def listed(kind: Callable[[str], object]) -> Callable[[str], tuple[object, ...]]:
-    return lambda text: tuple(kind(part) for part in text.split(","))
 
 
 @dataclass

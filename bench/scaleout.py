@@ -68,7 +68,7 @@ from gateway.testing.harness.load import (
     session_for,
 )
 from gateway.testing.harness.metrics import by_label, scrape
-from gateway.testing.harness.options import option, parse_options
+from gateway.testing.harness.options import listed, option, parse_options
 from gateway.testing.harness.process import Server
 from gateway.testing.harness.procstat import children, load_average
 from gateway.testing.harness.prompts import UniqueQuestions
@@ -95,9 +95,7 @@ class Options:
     rounds: int | None = option(None, "rounds over every cell (default 3)")
     seconds: float | None = option(None, "measured seconds per cell (default 4)")
     warmup: float | None = option(None, "warm-up seconds per cell (default 1)")
-    concurrency: tuple[int, ...] = option(
-        (16, 64), "comma-separated", parse=lambda text: tuple(int(c) for c in text.split(","))
-    )
+    concurrency: tuple[int, ...] = option((16, 64), "comma-separated", parse=listed(int))
     latency_ms: float = option(20.0, "fake upstream latency")
     pool: int | None = option(None, "(b) distinct questions (default 200)")
     pool_requests: int | None = option(None, "(b) requests (default 10 x pool)")

@@ -22,6 +22,11 @@ T = TypeVar("T")
 _SCALARS: tuple[type, ...] = (bool, int, float, str, Path)
 
 
+def listed(kind: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
+    """A `parse` for comma-separated values: `listed(int)` reads "16,64" as (16, 64)."""
+    return lambda text: tuple(kind(part) for part in text.split(","))
+
+
 def option(
     default: Any,
     help: str = "",
