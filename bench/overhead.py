@@ -73,9 +73,8 @@ from gateway.testing.harness.load import (  # noqa: E402
 from gateway.testing.harness.options import listed, option, parse_options  # noqa: E402
 from gateway.testing.harness.process import Server, answers, free_port  # noqa: E402
 from gateway.testing.harness.procstat import (  # noqa: E402
-    cpu_seconds,
+    CpuWatch,
     load_average,
-    thread_cpu_seconds,
 )
 from gateway.testing.harness.prompts import UniqueQuestions  # noqa: E402
 from gateway.testing.harness.results import save_json  # noqa: E402
@@ -345,10 +344,6 @@ def check(cell: Cell, target: str) -> Callable[[Outcome], bool]:
     return lambda o: response_ok(cell.mode, o.status, o.body)
 
 
-def per_request_ms(before: float, after: float, count: int) -> float:
-    return (after - before) * 1000 / count if count else math.nan
-
-
 async def measure(
     name: str, target: Target, cell: Cell, opts: Options, seed: int, hits: tuple[str, ...]
 ) -> Sample:
@@ -386,14 +381,10 @@ async def measure(
         count = opts.requests
         if with_hey:  # hey takes a count or a duration, not both: what the cap allows
             count = min(count, max(cell.concurrency, int(warm.rps * opts.max_seconds)))
-        cpu, threads = cpu_seconds(target.pid), thread_cpu_seconds(target.pid)
+        watch = CpuWatch(target.pid)
         result, seen = await run(bodies(cell, seed, hits), count, opts.max_seconds)
-        cpu_after, threads_after = cpu_seconds(target.pid), thread_cpu_seconds(target.pid)
-    sample = Sample(**asdict(result.figures()), cache=dict(seen))
-    sample.cpu_ms = per_request_ms(cpu, cpu_after, sample.count)
-    sample.threads_ms = {
-        n: per_request_ms(threads.get(n, 0.0), t, sample.count) for n, t in threads_after.items()
-    }
+        sample = Sample(**asdict(result.figures()), cache=dict(seen))
+        sample.cpu_ms, sample.threads_ms = watch.per_request(sample.count)
     return sample
 
 

@@ -52,10 +52,9 @@ from gateway.testing.harness.load import (  # noqa: E402
 from gateway.testing.harness.options import listed, option, parse_options  # noqa: E402
 from gateway.testing.harness.process import Server  # noqa: E402
 from gateway.testing.harness.procstat import (  # noqa: E402
-    cpu_seconds,
+    CpuWatch,
     load_average,
     machine_line,
-    thread_cpu_seconds,
 )
 from gateway.testing.harness.results import save_json  # noqa: E402
 from gateway.testing.harness.starters import start_fake_upstream, start_gateway  # noqa: E402
@@ -240,10 +239,6 @@ async def check_endpoints(base: str, stats_url: str) -> None:
 # --- load ------------------------------------------------------------------------------------
 
 
-def per_request_ms(before: float, after: float, count: int) -> float:
-    return (after - before) * 1000 / count if count else math.nan
-
-
 async def measure(base: str, pid: int, endpoint: str, cell: Cell, opts: Options) -> Sample:
     """Warm-up, then the measured run, the gateway's CPU time (by thread) read around it."""
     assert opts.requests is not None and opts.warmup is not None and opts.max_seconds
@@ -259,14 +254,10 @@ async def measure(base: str, pid: int, endpoint: str, cell: Cell, opts: Options)
             return result.figures()
 
         await run(max(opts.warmup, 2 * cell.concurrency), opts.max_seconds / 4)
-        cpu, threads = cpu_seconds(pid), thread_cpu_seconds(pid)
+        watch = CpuWatch(pid)
         figures = await run(opts.requests, opts.max_seconds)
-        cpu_after, threads_after = cpu_seconds(pid), thread_cpu_seconds(pid)
-    sample = Sample(**asdict(figures))
-    sample.cpu_ms = per_request_ms(cpu, cpu_after, sample.count)
-    sample.threads_ms = {
-        n: per_request_ms(threads.get(n, 0.0), t, sample.count) for n, t in threads_after.items()
-    }
+        sample = Sample(**asdict(figures))
+        sample.cpu_ms, sample.threads_ms = watch.per_request(sample.count)
     return sample
 
 

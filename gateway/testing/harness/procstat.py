@@ -48,6 +48,27 @@ def thread_cpu_seconds(pid: int) -> dict[str, float]:
     return out
 
 
+class CpuWatch:
+    """A process's CPU time over a stretch of a benchmark, whole and by thread: started when
+    made, read by `per_request`."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._total, self._threads = cpu_seconds(pid), thread_cpu_seconds(pid)
+
+    def per_request(self, count: int) -> tuple[float, dict[str, float]]:
+        """CPU ms per request since the start, and the same by thread name (NaN for none)."""
+        total, threads = cpu_seconds(self.pid), thread_cpu_seconds(self.pid)
+        by_thread = {
+            name: _ms_per(self._threads.get(name, 0.0), now, count) for name, now in threads.items()
+        }
+        return _ms_per(self._total, total, count), by_thread
+
+
+def _ms_per(before: float, after: float, count: int) -> float:
+    return (after - before) * 1000 / count if count else math.nan
+
+
 def machine_busy() -> float:
     """Busy CPU seconds of all cores since boot (everything but idle and iowait)."""
     try:
