@@ -49,7 +49,10 @@ SECRET = {tenant: f"sk-scaleout-outage-{tenant}" for tenant in KEYS}
 PARTS = ("cache", "breakers", "rate_limits")
 UNREACHABLE = ("degraded", dict.fromkeys(PARTS, "unreachable"))
 DETECT_SECONDS = 5.0  # Redis gone -> every replica reports it
-RESYNC_SECONDS = 5.0  # Redis back -> every replica ready again
+# Redis back -> every replica ready again. Each part probes once a second and a stale
+# connection's first command fails once more, so about 2-3 s on a quiet machine; a whole-suite
+# run on a loaded 2-core machine once took over 5. The bug this guards against was "never".
+RESYNC_SECONDS = 15.0
 
 
 @pytest.fixture(scope="module")
