@@ -154,6 +154,18 @@ async def delete(request: web.Request) -> web.StreamResponse:
     return render.json(request[CTX], {"id": response_id, "object": "response", "deleted": True})
 
 
+async def cancel(request: web.Request) -> web.StreamResponse:
+    """`POST /v1/responses/{id}/cancel` cancels a background response; the gateway runs none
+    (`background` is refused), so a stored response is already complete, as at OpenAI."""
+    await _stored(request)  # another tenant's or an unknown id: the same 404
+    raise InvalidRequest(
+        "Only background responses can be cancelled, and this gateway runs none: the "
+        "response is already complete.",
+        param="response_id",
+        code="not_cancellable",
+    )
+
+
 async def input_items(request: web.Request) -> web.StreamResponse:
     """`GET /v1/responses/{id}/input_items?limit=&order=&after=`, paged as OpenAI pages."""
     items = (await _stored(request)).input_items

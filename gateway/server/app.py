@@ -46,6 +46,7 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("GET", "/v1/responses/{response_id}", responses.retrieve),
     ("DELETE", "/v1/responses/{response_id}", responses.delete),
     ("GET", "/v1/responses/{response_id}/input_items", responses.input_items),
+    ("POST", "/v1/responses/{response_id}/cancel", responses.cancel),
     ("GET", "/v1/models", handlers.list_models),
     ("GET", "/v1/models/{model:.+}", handlers.retrieve_model),
     ("GET", "/healthz", handlers.healthz),

@@ -677,3 +677,15 @@ async def test_metrics_count_responses_under_their_own_endpoint(gw: GatewayServe
     ]
     assert any(f'model="{MODEL}"' in line and 'status_class="2xx"' in line for line in counted)
     assert 'gateway_request_duration_seconds_count{endpoint="responses"' in metrics
+
+
+def test_cancel_says_a_stored_response_is_already_complete(gw: GatewayServer) -> None:
+    """The SDK's responses.cancel: only background responses can be, and the gateway runs
+    none; an unknown id is the same 404 as for retrieve."""
+    client = sdk_client(gw.url)
+    created = client.responses.create(model=MODEL, input="cancel me?")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.cancel(created.id)
+    assert refused.value.code == "not_cancellable"
+    with pytest.raises(openai.NotFoundError):
+        client.responses.cancel("resp_" + "0" * 48)
