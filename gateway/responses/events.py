@@ -21,8 +21,8 @@ import orjson
 
 from gateway.errors import GatewayError
 from gateway.reply.chunks import Accumulator
-from gateway.responses import output
-from gateway.responses.request import new_id
+from gateway.responses import items, output
+from gateway.responses.items import new_id
 
 Json = dict[str, Any]
 # The Response as it stands: (output items, status, usage, finish_reason, error) -> Response
@@ -107,7 +107,7 @@ class ResponseEvents:
         events += self._close()
         if not self._items:  # nothing said: still one (empty) message, as a plain call gives
             item_id = new_id("msg")
-            events += self._open_item(output.message_item(item_id, [], "in_progress"))
+            events += self._open_item(items.message_item(item_id, [], "in_progress"))
             events += self._text_part_added(item_id)
             events += self._close()
         completion = self._accumulated.completion()
@@ -139,15 +139,15 @@ class ResponseEvents:
         if item is None or item["type"] != item_type:
             events += self._close()
             if item_type == "reasoning":
-                opened = output.reasoning_item(new_id("rs"), [], "in_progress")
+                opened = items.reasoning_item(new_id("rs"), [], "in_progress")
             else:
-                opened = output.message_item(new_id("msg"), [], "in_progress")
+                opened = items.message_item(new_id("msg"), [], "in_progress")
             events += self._open_item(opened)
             item = opened
         parts = item["content"]
         if not parts or parts[-1]["type"] != kind:
             events += self._close_part()
-            part = output.PARTS[kind]("")
+            part = items.PARTS[kind]("")
             parts.append(part)
             events.append(
                 self._at(item, {"type": "response.content_part.added", "part": dict(part)})
@@ -164,8 +164,8 @@ class ResponseEvents:
     def _text_part_added(self, item_id: str) -> list[Json]:
         item = self._open
         assert item is not None and item["id"] == item_id
-        item["content"].append(output.text_part(""))
-        part = output.text_part("")
+        item["content"].append(items.text_part(""))
+        part = items.text_part("")
         return [self._at(item, {"type": "response.content_part.added", "part": part})]
 
     def _call(self, delta: Json) -> list[Json]:
@@ -179,7 +179,7 @@ class ResponseEvents:
             events += self._close()
             call_id = delta.get("id") or new_id("call")
             name = function.get("name") or ""
-            item = output.call_item(new_id("fc"), call_id, name, "", "in_progress")
+            item = items.call_item(new_id("fc"), call_id, name, "", "in_progress")
             self._calls[index] = item
             events += self._open_item(item)
         elif item is not self._open:

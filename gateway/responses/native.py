@@ -20,8 +20,8 @@ from gateway.errors import GatewayError
 from gateway.pipeline import Pipeline
 from gateway.reply.native import NativeEvents, NativeUsage
 from gateway.reply.reply import Reply
-from gateway.responses import output
-from gateway.responses.request import ResponsesRequest, new_id
+from gateway.responses.items import new_id, text_part
+from gateway.responses.request import ResponsesRequest
 from gateway.upstream.native import EVENT
 
 Json = dict[str, Any]
@@ -142,7 +142,7 @@ def _parts(role: Any, content: list[Json]) -> list[Json]:
     for part in content:
         if part.get("type") == "text":
             text = part.get("text", "")
-            parts.append(output.text_part(text) if role == "assistant" else _input_text(text))
+            parts.append(text_part(text) if role == "assistant" else _input_text(text))
         elif part.get("type") == "image_url":
             image = part.get("image_url") or {}
             parts.append({"type": "input_image", "image_url": image.get("url"),

@@ -7,10 +7,18 @@ response's `response.completed` equals what the plain call returns.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
-from gateway.responses.request import ResponsesRequest, new_id
+from gateway.responses.items import (
+    call_item,
+    message_item,
+    new_id,
+    reasoning_item,
+    reasoning_part,
+    refusal_part,
+    text_part,
+)
+from gateway.responses.request import ResponsesRequest
 
 Json = dict[str, Any]
 
@@ -102,51 +110,6 @@ def output_items(completion: Json) -> list[Json]:
             )
         )
     return items
-
-
-def message_item(item_id: str, content: list[Json], status: str) -> Json:
-    return {
-        "type": "message",
-        "id": item_id,
-        "status": status,
-        "role": "assistant",
-        "content": content,
-    }
-
-
-def text_part(text: str) -> Json:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-
-
-def refusal_part(refusal: str) -> Json:
-    return {"type": "refusal", "refusal": refusal}
-
-
-def reasoning_item(item_id: str, content: list[Json], status: str) -> Json:
-    return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "status": status}
-
-
-def reasoning_part(text: str) -> Json:
-    return {"type": "reasoning_text", "text": text}
-
-
-# A text part's kind -> an empty one
-PARTS: dict[str, Callable[[str], Json]] = {
-    "output_text": text_part,
-    "refusal": refusal_part,
-    "reasoning_text": reasoning_part,
-}
-
-
-def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> Json:
-    return {
-        "type": "function_call",
-        "id": item_id,
-        "call_id": call_id,
-        "name": name,
-        "arguments": arguments,
-        "status": status,
-    }
 
 
 def response_usage(usage: Json) -> Json:

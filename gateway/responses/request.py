@@ -9,13 +9,13 @@ reason. What has no chat equivalent is refused with the field named (docs/RESPON
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
 from gateway.errors import InvalidRequest
+from gateway.responses.items import new_id, text_part
 from gateway.wire import validate
 
 Json = dict[str, Any]
@@ -221,10 +221,6 @@ def input_items(request: ResponsesRequest) -> list[Json]:
 _ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
 
 
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{os.urandom(24).hex()}"
-
-
 def conversation(items: list[Json], *, provider_items: bool = False) -> list[Json]:
     """Input items -> chat messages. Consecutive function calls (and the assistant text just
     before them) make one assistant message, as a chat client sends parallel calls.
@@ -272,15 +268,10 @@ def _message(item: Json, index: int) -> Json:
 def _parts(item: Json, index: int) -> list[Json]:
     """A message item's content as a list of parts (a string is one text part)."""
     content = item.get("content")
-    if isinstance(content, str):
-        kind = "output_text" if item.get("role") == "assistant" else "input_text"
-        return [
-            {
-                "type": kind,
-                "text": content,
-                **({"annotations": []} if kind == "output_text" else {}),
-            }
-        ]
+    if isinstance(content, str):  # an assistant's as its output listed it, with every field
+        if item.get("role") == "assistant":
+            return [text_part(content)]
+        return [{"type": "input_text", "text": content}]
     if not isinstance(content, list):
         raise InvalidRequest(
             f"input[{index}].content must be a string or a list of content parts.",

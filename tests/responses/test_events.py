@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from gateway.errors import UpstreamError
-from gateway.responses import output
+from gateway.responses import items, output
 from gateway.responses import request as translate
 from gateway.responses.events import ResponseEvents
 from tests.e2e.helpers import assert_conforms
@@ -151,7 +151,7 @@ def test_an_empty_stream_still_completes_with_one_empty_message() -> None:
     events, _ = translated([[chunk({}, "stop")]])
     check(events)
     (item,) = final_items(events)
-    assert item["content"] == [output.text_part("")]
+    assert item["content"] == [items.text_part("")]
 
 
 def test_a_refusal_streams_as_refusal_events() -> None:

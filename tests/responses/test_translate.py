@@ -359,3 +359,16 @@ def test_reasoning_content_is_a_reasoning_item_and_is_not_replayed_to_chat() -> 
     assert_conforms(response, "Response")
     assert [item["type"] for item in response["output"]] == ["reasoning", "message"]
     assert output.conversation_output(response["output"]) == [{"role": "assistant", "content": "4"}]
+
+
+def test_input_items_as_listed_conform_an_assistants_string_too() -> None:
+    """An assistant message sent as a string is listed with the output_text part the official
+    item schema requires (annotations and logprobs)."""
+    body = {
+        "model": "m",
+        "input": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+    }
+    items = translate.input_items(translate.parse(body))
+    page = {"object": "list", "data": items, "first_id": "", "last_id": "", "has_more": False}
+    assert_conforms(page, "ResponseItemList")
+    assert chat_of(body)["messages"][1] == {"role": "assistant", "content": "a"}
