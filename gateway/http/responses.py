@@ -80,9 +80,7 @@ async def _answer(
     ctx = request[CTX]
     model = ctx.route.name if ctx.route is not None else asked.model
     snapshot = partial(_snapshot, new_response_id(), asked, body, model, int(time.time()))
-
-    async def keep(response: Json, _completion: Json) -> None:
-        await _keep(request, asked, conversation, response)
+    keep = partial(_keep, request, asked, conversation)
 
     completion = reply.completion
     if completion is None:
@@ -97,7 +95,7 @@ async def _answer(
     )
     if "sources" in completion:
         response["sources"] = completion["sources"]
-    await keep(response, completion)
+    await keep(response)
     return render.json(ctx, response)
 
 
@@ -107,6 +105,7 @@ async def _keep(
     conversation: Conversation,
     response: Json,
 ) -> None:
+    """Keep `response` for the tenant, with what continuing it needs (when `store` is on)."""
     if asked.stores and isinstance(response.get("id"), str):
         turns = conversation.turn + output.conversation_output(response.get("output") or [])
         stored = StoredResponse(response, conversation.items, turns)
@@ -128,10 +127,7 @@ async def _native(
     params = chat_params(chat)
     read_chat_headers(request, params, chat)
     conversation = Conversation(turn, items)
-
-    async def keep(response: Json) -> None:
-        await _keep(request, asked, conversation, response)
-
+    keep = partial(_keep, request, asked, conversation)
     relayed = native.upstream_body(asked, body, history)
     try:
         answer = await native.relay(ctx, pipeline, relayed, bool(asked.stream), keep)

@@ -20,7 +20,6 @@ from typing import Any
 import orjson
 
 from gateway.errors import GatewayError
-from gateway.reply.chunks import Accumulator
 from gateway.responses import items, output
 from gateway.responses.items import new_id
 
@@ -41,10 +40,8 @@ _ERROR_CODES = {429: "rate_limit_exceeded"}
 
 
 class ResponseEvents:
-    def __init__(
-        self, snapshot: Snapshot, on_complete: Callable[[Json, Json], Awaitable[None]]
-    ) -> None:
-        """`on_complete(response, completion)` runs once the stream ended normally, before
+    def __init__(self, snapshot: Snapshot, on_complete: Callable[[Json], Awaitable[None]]) -> None:
+        """`on_complete(response)` runs once the stream ended normally, before
         its last event is written (a stored response is readable when the client has it)."""
         self._snapshot = snapshot
         self._on_complete = on_complete
@@ -54,14 +51,15 @@ class ResponseEvents:
         self._items: list[Json] = []
         self._open: Json | None = None  # the item receiving deltas
         self._calls: dict[int, Json] = {}  # a tool call's chat index -> its item
-        self._accumulated = Accumulator()
+        self._usage: Json | None = None  # the stream's usage chunk, for response.completed
         self._finish_reason: str | None = None
         self._sources: Any = None
 
     def batch(self, chunks: list[Json]) -> bytes:
         events = self._start() if not self._started else []
         for chunk in chunks:
-            self._accumulated.add(chunk)
+            if chunk.get("usage"):
+                self._usage = chunk["usage"]
             if "sources" in chunk:
                 self._sources = chunk["sources"]
             for choice in chunk.get("choices") or []:
@@ -110,12 +108,10 @@ class ResponseEvents:
             events += self._open_item(items.message_item(item_id, [], "in_progress"))
             events += self._text_part_added(item_id)
             events += self._close()
-        completion = self._accumulated.completion()
-        usage = completion.get("usage")
-        response = self._snapshot(self._items, "completed", usage, self._finish_reason, None)
+        response = self._snapshot(self._items, "completed", self._usage, self._finish_reason, None)
         if self._sources is not None:
             response["sources"] = self._sources
-        await self._on_complete(response, completion)
+        await self._on_complete(response)
         kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
         events.append({"type": kind, "response": response})
         return self._encode(events)

@@ -43,7 +43,7 @@ def translated(batches: list[list[Json]], fail: bool = False) -> tuple[list[Json
     """The events for these batches, and what on_complete was given."""
     stored: list[Json] = []
 
-    async def keep(response: Json, _completion: Json) -> None:
+    async def keep(response: Json) -> None:
         stored.append(response)
 
     asked = translate.parse(BODY)
