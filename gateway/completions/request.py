@@ -19,8 +19,8 @@ from gateway.wire import StreamOptions, validate
 
 Json = dict[str, Any]
 
-# Fields that exist only in the legacy API: never part of a chat body.
 MAX_PROMPTS = 2048  # as OpenAI documents: each prompt is a pipeline call of its own
+# Fields that exist only in the legacy API: never part of a chat body.
 LEGACY_ONLY = frozenset({"prompt", "echo", "logprobs", "suffix", "best_of"})
 
 

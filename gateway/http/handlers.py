@@ -55,13 +55,19 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 def read_chat_headers(request: web.Request, chat: ChatParams, body: Json) -> None:
     """What a chat request (or one translated to chat) tells the pipeline beside its body."""
+    read_request_headers(request, chat.model, chat.stream)
+    if request[RUNTIME].settings.server.log_prompts:
+        request[CTX].prompt = message_text(body["messages"][-1])
+
+
+def read_request_headers(request: web.Request, model: str, stream: bool | None) -> None:
+    """The model asked for, and the x-gateway-* (and Cache-Control) request headers, on the
+    request's context: for every endpoint the pipeline answers."""
     ctx = request[CTX]
-    ctx.requested_model, ctx.stream = chat.model, bool(chat.stream)
+    ctx.requested_model, ctx.stream = model, bool(stream)
     ctx.cache_directive = cache_directive(request.headers)
     ctx.knowledge_directive = request.headers.get("x-gateway-knowledge-base")
     ctx.deadline_seconds = deadline(request.headers)
-    if request[RUNTIME].settings.server.log_prompts:
-        ctx.prompt = message_text(body["messages"][-1])
 
 
 async def embeddings(request: web.Request) -> web.StreamResponse:
