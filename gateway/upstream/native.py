@@ -3,7 +3,7 @@ itself (`native:` in its provider config), read as they come.
 
 The gateway relays these answers unchanged; it only checks what it must rely on: a plain
 answer is a JSON object (completions: with a list of choices; responses: with a list of output
-items), and a stream is events of JSON objects. A stream's `event:` names (Responses streams
+items: `shapes.native_problem`), and a stream is events of JSON objects. A stream's `event:` names (Responses streams
 have them) are kept under `EVENT` so the event can be written out again as it came. A
 completions stream ends at `[DONE]`; a Responses stream has no `[DONE]` and ends after its
 terminal event.
@@ -23,16 +23,6 @@ EVENT = "_sse_event"
 RESPONSES_TERMINAL = frozenset(
     {"response.completed", "response.failed", "response.incomplete", "error"}
 )
-_LISTS = {"completions": "choices", "responses": "output"}
-
-
-def answer_problem(endpoint: str, data: Json) -> str | None:
-    """What is wrong with a plain native answer, if anything (it is already a JSON object)."""
-    field = _LISTS[endpoint]
-    items = data.get(field)
-    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
-        return f"`{field}` is not a list of objects"
-    return None
 
 
 def ends(endpoint: str, event: Json) -> bool:

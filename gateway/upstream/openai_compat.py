@@ -20,7 +20,12 @@ from gateway.reply import sse
 from gateway.upstream import errors, native
 from gateway.upstream.base import Json, Provider
 from gateway.upstream.http_client import make_session
-from gateway.upstream.shapes import chunk_problem, completion_problem, embeddings_problem
+from gateway.upstream.shapes import (
+    chunk_problem,
+    completion_problem,
+    embeddings_problem,
+    native_problem,
+)
 
 _MAX_ERROR_BODY = 64 * 1024
 
@@ -74,7 +79,7 @@ class OpenAICompatible(Provider):
 
     async def native(self, endpoint: str, body: Json, key: SecretStr | None = None) -> Json:
         data = await self._post_json(native.PATHS[endpoint], body, key)
-        return self._shaped(data, lambda answer: native.answer_problem(endpoint, answer))
+        return self._shaped(data, lambda answer: native_problem(endpoint, answer))
 
     async def native_stream(
         self, endpoint: str, body: Json, key: SecretStr | None = None

@@ -39,6 +39,17 @@ def chunk_problem(data: Json) -> str | None:
     return None
 
 
+# A native answer's list of what it says (upstream/native.py): a completion's choices, a
+# Response's output items.
+_NATIVE_LISTS = {"completions": "choices", "responses": "output"}
+
+
+def native_problem(endpoint: str, data: Json) -> str | None:
+    """What is wrong with a plain native answer, if anything (it is already a JSON object)."""
+    field = _NATIVE_LISTS[endpoint]
+    return None if _objects(data.get(field)) else f"`{field}` is not a list of objects"
+
+
 def embeddings_problem(data: Json) -> str | None:
     if not _objects(data.get("data")):
         return "`data` is not a list of objects"
