@@ -3,10 +3,10 @@ itself (`native:` in its provider config), read as they come.
 
 The gateway relays these answers unchanged; it only checks what it must rely on: a plain
 answer is a JSON object (completions: with a list of choices; responses: with a list of output
-items: `shapes.native_problem`), and a stream is events of JSON objects. A stream's `event:` names (Responses streams
-have them) are kept under `EVENT` so the event can be written out again as it came. A
-completions stream ends at `[DONE]`; a Responses stream has no `[DONE]` and ends after its
-terminal event.
+items: `shapes.native_problem`), and a stream is events of JSON objects. A stream's `event:`
+names (Responses streams have them) are kept under `EVENT` so the event can be written out
+again as it came. A completions stream ends at `[DONE]`; a Responses stream has no `[DONE]`
+and ends after its terminal event.
 """
 
 from __future__ import annotations
