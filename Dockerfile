@@ -1,28 +1,35 @@
-# The gateway on a slim Python base, as a non-root user, with the same install as the README.
-FROM python:3.11-slim
+# The gateway on a slim Python base, as a non-root user, installed as the README installs it:
+# the default dependencies (no torch), at the versions in constraints.txt.
+#
+# The base image is pinned by digest (the tag is for people: the digest decides). To update it,
+# read the tag's current digest and replace both, then rebuild and run the tests:
+#   docker buildx imagetools inspect python:3.11-slim          # the "Digest:" line
+#   docker pull python:3.11-slim && docker inspect --format '{{index .RepoDigests 0}}' python:3.11-slim
+FROM python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7
 
-# PyTorch's CPU-only wheels keep the image small; point this at a CPU wheel index if your
-# registry serves one (torch==2.13.0 from the default index may pull CUDA libraries).
-ARG PIP_EXTRA_INDEX_URL=""
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
 
-RUN useradd --create-home --uid 10001 gateway
+# uid and gid 10001, numeric in USER below, so Kubernetes' runAsNonRoot can check them.
+RUN groupadd --gid 10001 gateway && useradd --create-home --uid 10001 --gid 10001 gateway
 WORKDIR /app
 
-COPY pyproject.toml README.md ./
+COPY constraints.txt pyproject.toml README.md ./
 COPY gateway ./gateway
-RUN pip install ${PIP_EXTRA_INDEX_URL:+--extra-index-url "$PIP_EXTRA_INDEX_URL"} . \
-    && rm -rf /root/.cache
+RUN pip install -c constraints.txt . && rm -rf /root/.cache
 
 # Baked default; mount your own over it: -v $PWD/config.yaml:/app/config.yaml:ro
 COPY config.yaml ./config.yaml
-# The cache store (SQLite) lives here; mount a volume to keep it across containers.
+# What the gateway writes (SQLite stores, knowledge bases, caches under XDG_CACHE_HOME) goes
+# here; mount a volume to keep it across containers. The rest may be read-only
+# (docker run --read-only --tmpfs /tmp -v gateway-data:/app/data ...).
 RUN mkdir -p /app/data && chown gateway:gateway /app/data
+ENV XDG_CACHE_HOME=/app/data/cache
 VOLUME /app/data
 
-USER gateway
+USER 10001:10001
 EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
     CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status == 200 else 1)"

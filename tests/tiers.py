@@ -73,6 +73,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/reliability/test_isolation.py": ("process",),
     "tests/resilience/test_redis_breakers.py": ("process", "redis"),
     "tests/test_cli.py": ("process",),
+    "tests/deploy/test_kustomize.py::test_kubectl_kustomize": ("process",),  # kubectl
     "tests/test_reload.py::test_sighup_reloads_a_running_gateway": ("process",),
     # redis-server started by the test itself
     "tests/cache/test_redis_store.py": ("redis",),

@@ -1,0 +1,128 @@
+"""The shipped deployment files agree with the gateway: the scale-out config validates, every
+replica is scraped and balanced, grace periods cover the drain, every image that is pulled is
+pinned by digest, and the image installs what the README installs. (deploy/k8s:
+test_kustomize.py.)"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gateway.config import load_settings
+from tests.deploy.manifests import K8S, ROOT, SCALEOUT, render_from_files
+
+DIGEST = re.compile(r"^[\w./-]+(:[\w.-]+)?@sha256:[0-9a-f]{64}$")
+COMPOSE_FILES = [ROOT / "deploy" / "docker-compose.yml", SCALEOUT / "docker-compose.yml"]
+OWN_IMAGE = "semantic-gateway:local"  # built from the Dockerfile, whose base is pinned
+
+
+def test_the_scaleout_config_shares_everything_through_redis() -> None:
+    settings = load_settings(SCALEOUT / "config.yaml")
+    file = settings.file
+    assert file.cache.store.type == "redis"
+    assert file.resilience.breaker_storage.type == "redis"
+    assert file.rate_limits.storage.type == "redis"
+    assert file.server.drain_seconds > 0
+    # One server for all three, set once (no per-part url: that form is deprecated).
+    assert {t.url for t in file.shared_redis().targets.values()} == {"redis://redis:6379/0"}
+    assert file.shared_redis().moved == ()
+
+
+def test_compose_replicas_are_balanced_and_scraped() -> None:
+    compose = yaml.safe_load((SCALEOUT / "docker-compose.yml").read_text())
+    replicas = sorted(name for name in compose["services"] if name.startswith("gateway-"))
+    assert len(replicas) == 3
+    nginx = (SCALEOUT / "nginx.conf").read_text()
+    assert sorted(re.findall(r"server (gateway-\d):8080", nginx)) == replicas
+    assert "proxy_buffering off" in nginx  # streams pass through
+    scraped = yaml.safe_load((SCALEOUT / "prometheus.yml").read_text())
+    targets = scraped["scrape_configs"][0]["static_configs"][0]["targets"]
+    assert sorted(t.split(":")[0] for t in targets) == replicas
+    settings = load_settings(SCALEOUT / "config.yaml").server
+    grace = compose["services"]["gateway-1"]["stop_grace_period"]
+    assert int(grace.removesuffix("s")) > settings.drain_seconds + settings.shutdown_timeout_seconds
+
+
+def test_compose_mounts_the_config_the_kubernetes_configmap_is_made_of() -> None:
+    gateway = yaml.safe_load((SCALEOUT / "docker-compose.yml").read_text())["services"]["gateway-1"]
+    config = gateway["command"][gateway["command"].index("--config") + 1]
+    sources = {v.split(":")[1]: (SCALEOUT / v.split(":")[0]).resolve() for v in gateway["volumes"]}
+    assert sources[config] == (SCALEOUT / "config.yaml").resolve()
+    assert (
+        sources[load_settings(SCALEOUT / "config.yaml").file.policies.dir]
+        == (SCALEOUT / "policies").resolve()
+    )
+
+
+def _images(value: Any) -> Iterator[tuple[str, bool]]:
+    """Every `image:` in a compose file or manifest, and whether it is built beside it."""
+    if isinstance(value, dict):
+        if isinstance(value.get("image"), str):
+            yield value["image"], "build" in value
+        for item in value.values():
+            yield from _images(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _images(item)
+
+
+def _pulled_images() -> list[tuple[str, str]]:
+    """(image, the file that names it) for every image pulled from a registry."""
+    found: list[tuple[str, str]] = []
+    for path in COMPOSE_FILES:
+        for image, built in _images(yaml.safe_load(path.read_text())):
+            if not built:
+                found.append((image, str(path.relative_to(ROOT))))
+    for image, _ in _images(render_from_files(K8S)):
+        if image != OWN_IMAGE:
+            found.append((image, "deploy/k8s"))
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if line.startswith("FROM "):
+            found.append((line.split()[1], "Dockerfile"))
+    return found
+
+
+def test_every_pulled_image_is_pinned_by_digest() -> None:
+    images = _pulled_images()
+    files = {"Dockerfile", "deploy/k8s", *(str(p.relative_to(ROOT)) for p in COMPOSE_FILES)}
+    assert {where for _, where in images} == files
+    unpinned = [(image, where) for image, where in images if not DIGEST.match(image)]
+    assert unpinned == [], "pin these by digest (how: docs/DEPLOY.md)"
+    # A tag pinned to two digests in two files is a half-done update.
+    by_tag: dict[str, set[str]] = {}
+    for image, _ in images:
+        tag, _, digest = image.partition("@")
+        by_tag.setdefault(tag, set()).add(digest)
+    assert {tag: d for tag, d in by_tag.items() if len(d) > 1} == {}
+
+
+def test_every_built_image_is_the_dockerfiles() -> None:
+    for path in COMPOSE_FILES:
+        built = {image for image, b in _images(yaml.safe_load(path.read_text())) if b}
+        assert built == {OWN_IMAGE}, path
+
+
+def test_the_image_installs_the_default_dependencies_at_the_locked_versions() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    installs = re.findall(r"pip install ([^&\n]+)", dockerfile)
+    assert installs == ["-c constraints.txt . "]  # no extras: no torch in the image
+    copied = {
+        name for line in re.findall(r"^COPY (.+) \S+$", dockerfile, re.M) for name in line.split()
+    }
+    assert {"constraints.txt", "pyproject.toml", "gateway"} <= copied
+    # Non-root by number (runAsNonRoot can only check a numeric user), the Deployment's uid.
+    assert re.search(r"^USER 10001(:10001)?$", dockerfile, re.M)
+    assert "--uid 10001" in dockerfile
+
+
+def test_the_docker_context_leaves_out_what_the_image_does_not_need() -> None:
+    ignored = set((ROOT / ".dockerignore").read_text().split())
+    assert {".git", "data", "tests", "build", ".venv"} <= ignored
+    # ... but never what the Dockerfile copies.
+    for name in ("constraints.txt", "pyproject.toml", "README.md", "gateway", "config.yaml"):
+        assert name not in ignored
+        assert Path(ROOT / name).exists()
