@@ -161,7 +161,7 @@ async def build() -> Bench:
     config = CacheConfig.model_validate(
         {
             "store": {"type": "memory"},
-            "embedder": {"type": "sentence-transformers"},
+            "embedder": {"type": "minilm"},
             "defaults": {"enabled": True},
         }
     )

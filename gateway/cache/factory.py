@@ -79,21 +79,27 @@ def shared_embedder(config: EmbedderConfig) -> Embedder:
 def new_embedder(config: EmbedderConfig) -> Embedder:
     """An embedder of its own, for one-shot work on its own event loop (`gateway kb ingest`)."""
     from gateway.cache.embedder import build_embedder
+    from gateway.cache.shipped import MINILM
     from gateway.cache.two_stage import CALIBRATED_MARGINS, TwoStageEmbedder
 
     options: dict[str, object] = {
         "max_batch": config.max_batch,
         "batch_window_ms": config.batch_window_ms,
     }
-    if config.type != "sentence-transformers":
-        return build_embedder(config.type, model=config.model, **options)
-    exact = build_embedder(
-        config.type, model=config.model, backend=config.backend, quantize=config.quantize, **options
-    )
-    margins = CALIBRATED_MARGINS.get(config.model)
-    if not config.two_stage or config.quantize or config.backend == "torch" or margins is None:
-        return exact
-    quick = build_embedder(
-        config.type, model=config.model, backend="onnx", precision="int8-all", **options
-    )
-    return TwoStageEmbedder(quick, exact, margins)
+    if config.runs_shipped_minilm:
+        if config.quantize:  # int8 alone: its vectors differ, so they are kept apart
+            return build_embedder("minilm", precision="int8-all", name=f"{MINILM}:int8", **options)
+        exact = build_embedder("minilm", **options)
+        if not config.two_stage:
+            return exact
+        quick = build_embedder("minilm", precision="int8-all", **options)
+        return TwoStageEmbedder(quick, exact, CALIBRATED_MARGINS[MINILM])
+    if config.type == "sentence-transformers":
+        return build_embedder(
+            config.type,
+            model=config.model,
+            backend=config.backend,
+            quantize=config.quantize,
+            **options,
+        )
+    return build_embedder(config.type, model=config.model, **options)

@@ -1,10 +1,11 @@
-"""ONNX Runtime backend for sentence-transformers models: export once, locally, then reuse.
+"""Export sentence-transformers models to ONNX: once, locally, then reuse.
 
-The export runs from the model already on disk (nothing is downloaded) and is cached under a
-directory keyed by the model's files, so later processes skip both the export and the slow
-`sentence_transformers` import: they need only `onnxruntime` and `tokenizers`.
+For models other than the shipped MiniLM (whose files come with the gateway, see shipped.py)
+and for scripts/export_minilm.py, which regenerates those. The export runs from the model
+already on disk (nothing is downloaded) and is cached under a directory keyed by the model's
+files, so later processes skip both the export and the slow `sentence_transformers` import.
 
-Needs the optional packages `onnxruntime` and `onnx`; callers fall back to torch without them.
+Needs the `sentence-transformers` extra (torch, onnx); callers fall back to torch without onnx.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from gateway.cache.onnx_runner import OnnxRunner
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +91,12 @@ def ensure_onnx(model_ref: str, load_path: str, cache_dir: Path, precision: Prec
         log.warning("embedder cache %s is not writable; using %s", cache_dir, fallback)
         target = artifacts_dir(model_ref, local if local.is_dir() else None, fallback)
     if not (target / "model.onnx").exists():
-        _export(load_path, target)
+        export(load_path, target)
     if precision == "fp32":
         return target / "model.onnx"
     qpath = target / QUANTIZED[precision]
     if not qpath.exists():
-        _quantize(target / "model.onnx", qpath, every_matmul=precision == "int8-all")
+        quantize(target / "model.onnx", qpath, every_matmul=precision == "int8-all")
     return qpath
 
 
@@ -105,7 +108,9 @@ def _writable(directory: Path) -> bool:
     return os.access(directory, os.W_OK)
 
 
-def _export(load_path: str, target: Path) -> None:
+def export(load_path: str, target: Path) -> None:
+    """Export the model at `load_path` into the directory `target` (model.onnx, tokenizer.json,
+    meta.json), checked against torch; another process's finished export is kept."""
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -205,7 +210,7 @@ def ffn_output_matmuls(path: Path) -> list[str]:
     ]
 
 
-def _quantize(src: Path, dst: Path, *, every_matmul: bool) -> None:
+def quantize(src: Path, dst: Path, *, every_matmul: bool) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     log.info("quantizing %s to %s", src, dst.name)
@@ -227,55 +232,48 @@ def _quantize(src: Path, dst: Path, *, every_matmul: bool) -> None:
             os.unlink(tmp)
 
 
-class OnnxRunner:
-    """Tokenize with the model's own fast tokenizer and run the graph; one caller at a time."""
+def store_tables_as_fp16(src: Path, dst: Path) -> list[str]:
+    """Write `src` with its lookup tables (initializers only Gather reads: the token and
+    position embeddings) stored as fp16 and cast back to fp32 when the session loads.
 
-    def __init__(self, path: Path, *, max_seq_length: int, threads: int, chunk: int = 8) -> None:
-        import onnxruntime as ort
-        from tokenizers import Tokenizer
+    Nearly halves MiniLM's file (the token table is 30522 x 384) while every weight the model
+    multiplies by stays fp32: a row's rounding (2^-11 relative) moves an embedding by less than
+    1e-4. Returns the names of the tables converted."""
+    import onnx
+    from onnx import helper, numpy_helper
 
-        self.tokenizer = Tokenizer.from_file(str(path.parent / "tokenizer.json"))
-        self.tokenizer.enable_truncation(max_seq_length)
-        self.pad_id = int((self.tokenizer.padding or {}).get("pad_id", 0))
-        self.tokenizer.no_padding()  # padded per length-sorted chunk instead, in __call__
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # Spinning threads burn a core waiting for work; on a small shared box that slows the
-        # event loop and the other requests more than it speeds up this one.
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        opts.log_severity_level = 3
-        self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        self.inputs = [i.name for i in self.session.get_inputs()]
-        self.chunk = chunk
-        self.dim = int(self._run(self.tokenizer.encode_batch(["dimension probe"])).shape[1])
-
-    def __call__(self, texts: list[str]) -> np.ndarray:
-        enc = self.tokenizer.encode_batch(texts)
-        if len(enc) == 1:
-            return self._run(enc)
-        # Sorted by length, in chunks of 8: each chunk pads only to its own longest text
-        # (padding is pure waste in a compute-bound model, and fp32 results do not depend on it,
-        # checked to ~1e-7), and past 8 texts the activations outgrow the core's cache. CPU per
-        # QQP question, 256 of them: int8 1.42 ms in sorted eights, 2.69 in unsorted sixteens,
-        # 2.07 in sorted 32s; fp32 3.01, 5.26 and 3.83 (bench/cache_two_stage.py's machine).
-        order = sorted(range(len(enc)), key=lambda i: len(enc[i].ids))
-        out = np.empty((len(enc), self.dim), dtype=np.float32)
-        for start in range(0, len(order), self.chunk):
-            idx = order[start : start + self.chunk]
-            out[idx] = self._run([enc[i] for i in idx])
-        return out
-
-    def _run(self, enc: list[Any]) -> np.ndarray:
-        width = max(len(e.ids) for e in enc)
-        ids = np.full((len(enc), width), self.pad_id, dtype=np.int64)
-        mask = np.zeros((len(enc), width), dtype=np.int64)
-        types = np.zeros((len(enc), width), dtype=np.int64)
-        for row, e in enumerate(enc):
-            n = len(e.ids)
-            ids[row, :n], mask[row, :n], types[row, :n] = e.ids, 1, e.type_ids
-        cols = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-        out = self.session.run(None, {name: cols[name] for name in self.inputs})[0]
-        return np.asarray(out, dtype=np.float32)
+    model = onnx.load(str(src))
+    graph = model.graph
+    readers: dict[str, set[str]] = {}
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            readers.setdefault(name, set()).add(node.op_type if i == 0 else f"{node.op_type}:{i}")
+    tables = [
+        t
+        for t in graph.initializer
+        if t.data_type == onnx.TensorProto.FLOAT
+        and readers.get(t.name) == {"Gather"}
+        and int(np.prod(t.dims)) > 1024
+    ]
+    casts = []
+    for table in tables:
+        half = numpy_helper.from_array(
+            numpy_helper.to_array(table).astype(np.float16), f"{table.name}.fp16"
+        )
+        graph.initializer.remove(table)
+        graph.initializer.append(half)
+        casts.append(
+            helper.make_node(
+                "Cast",
+                [half.name],
+                [table.name],
+                to=onnx.TensorProto.FLOAT,
+                name=f"{table.name}.cast",
+            )
+        )
+    nodes = [*casts, *graph.node]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(dst))
+    return [t.name for t in tables]

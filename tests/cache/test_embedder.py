@@ -1,4 +1,6 @@
-"""The embedder: micro-batching with a fake model, then the real MiniLM (loaded once per module)."""
+"""The embedder: micro-batching with a fake model, then the real MiniLM (loaded once per module):
+the shipped ONNX files the gateway runs by default, and the sentence-transformers backend (the
+extra) for other models."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from gateway.cache.embedder import (
     PACKAGED_MINILM,
     Embedder,
     HashEmbedder,
+    MiniLMEmbedder,
     SentenceTransformerEmbedder,
     build_embedder,
     normalize_text,
@@ -235,8 +238,16 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def minilm(cache_dir: Path) -> AsyncIterator[SentenceTransformerEmbedder]:
-    emb = SentenceTransformerEmbedder(cache_dir=cache_dir)  # the defaults the gateway uses
+async def minilm() -> AsyncIterator[MiniLMEmbedder]:
+    emb = MiniLMEmbedder()  # the shipped fp32 graph: what the gateway settles decisions with
+    await emb.start()
+    yield emb
+    await emb.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def exported(cache_dir: Path) -> AsyncIterator[SentenceTransformerEmbedder]:
+    emb = SentenceTransformerEmbedder(cache_dir=cache_dir)  # exported here, as other models are
     await emb.start()
     yield emb
     await emb.close()
@@ -251,22 +262,22 @@ async def reference() -> AsyncIterator[SentenceTransformerEmbedder]:
 
 
 @real
-async def test_vectors_are_normalized_384_float32(minilm: SentenceTransformerEmbedder) -> None:
+async def test_vectors_are_normalized_384_float32(minilm: MiniLMEmbedder) -> None:
     v = await minilm.embed("How do I reset my password?")
     assert minilm.dim == 384 and v.shape == (384,) and v.dtype == np.float32
     assert abs(float(np.linalg.norm(v)) - 1.0) < 1e-5
-    assert minilm.active_backend in ("onnx", "onnx-int8", "torch")
+    assert minilm.active_backend == "onnx" and minilm.name == PACKAGED_MINILM
 
 
 @real
-async def test_paraphrases_are_closer_than_unrelated(minilm: SentenceTransformerEmbedder) -> None:
+async def test_paraphrases_are_closer_than_unrelated(minilm: MiniLMEmbedder) -> None:
     for text, paraphrase, unrelated in PARAPHRASES:
         a, b, c = await minilm.embed_many([text, paraphrase, unrelated])
         assert a @ b > 0.6 > a @ c
 
 
 @real
-async def test_embed_many_equals_embed_one_by_one(minilm: SentenceTransformerEmbedder) -> None:
+async def test_embed_many_equals_embed_one_by_one(minilm: MiniLMEmbedder) -> None:
     one_by_one = np.stack([await minilm.embed(t) for t in TEXTS])
     together = await minilm.embed_many(TEXTS)
     assert together.shape == (len(TEXTS), 384)
@@ -275,14 +286,18 @@ async def test_embed_many_equals_embed_one_by_one(minilm: SentenceTransformerEmb
 
 @real
 async def test_matches_the_torch_model(
-    minilm: SentenceTransformerEmbedder, reference: SentenceTransformerEmbedder
+    minilm: MiniLMEmbedder,
+    exported: SentenceTransformerEmbedder,
+    reference: SentenceTransformerEmbedder,
 ) -> None:
-    ours, ref = await minilm.embed_many(TEXTS), await reference.embed_many(TEXTS)
-    assert np.abs(ours - ref).max() < 1e-4
+    ref = await reference.embed_many(TEXTS)
+    assert np.abs(await minilm.embed_many(TEXTS) - ref).max() < 1e-4  # the shipped files
+    assert exported.active_backend == "onnx"
+    assert np.abs(await exported.embed_many(TEXTS) - ref).max() < 1e-4  # exported here
 
 
 @real
-async def test_concurrent_embeds_are_all_correct(minilm: SentenceTransformerEmbedder) -> None:
+async def test_concurrent_embeds_are_all_correct(minilm: MiniLMEmbedder) -> None:
     expected = {t: await minilm.embed(t) for t in TEXTS}
     batches_before = minilm.batcher.stats.batches
     calls = [TEXTS[i % len(TEXTS)] for i in range(64)]
@@ -293,7 +308,7 @@ async def test_concurrent_embeds_are_all_correct(minilm: SentenceTransformerEmbe
 
 
 @real
-async def test_whitespace_and_huge_inputs(minilm: SentenceTransformerEmbedder) -> None:
+async def test_whitespace_and_huge_inputs(minilm: MiniLMEmbedder) -> None:
     a = await minilm.embed("How do I  reset my\n password?")
     assert np.abs(a - await minilm.embed("How do I reset my password?")).max() < 1e-6
     t = time.perf_counter()
@@ -324,8 +339,7 @@ async def test_the_quick_stage_stays_within_its_margins_of_fp32(cache_dir: Path)
     # The two-stage embedder's promise: near the threshold a quick cosine is at most `below`
     # under and `above` over the fp32 one, so close calls are what fp32 settles.
     pytest.importorskip("onnxruntime")
-    quick = SentenceTransformerEmbedder(backend="onnx", precision="int8-all", cache_dir=cache_dir)
-    exact = SentenceTransformerEmbedder(backend="onnx", cache_dir=cache_dir)
+    quick, exact = MiniLMEmbedder(precision="int8-all"), MiniLMEmbedder()
     two_stage = TwoStageEmbedder(quick, exact, CALIBRATED_MARGINS[PACKAGED_MINILM])
     try:
         await two_stage.start()
@@ -333,7 +347,7 @@ async def test_the_quick_stage_stays_within_its_margins_of_fp32(cache_dir: Path)
         await two_stage.wait_quick()
         assert two_stage.name == exact.name == PACKAGED_MINILM  # the same model's vectors
         assert quick.active_backend == "onnx-int8-all"
-        assert list(cache_dir.glob("*/model.int8-all.onnx"))
+        assert not list(cache_dir.glob("*/model.int8-all.onnx"))  # shipped: nothing written
         texts = [*TEXTS, "How can I reset my password?", "How do I reset my account password?"]
         q, ref = await two_stage.embed_many(texts), await exact.embed_many(texts)
         near = ref @ ref.T >= 0.85
@@ -347,39 +361,50 @@ async def test_the_quick_stage_stays_within_its_margins_of_fp32(cache_dir: Path)
 
 
 def test_the_factory_builds_two_stages_only_where_they_are_calibrated() -> None:
-    assert isinstance(new_embedder(EmbedderConfig()), TwoStageEmbedder)
+    packaged = {"type": "sentence-transformers", "model": PACKAGED_MINILM}
+    for config in (EmbedderConfig(), EmbedderConfig(**packaged)):  # the same shipped model
+        built = new_embedder(config)
+        assert isinstance(built, TwoStageEmbedder), config
+        assert isinstance(built.quick, MiniLMEmbedder) and isinstance(built.exact, MiniLMEmbedder)
+    exact_only = new_embedder(EmbedderConfig(two_stage=False))
+    assert isinstance(exact_only, MiniLMEmbedder) and exact_only.precision == "fp32"
+    int8 = new_embedder(EmbedderConfig(quantize=True))  # int8 alone: its vectors kept apart
+    assert isinstance(int8, MiniLMEmbedder) and int8.precision == "int8-all"
+    assert int8.name == f"{PACKAGED_MINILM}:int8"
     for config in (
-        EmbedderConfig(two_stage=False),
-        EmbedderConfig(quantize=True),
-        EmbedderConfig(backend="torch"),
-        EmbedderConfig(model="/models/some-other-model"),
+        EmbedderConfig(**packaged, backend="torch"),
+        EmbedderConfig(**packaged, quantize=True),
+        EmbedderConfig(type="sentence-transformers", model="/models/some-other-model"),
     ):
         assert isinstance(new_embedder(config), SentenceTransformerEmbedder), config
 
 
+def test_the_shipped_minilm_has_no_torch_backend() -> None:
+    with pytest.raises(ValueError, match="type: sentence-transformers"):
+        EmbedderConfig(type="minilm", backend="torch")
+
+
 @real
 async def test_export_is_cached_on_disk(
-    cache_dir: Path, minilm: SentenceTransformerEmbedder
+    cache_dir: Path, exported: SentenceTransformerEmbedder
 ) -> None:
-    if minilm.active_backend != "onnx":
-        pytest.skip("ONNX backend not in use")
     graphs = list(cache_dir.glob("*/model.onnx"))
     assert len(graphs) == 1
     mtime = graphs[0].stat().st_mtime_ns
     again = SentenceTransformerEmbedder(cache_dir=cache_dir)
     await again.start()
-    assert np.abs(await again.embed(TEXTS[0]) - await minilm.embed(TEXTS[0])).max() < 1e-6
+    assert np.abs(await again.embed(TEXTS[0]) - await exported.embed(TEXTS[0])).max() < 1e-6
     await again.close()
     assert graphs[0].stat().st_mtime_ns == mtime and not list(cache_dir.glob(".export-*"))
 
 
 @real
 @real
-@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("backend", ["shipped", "torch"])
 async def test_fits_counts_the_models_own_tokens(
-    backend: str, minilm: SentenceTransformerEmbedder, reference: SentenceTransformerEmbedder
+    backend: str, minilm: MiniLMEmbedder, reference: SentenceTransformerEmbedder
 ) -> None:
-    emb = minilm if backend == "auto" else reference
+    emb: Embedder = minilm if backend == "shipped" else reference
     assert emb.window_tokens == 128
     assert await emb.fits("How do I reset my password?")  # short: no tokenizing at all
     words = "alpha beta gamma delta epsilon zeta eta theta iota kappa "  # a token a word

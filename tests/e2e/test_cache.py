@@ -26,7 +26,7 @@ from tests.e2e.helpers import assert_conforms, poll_until, request, sse_json, up
 
 CACHE = {
     "store": {"type": "memory"},
-    "embedder": {"type": "sentence-transformers"},
+    "embedder": {"type": "minilm"},
     "defaults": {"enabled": True},
 }
 TENANTS = 20

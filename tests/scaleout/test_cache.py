@@ -47,7 +47,7 @@ def cluster(
         redis={"url": redis_url, "namespace": namespace},
         cache={
             "store": {"type": "redis"},
-            "embedder": {"type": "sentence-transformers"},
+            "embedder": {"type": "minilm"},
             "defaults": {"enabled": True},
         },
     )

