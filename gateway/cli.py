@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import gc
 import json
-import logging
 import signal
 import sys
 from dataclasses import asdict
@@ -25,6 +24,9 @@ from gateway.config import (
     calibrated_threshold,
     load_settings,
 )
+from gateway.config.environment import UnsetVariable, no_tenant_can_sign_in, unset_variables
+from gateway.observability.logging_setup import configure_logging
+from gateway.server.listen import ListenError, listen_problem
 
 if TYPE_CHECKING:
     from gateway.rag.ingest import IngestReport
@@ -38,10 +40,15 @@ def main(argv: list[str] | None = None) -> int:
     serve = commands.add_parser("serve", help="run the gateway")
     serve.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
     serve.add_argument("--host", help="listen address (default: server.host from config)")
-    serve.add_argument("--port", type=int, help="listen port (default: server.port; 0 = any)")
+    serve.add_argument("--port", type=_port, help="listen port (default: server.port; 0 = any)")
 
     check = commands.add_parser("check", help="validate the config and its policies, and exit")
     check.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
+    check.add_argument(
+        "--require-env",
+        action="store_true",
+        help="fail when a variable the config names is unset (run it where the gateway runs)",
+    )
 
     schema = commands.add_parser(
         "schema", help="write the JSON Schemas of config.yaml and of policy files (for editors)"
@@ -83,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  - {problem}", file=sys.stderr)
         return 1
     if args.command == "check":
-        return _check(settings)
+        return _check(settings, require_env=args.require_env)
     if args.command == "cache":
         return _cache_stats(settings)
     if args.command == "policy":
@@ -97,8 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     return _serve(settings, args.host, args.port)
 
 
-def _check(settings: Settings) -> int:
+def _check(settings: Settings, *, require_env: bool = False) -> int:
     if _check_hooks(settings) or _check_routing(settings):
+        return 1
+    unset = unset_variables(settings.file)
+    if require_env and unset:
+        print(f"{settings.source}: environment incomplete (--require-env)", file=sys.stderr)
+        _print_unset(settings, unset, every="error")
         return 1
     served = settings.served_models()
     providers = len(settings.providers)
@@ -107,9 +119,13 @@ def _check(settings: Settings) -> int:
         f"{settings.source}: OK ({len(served)} servable models, {providers} providers, "
         f"{policies} policies)"
     )
-    for name, provider in settings.providers.items():
-        if provider.disabled_reason:
-            print(f"  note: provider '{name}' is disabled: {provider.disabled_reason}")
+    _print_unset(settings, unset)
+    if any(v.serious for v in unset):
+        print(
+            "  (a variable set only where the gateway runs is fine: check there with "
+            "--require-env to fail on any unset one)",
+            flush=True,
+        )
     embedder = settings.file.cache.embedder
     if calibrated_threshold(embedder) is None:
         print(
@@ -118,6 +134,29 @@ def _check(settings: Settings) -> int:
         )
     _check_knowledge_bases(settings)
     return 0
+
+
+def _print_unset(settings: Settings, unset: list[UnsetVariable], every: str = "") -> None:
+    """Warnings (callers refused, a door left open) on stderr, notes on stdout; `every`
+    prints them all under one label instead."""
+    for variable in unset:
+        label = every or ("warning" if variable.serious else "note")
+        stream = sys.stderr if every or variable.serious else sys.stdout
+        print(f"  {label}: {variable.describe()}", file=stream, flush=True)
+    if no_tenant_can_sign_in(settings.file, unset):
+        print(
+            "  warning: no key of auth.keys is set, so every request gets 401 (with no keys "
+            "listed, every caller is auth.anonymous_tenant)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0 to 65535)")
+    return port
 
 
 def _check_routing(settings: Settings) -> int:
@@ -274,11 +313,15 @@ def _write_schemas(out: Path) -> int:
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     from gateway.util.threads import limit_blas_threads
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    configure_logging()
     limit_blas_threads()
     listen_port = settings.server.port if port is None else port
-    with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=_loop) as runner:
-        runner.run(_run(settings, host or settings.server.host, listen_port))
+    try:
+        with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=_loop) as runner:
+            runner.run(_run(settings, host or settings.server.host, listen_port))
+    except ListenError as err:
+        print(f"gateway: {err}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -309,12 +352,14 @@ async def _run(settings: Settings, host: str, port: int) -> None:
     )
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ListenError(listen_problem(exc, host, port)) from None
     for address in runner.addresses:
         print(f"gateway {__version__} listening on http://{address[0]}:{address[1]}", flush=True)
-    for name, provider in settings.providers.items():
-        if provider.disabled_reason:
-            print(f"  provider '{name}' disabled: {provider.disabled_reason}", flush=True)
+    _print_unset(settings, unset_variables(settings.file))
     models = ", ".join(sorted(r.name for r in settings.served_models()))
     print(f"  serving models: {models}", flush=True)
     if settings.server.tune_gc:

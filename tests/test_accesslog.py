@@ -1,7 +1,10 @@
 """One JSON line per request, with what ops need and without what they must not see."""
 
+import contextlib
 import io
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -86,3 +89,32 @@ def test_a_cache_miss_says_why_in_the_log_line() -> None:
     ctx.cache_near_miss, ctx.cache_exact_only = None, "long-text"
     line = _line(ctx, "POST", "/v1/chat/completions")
     assert line["cache_exact_only"] == "long-text" and "cache_near_miss" not in line
+
+
+PROBES = ("/healthz", "/readyz", "/metrics")
+
+
+def _probe_then_chat(server: GatewayServer) -> None:
+    for path in PROBES:
+        with contextlib.suppress(urllib.error.HTTPError):  # a 503 /readyz is a probe too
+            urllib.request.urlopen(server.url + path, timeout=10).close()
+    sdk_client(server.url, "k").chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "hi"}]
+    )
+
+
+def test_probes_stay_out_of_the_log_by_default_and_requests_do_not(
+    logged: tuple[GatewayServer, io.BytesIO, AccessLog], server_thread: ServerThread
+) -> None:
+    server, sink, log = logged
+    _probe_then_chat(server)
+    assert [line["path"] for line in _lines(sink, log, server_thread)] == ["/v1/chat/completions"]
+
+
+def test_probes_are_logged_when_asked(
+    server_thread: ServerThread, fake_upstream: FakeUpstream
+) -> None:
+    for server, sink, log in _run(server_thread, fake_upstream, {"server": {"log_probes": True}}):
+        _probe_then_chat(server)
+        paths = [line["path"] for line in _lines(sink, log, server_thread)]
+        assert paths == [*PROBES, "/v1/chat/completions"]

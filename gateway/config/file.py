@@ -6,12 +6,12 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from gateway.config.auth import AuthConfig
-from gateway.config.base import Strict
+from gateway.config.base import EntryProblem, Strict
 from gateway.config.cache import CacheConfig
 from gateway.config.degradation import DegradationConfig
 from gateway.config.guard import GuardConfig
 from gateway.config.knowledge_bases import KnowledgeBaseConfig
-from gateway.config.models import ModelConfig
+from gateway.config.models import DeploymentConfig, ModelConfig
 from gateway.config.providers import ProviderConfig
 from gateway.config.rate_limits import RateLimitsConfig
 from gateway.config.redis import RedisConfig, SharedRedis, resolve
@@ -68,66 +68,81 @@ class ConfigFile(Strict):
     def _cross_references(self) -> ConfigFile:
         kinds: dict[str, str] = {}
         for i, model in enumerate(self.models):
-            for deployment in model.deployment_list():
+            for where, deployment in _deployments(model):
                 if deployment.provider not in self.providers:
-                    raise ValueError(
-                        f"models[{i}]: unknown provider {deployment.provider!r}; "
-                        f"defined: {sorted(self.providers)}"
+                    raise EntryProblem(
+                        ("models", i, *where),
+                        f"unknown provider {deployment.provider!r}; "
+                        f"defined: {sorted(self.providers)}",
                     )
-            for public in (model.name, *model.aliases):
+            for where, public in _public_names(model):
                 if public in kinds:
-                    raise ValueError(f"models[{i}]: name or alias {public!r} is used twice")
+                    raise EntryProblem(
+                        ("models", i, *where), f"name or alias {public!r} is used twice"
+                    )
                 kinds[public] = model.kind
         for i, model in enumerate(self.models):
-            for fallback in model.fallbacks:
+            for k, fallback in enumerate(model.fallbacks):
+                at = ("models", i, "fallbacks", k)
                 if fallback not in kinds:
-                    raise ValueError(f"models[{i}].fallbacks: unknown model {fallback!r}")
+                    raise EntryProblem(at, f"unknown model {fallback!r}")
                 if fallback in (model.name, *model.aliases):
-                    raise ValueError(f"models[{i}].fallbacks: a model cannot fall back to itself")
+                    raise EntryProblem(at, "a model cannot fall back to itself")
                 if kinds[fallback] != model.kind:
-                    raise ValueError(
-                        f"models[{i}].fallbacks: {fallback!r} is {kinds[fallback]}, "
-                        f"not {model.kind}"
-                    )
+                    raise EntryProblem(at, f"{fallback!r} is {kinds[fallback]}, not {model.kind}")
         tenants_by_env: dict[str, str] = {}
-        for key in self.auth.keys:
+        for i, key in enumerate(self.auth.keys):
             if key.env in tenants_by_env:
-                raise ValueError(f"auth.keys: environment variable {key.env!r} is listed twice")
+                raise EntryProblem(
+                    ("auth", "keys", i, "env"), f"environment variable {key.env!r} is listed twice"
+                )
             tenants_by_env[key.env] = key.tenant
         self._check_attachments(kinds)
         self._check_routing(kinds)
         summarizer = self.guard.compression.summarizer_model
         if summarizer is not None and kinds.get(summarizer) != "chat":
-            raise ValueError(
-                f"guard.compression.summarizer_model: {summarizer!r} is not a chat model"
+            raise EntryProblem(
+                ("guard", "compression", "summarizer_model"), f"{summarizer!r} is not a chat model"
             )
         return self
 
     def _check_routing(self, kinds: dict[str, str]) -> None:
         for alias, config in self.routing.aliases.items():
-            where = f"routing.aliases.{alias}"
             if alias in kinds:
-                raise ValueError(f"{where}: {alias!r} is already a model name or alias")
-            for tier in config.tiers:
+                raise EntryProblem(
+                    ("routing", "aliases", alias), f"{alias!r} is already a model name or alias"
+                )
+            for n, tier in enumerate(config.tiers):
                 if kinds.get(tier.model) != "chat":
-                    raise ValueError(
-                        f"{where}.tiers: {tier.model!r} is not a configured chat model"
+                    raise EntryProblem(
+                        ("routing", "aliases", alias, "tiers", n, "model"),
+                        f"{tier.model!r} is not a configured chat model",
                     )
 
     def _check_attachments(self, kinds: dict[str, str]) -> None:
         """Each model or tenant gets at most one knowledge base, and only chat models get one."""
         owner: dict[tuple[str, str], str] = {}
         for name, kb in self.knowledge_bases.items():
-            targets = [("model", m) for m in kb.attach.models]
-            targets += [("tenant", t) for t in kb.attach.tenants]
-            for target in targets:
-                if target[0] == "model" and kinds.get(target[1]) != "chat":
-                    raise ValueError(
-                        f"knowledge_bases.{name}.attach.models: {target[1]!r} is not a chat model"
+            targets = [("model", "models", n, m) for n, m in enumerate(kb.attach.models)]
+            targets += [("tenant", "tenants", n, t) for n, t in enumerate(kb.attach.tenants)]
+            for kind, field, n, target in targets:
+                at = ("knowledge_bases", name, "attach", field, n)
+                if kind == "model" and kinds.get(target) != "chat":
+                    raise EntryProblem(at, f"{target!r} is not a chat model")
+                if (kind, target) in owner:
+                    raise EntryProblem(
+                        at, f"{kind} {target!r} is already attached to {owner[kind, target]!r}"
                     )
-                if target in owner:
-                    raise ValueError(
-                        f"knowledge_bases.{name}.attach: {target[0]} {target[1]!r} is already "
-                        f"attached to {owner[target]!r}"
-                    )
-                owner[target] = name
+                owner[kind, target] = name
+
+
+def _deployments(model: ModelConfig) -> list[tuple[tuple[str | int, ...], DeploymentConfig]]:
+    """Each deployment with where it is written: the `provider:` shorthand or an entry."""
+    if model.provider is not None:
+        return [(("provider",), d) for d in model.deployment_list()]
+    return [(("deployments", j, "provider"), d) for j, d in enumerate(model.deployments)]
+
+
+def _public_names(model: ModelConfig) -> list[tuple[tuple[str | int, ...], str]]:
+    names: list[tuple[tuple[str | int, ...], str]] = [(("name",), model.name)]
+    return names + [(("aliases", k), alias) for k, alias in enumerate(model.aliases)]

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from gateway.config.base import EntryProblem
 from gateway.config.file import ConfigFile
 from gateway.config.policy_set import Policy, PolicyProblem, PolicySet, validate_policy
 from gateway.config.settings import Settings, build_settings
@@ -118,13 +119,17 @@ def _read(path: Path) -> str:
 
 def _describe(err: Any, root: yaml.Node | None) -> str:
     loc = tuple(err["loc"])
+    message = err["msg"]
+    entry = (err.get("ctx") or {}).get("error")
+    if isinstance(entry, EntryProblem):  # a cross-field check: report the entry it names
+        loc, message = loc + entry.loc, str(entry)
     path = _dotted(loc) or "(top level)"
     line = _line_of(root, loc)
     where = f"{path} (line {line})" if line else path
     hint = ""
     if "[key]" in loc and err["type"] == "string_type":
         hint = " (YAML reads unquoted yes/no/on/off as booleans: quote the name)"
-    return f"{where}: {err['msg']}{hint}"
+    return f"{where}: {message}{hint}"
 
 
 def _dotted(loc: tuple[Any, ...]) -> str:

@@ -461,9 +461,9 @@ def _check_references(resolved: Resolved, overlay: Mapping[str, Json], file: Con
     byok = resolved.byok
     if byok.enabled and not byok.providers:
         raise PolicyProblem("byok.providers", "name the providers the caller's key is for")
-    for provider in byok.providers:
+    for n, provider in enumerate(byok.providers):
         provider_config = file.providers.get(provider)
         if provider_config is None or provider_config.type != "openai":
             raise PolicyProblem(
-                "byok.providers", f"{provider!r} is not an 'openai' provider of config.yaml"
+                f"byok.providers.{n}", f"{provider!r} is not an 'openai' provider of config.yaml"
             )

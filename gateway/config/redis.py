@@ -18,7 +18,7 @@ from typing import Self
 from pydantic import Field, field_validator, model_validator
 from pydantic.config import JsonDict
 
-from gateway.config.base import Strict
+from gateway.config.base import EntryProblem, Strict
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 SCHEMES = ("redis://", "rediss://", "unix://")
@@ -123,7 +123,8 @@ def resolve(redis: RedisConfig, written: set[str], parts: Mapping[str, PartStora
     urls = {"redis.url": redis.url} if "url" in written else {}
     urls |= {f"{p.path}.url": p.url for p in parts.values() if p.shared and p.url is not None}
     if len(set(urls.values())) > 1:
-        raise ValueError(
+        raise EntryProblem(
+            _loc(list(urls)[-1]),
             f"{' and '.join(urls)} name different servers: replicas and their parts share one "
             "Redis, set once as redis.url (remove the per-part url)"
         )
@@ -135,7 +136,8 @@ def resolve(redis: RedisConfig, written: set[str], parts: Mapping[str, PartStora
         namespace = redis.namespace + part.suffix
         if part.namespace is not None:
             if "namespace" in written and part.namespace != namespace:
-                raise ValueError(
+                raise EntryProblem(
+                    _loc(f"{part.path}.namespace"),
                     f"{part.path}.namespace {part.namespace!r} disagrees with redis.namespace "
                     f"{redis.namespace!r} (which puts this part's keys under {namespace!r}): "
                     "keep redis.namespace only"
@@ -143,6 +145,11 @@ def resolve(redis: RedisConfig, written: set[str], parts: Mapping[str, PartStora
             namespace = part.namespace  # the keys stay where this deployment has them
         targets[component] = RedisTarget(url, namespace)
     return SharedRedis(targets, tuple(_moved(parts)))
+
+
+def _loc(dotted: str) -> tuple[str, ...]:
+    """A setting's path ("cache.store.url") as EntryProblem's loc, to report its line."""
+    return tuple(dotted.split("."))
 
 
 def _moved(parts: Mapping[str, PartStorage]) -> list[str]:

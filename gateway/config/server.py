@@ -16,6 +16,11 @@ class ServerConfig(Strict):
         True, description="Freeze start-up objects and collect less often (lower p99 under load)."
     )
     log_prompts: bool = Field(False, description="Put prompt text in the access log.")
+    log_probes: bool = Field(
+        False,
+        description="Also log /healthz, /readyz and /metrics (probes and scrapes every few "
+        "seconds) in the access log.",
+    )
     watch_config: bool = Field(
         True, description="Reload when the config file changes (also: SIGHUP, POST /admin/reload)."
     )

@@ -44,6 +44,10 @@ _ENDPOINTS = {
     "/metrics": "metrics",
 }
 
+# Asked every few seconds by balancers and Prometheus: out of the access log unless
+# server.log_probes (their counts are in the metrics either way).
+_PROBES = frozenset({"health", "metrics"})
+
 
 @web.middleware
 async def gateway_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -88,7 +92,8 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         runtime.leave()
         request.app[RUNTIME_REF].leave()
         metrics.observe(ctx)
-        request.app[ACCESS_LOG].write(ctx, request.method, request.path)
+        if ctx.endpoint not in _PROBES or runtime.settings.server.log_probes:
+            request.app[ACCESS_LOG].write(ctx, request.method, request.path)
 
 
 async def _admit(request: web.Request, ctx: RequestContext, limits: RateLimitConfig) -> None:

@@ -318,7 +318,7 @@ BAD = [
         "byok-provider-not-openai",
         {"a.yaml": "byok:\n  enabled: true\n  providers: [local]\n"},
         [
-            "<dir>/a.yaml: byok.providers (line 3): 'local' is not an 'openai' provider of "
+            "<dir>/a.yaml: byok.providers.0 (line 3): 'local' is not an 'openai' provider of "
             "config.yaml"
         ],
     ),
@@ -326,7 +326,7 @@ BAD = [
         "byok-provider-unknown",
         {"a.yaml": "byok:\n  enabled: true\n  providers: [nope]\n"},
         [
-            "<dir>/a.yaml: byok.providers (line 3): 'nope' is not an 'openai' provider of "
+            "<dir>/a.yaml: byok.providers.0 (line 3): 'nope' is not an 'openai' provider of "
             "config.yaml"
         ],
     ),
