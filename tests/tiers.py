@@ -74,6 +74,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/resilience/test_redis_breakers.py": ("process", "redis"),
     "tests/test_cli.py": ("process",),
     "tests/deploy/test_kustomize.py::test_kubectl_kustomize": ("process",),  # kubectl
+    "tests/deploy/test_resolution.py": ("process", "slow"),  # pip, resolving against PyPI
     "tests/test_reload.py::test_sighup_reloads_a_running_gateway": ("process",),
     # redis-server started by the test itself
     "tests/cache/test_redis_store.py": ("redis",),
@@ -90,6 +91,9 @@ PLACES: dict[str, tuple[str, ...]] = {
     ),
     "tests/test_reload.py::test_no_request_fails_while_the_config_is_rewritten": ("slow",),
     "tests/test_reload.py::test_a_bad_edit_keeps_the_running_config": ("slow",),
+    "tests/upstream/test_schema_instance.py::test_every_bfcl_function_gets_valid_arguments": (
+        "slow",
+    ),
     "tests/reliability/test_security.py::"
     "test_admin_routes_refuse_every_bad_credential_with_an_openai_401": ("slow",),
     # slow: half a second or more each on a quiet machine, mostly waiting by design (timeouts,

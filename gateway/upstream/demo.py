@@ -1,9 +1,12 @@
 """The built-in demo provider: deterministic answers with no key and no network.
 
-It exists so the quickstart works offline. Every answer says it comes from the demo model.
-It echoes the question, calls a declared tool when tools are sent (arguments built from the
-tool's JSON Schema), answers from a tool result, streams word by word, and returns
-deterministic embeddings (hashed character trigrams, so similar texts land near each other).
+It exists so the quickstart, and every feature that needs a model, works offline. Every text
+answer says it comes from the demo model (and which one, for models other than `demo`: the
+demo tiers of a routed alias). It echoes the question; calls a declared tool when tools are
+sent, with arguments valid against the tool's JSON Schema; answers from a tool result; answers
+`response_format` with JSON (an object for `json_object`, an instance valid against the schema
+for `json_schema`); gives `n` distinct choices; streams word by word; and returns deterministic
+embeddings (hashed character trigrams, so similar texts land near each other).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import hashlib
 import math
 import struct
 from collections.abc import AsyncIterator
+from itertools import zip_longest
 from typing import Any
 
 import orjson
@@ -20,6 +24,7 @@ from pydantic import SecretStr
 
 from gateway import wire
 from gateway.upstream.base import Json, Provider
+from gateway.upstream.schema_instance import instance
 from gateway.util.tokens import estimate_prompt_tokens, estimate_tokens, message_text
 
 DEMO_NOTICE = "[demo model: no real LLM behind this answer]"
@@ -28,47 +33,46 @@ EMBEDDING_DIMENSIONS = 256
 
 class DemoProvider(Provider):
     async def chat(self, body: Json, key: SecretStr | None = None) -> Json:
-        message, finish = _answer(body)
         model = str(body.get("model", "demo"))
+        n = body.get("n")
+        count = n if isinstance(n, int) and n > 1 else 1
+        choices = [_answer(body, model, index, count) for index in range(count)]
         prompt = estimate_prompt_tokens(body.get("messages", []))
-        completion = estimate_tokens(message.get("content") or "") + 8 * len(
-            message.get("tool_calls", [])
+        completion = sum(_tokens(message) for message, _ in choices)
+        reply = wire.chat_completion(
+            model, choices[0][0], choices[0][1], wire.usage(prompt, completion)
         )
-        return wire.chat_completion(
-            model, message, finish, wire.usage(prompt, completion), system_fingerprint="demo"
-        )
+        reply["choices"] = [
+            {"index": i, "message": message, "logprobs": None, "finish_reason": finish}
+            for i, (message, finish) in enumerate(choices)
+        ]
+        reply["system_fingerprint"] = "demo"
+        return reply
 
     async def stream(self, body: Json, key: SecretStr | None = None) -> AsyncIterator[list[Json]]:
         for chunk in await self._chunks(body):
             yield [chunk]  # one at a time, as a model would
 
     async def _chunks(self, body: Json) -> list[Json]:
+        """The plain answer as chunks: each choice's deltas, interleaved as OpenAI streams
+        several choices, then usage when asked for."""
         reply = await self.chat(body)
         id_, created, model = reply["id"], reply["created"], reply["model"]
-        message = reply["choices"][0]["message"]
 
-        def make(delta: Json | None, finish: str | None = None, **kw: Any) -> Json:
-            return wire.chunk(id_, model, created, delta, finish, system_fingerprint="demo", **kw)
+        def make(index: int, delta: Json | None, finish: str | None = None, **kw: Any) -> Json:
+            out = wire.chunk(id_, model, created, delta, finish, system_fingerprint="demo", **kw)
+            for choice in out["choices"]:
+                choice["index"] = index
+            return out
 
-        out = [make({"role": "assistant", "content": ""})]
-        words = (message.get("content") or "").split(" ")
-        out += [make({"content": word if i == 0 else " " + word}) for i, word in enumerate(words)]
-        for index, call in enumerate(message.get("tool_calls", [])):
-            fn, args = call["function"], call["function"]["arguments"]
-            opening = {
-                "index": index,
-                "id": call["id"],
-                "type": "function",
-                "function": {"name": fn["name"], "arguments": ""},
-            }
-            out.append(make({"tool_calls": [opening]}))
-            out += [
-                make({"tool_calls": [{"index": index, "function": {"arguments": args[i : i + 8]}}]})
-                for i in range(0, len(args), 8)
-            ]
-        out.append(make({}, reply["choices"][0]["finish_reason"]))
+        per_choice = [
+            [make(c["index"], d) for d in _deltas(c["message"])]
+            + [make(c["index"], {}, c["finish_reason"])]
+            for c in reply["choices"]
+        ]
+        out = [chunk for row in zip_longest(*per_choice) for chunk in row if chunk is not None]
         if (body.get("stream_options") or {}).get("include_usage"):
-            out.append(make(None, usage=reply["usage"]))
+            out.append(make(0, None, usage=reply["usage"]))
         return out
 
     async def embeddings(self, body: Json, key: SecretStr | None = None) -> Json:
@@ -99,20 +103,70 @@ class DemoProvider(Provider):
         }
 
 
-def _answer(body: Json) -> tuple[Json, str]:
+def _deltas(message: Json) -> list[Json]:
+    """One message as stream deltas: the role, its words, then each tool call in fragments."""
+    out: list[Json] = [{"role": "assistant", "content": ""}]
+    words = (message.get("content") or "").split(" ")
+    out += [{"content": word if i == 0 else " " + word} for i, word in enumerate(words)]
+    for index, call in enumerate(message.get("tool_calls", [])):
+        fn, args = call["function"], call["function"]["arguments"]
+        opening = {
+            "index": index,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": fn["name"], "arguments": ""},
+        }
+        out.append({"tool_calls": [opening]})
+        out += [
+            {"tool_calls": [{"index": index, "function": {"arguments": args[i : i + 8]}}]}
+            for i in range(0, len(args), 8)
+        ]
+    return out
+
+
+def _tokens(message: Json) -> int:
+    return estimate_tokens(message.get("content") or "") + 8 * len(message.get("tool_calls", []))
+
+
+def notice(model: str) -> str:
+    """The label every text answer starts with; it names the model unless it is `demo`."""
+    if model in ("demo", ""):
+        return DEMO_NOTICE
+    return f"[demo model {model}: no real LLM behind this answer]"
+
+
+def _answer(body: Json, model: str, index: int, count: int) -> tuple[Json, str]:
+    """Choice `index` of `count`: a tool call, JSON, or text, as the request asks."""
     messages = body.get("messages") or [{}]
     last = messages[-1]
     tools = body.get("tools") or []
     tool_choice = body.get("tool_choice")
+    label = notice(model) + (f" (choice {index + 1} of {count})" if count > 1 else "")
     if last.get("role") == "tool":
         result = message_text(last)[:200]
-        return _text(f"{DEMO_NOTICE} The tool returned: {result}"), "stop"
+        return _text(f"{label} The tool returned: {result}"), "stop"
     if tools and tool_choice != "none":
         tool = _chosen_tool(tools, tool_choice)
         if tool is not None:
-            return _tool_call(tool, message_text(last)), "tool_calls"
+            return _tool_call(tool, message_text(last), index), "tool_calls"
     question = next((message_text(m) for m in reversed(messages) if m.get("role") == "user"), "")
-    return _text(f"{DEMO_NOTICE} You asked: {question}"), "stop"
+    structured = _structured(body.get("response_format"), question, label, index)
+    if structured is not None:
+        return _text(structured), "stop"
+    return _text(f"{label} You asked: {question}"), "stop"
+
+
+def _structured(response_format: Any, question: str, label: str, index: int) -> str | None:
+    """The JSON text `response_format` asks for; None for plain text."""
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind == "json_object":
+        return orjson.dumps({"demo": label, "you_asked": question}).decode()
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        value = instance(schema if schema is not None else {"type": "object"}, question, index)
+        return orjson.dumps(value).decode()
+    return None
 
 
 def _text(content: str) -> Json:
@@ -120,49 +174,26 @@ def _text(content: str) -> Json:
 
 
 def _chosen_tool(tools: list[Json], tool_choice: Any) -> Json | None:
-    functions = [t["function"] for t in tools if t.get("type") == "function" and "function" in t]
+    """The tool `tool_choice` names, or the first one (`auto` and `required` alike)."""
+    declared = [
+        t.get("function") for t in tools if isinstance(t, dict) and t.get("type") == "function"
+    ]
+    functions: list[Json] = [f for f in declared if isinstance(f, dict) and "name" in f]
     if isinstance(tool_choice, dict):
         wanted = (tool_choice.get("function") or {}).get("name")
         return next((f for f in functions if f.get("name") == wanted), None)
     return functions[0] if functions else None
 
 
-def _tool_call(function: Json, text: str) -> Json:
-    arguments = _example(function.get("parameters") or {"type": "object"}, text)
-    digest = hashlib.sha256(f"{function['name']}:{text}".encode()).hexdigest()[:24]
+def _tool_call(function: Json, text: str, index: int) -> Json:
+    arguments = instance(function.get("parameters") or {"type": "object"}, text, index)
+    digest = hashlib.sha256(f"{function['name']}:{text}:{index}".encode()).hexdigest()[:24]
     call = {
         "id": f"call_{digest}",
         "type": "function",
         "function": {"name": function["name"], "arguments": orjson.dumps(arguments).decode()},
     }
     return {"role": "assistant", "content": None, "tool_calls": [call], "refusal": None}
-
-
-def _example(schema: Json, text: str) -> Any:
-    """A value that satisfies a JSON Schema's common keywords, for demo tool arguments."""
-    if schema.get("enum"):
-        return schema["enum"][0]
-    if "const" in schema:
-        return schema["const"]
-    kind = schema.get("type", "object")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "string")
-    if kind == "object":
-        props = schema.get("properties") or {}
-        required = schema.get("required") or list(props)
-        return {name: _example(props.get(name) or {}, text) for name in required}
-    if kind == "array":
-        items = schema.get("items") or {}
-        return [_example(items, text)] * int(schema.get("minItems", 1) or 0)
-    if kind == "integer":
-        return int(schema.get("minimum", 1))
-    if kind == "number":
-        return float(schema.get("minimum", 1.0))
-    if kind == "boolean":
-        return True
-    if kind == "null":
-        return None
-    return (text.strip() or "demo")[:64]
 
 
 def _embed(text: str, dims: int) -> list[float]:
