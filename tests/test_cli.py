@@ -1,10 +1,14 @@
 """The CLI as a user runs it: `python -m gateway check|serve` in a subprocess."""
 
 import json
+import os
 import re
+import socket
 import subprocess
 import urllib.request
 from pathlib import Path
+
+import pytest
 
 from gateway.testing.harness.configs import write_config
 from gateway.testing.harness.starters import run_gateway_cli, start_gateway
@@ -77,3 +81,104 @@ def test_route_explains_a_decision(tmp_path: Path) -> None:
     assert "score:" in result.stdout and "auto -> tier 0: small" in result.stdout
     unknown = _gateway("route", "hi", "--alias", "nope", "--config", str(config))
     assert unknown.returncode == 2 and "auto" in unknown.stderr
+
+
+TENANTS = {
+    **DEMO,
+    "auth": {
+        "keys": [
+            {"env": "CLI_TEST_KEY_A", "tenant": "team-a"},
+            {"env": "CLI_TEST_KEY_B", "tenant": "team-b"},
+        ],
+        "admin_key_env": "CLI_TEST_ADMIN_KEY",
+    },
+}
+ALL_SET = {"CLI_TEST_KEY_A": "key-a", "CLI_TEST_KEY_B": "key-b", "CLI_TEST_ADMIN_KEY": "admin"}
+
+
+def test_check_warns_of_an_unset_tenant_key_and_require_env_fails_on_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = str(write_config(tmp_path, TENANTS))
+    for name, value in ALL_SET.items():
+        monkeypatch.setenv(name, value)
+    quiet = _gateway("check", "--config", config, "--require-env")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "not set" not in quiet.stdout + quiet.stderr
+    monkeypatch.delenv("CLI_TEST_KEY_B")
+    monkeypatch.delenv("CLI_TEST_ADMIN_KEY")
+    warned = _gateway("check", "--config", config)
+    assert warned.returncode == 0  # may be set only where the gateway runs
+    assert (
+        "  warning: CLI_TEST_KEY_B is not set (auth.keys[1].env): tenant 'team-b' has no key, "
+        "so every request meant for it gets 401"
+    ) in warned.stderr.splitlines()
+    assert "CLI_TEST_ADMIN_KEY is not set (auth.admin_key_env): the admin API" in warned.stdout
+    assert "CLI_TEST_KEY_A" not in warned.stdout + warned.stderr
+    strict = _gateway("check", "--config", config, "--require-env")
+    assert strict.returncode == 1
+    assert "error: CLI_TEST_KEY_B is not set" in strict.stderr
+    assert "error: CLI_TEST_ADMIN_KEY is not set" in strict.stderr
+
+
+def test_check_says_when_no_listed_key_is_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ALL_SET:
+        monkeypatch.delenv(name, raising=False)
+    result = _gateway("check", "--config", str(write_config(tmp_path, TENANTS)))
+    assert result.returncode == 0
+    assert "no key of auth.keys is set, so every request gets 401" in result.stderr
+
+
+def test_serve_names_unset_variables_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLI_TEST_KEY_A", "key-a")
+    monkeypatch.delenv("CLI_TEST_KEY_B", raising=False)
+    monkeypatch.delenv("CLI_TEST_ADMIN_KEY", raising=False)
+    with start_gateway(tmp_path, write_config(tmp_path, TENANTS)) as server:
+        assert poll_until(lambda: "serving models: m" in server.output(), timeout=5)
+        output = server.output()
+        assert "warning: CLI_TEST_KEY_B is not set (auth.keys[1].env)" in output
+        assert "note: CLI_TEST_ADMIN_KEY is not set" in output
+        assert "CLI_TEST_KEY_A" not in output
+
+
+def _serve_fails(tmp_path: Path, *args: str) -> str:
+    """`gateway serve ARGS` that cannot listen: its one line on stderr (and nothing else)."""
+    result = _gateway("serve", "--config", str(write_config(tmp_path, DEMO)), *args)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gateway: cannot listen on "), result.stderr
+    return lines[0]
+
+
+def test_serve_on_a_busy_port_says_so_in_one_line(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        line = _serve_fails(tmp_path, "--host", "127.0.0.1", "--port", str(port))
+    assert f"127.0.0.1:{port}" in line and "already in use" in line and "--port" in line
+
+
+def test_serve_on_a_host_that_is_not_here_says_so_in_one_line(tmp_path: Path) -> None:
+    unresolvable = _serve_fails(tmp_path, "--host", "no-such-host.invalid", "--port", "0")
+    assert "'no-such-host.invalid' does not resolve" in unresolvable and "--host" in unresolvable
+    foreign = _serve_fails(tmp_path, "--host", "192.0.2.1", "--port", "0")  # TEST-NET-1
+    assert "'192.0.2.1' is not an address of this machine" in foreign
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may listen on any port")
+def test_serve_on_a_privileged_port_says_so_in_one_line(tmp_path: Path) -> None:
+    line = _serve_fails(tmp_path, "--host", "127.0.0.1", "--port", "1")
+    assert "permission denied" in line and "--port" in line
+
+
+def test_serve_refuses_a_port_out_of_range_without_a_traceback(tmp_path: Path) -> None:
+    result = _gateway("serve", "--config", str(write_config(tmp_path, DEMO)), "--port", "70000")
+    assert result.returncode == 2
+    assert "70000 is not a port (0 to 65535)" in result.stderr
+    assert "Traceback" not in result.stderr

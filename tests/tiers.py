@@ -80,6 +80,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/cache/test_redis_store.py": ("redis",),
     "tests/responses/test_redis_store.py": ("redis",),
     "tests/resilience/test_shared_storage.py": ("redis",),
+    "tests/observability/test_logging_setup.py": ("process",),
     "tests/test_ratelimit_redis.py": ("redis",),
     "tests/observability/test_prometheus.py": ("prometheus",),
     # slow: seconds each
