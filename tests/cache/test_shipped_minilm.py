@@ -3,6 +3,7 @@ all the default install needs (no torch, transformers or onnx in the process).""
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -155,3 +157,13 @@ def test_a_gateway_on_the_shipped_config_reaches_the_semantic_tier_without_torch
         assert again.parse().choices[0].message.content == first.parse().choices[0].message.content
         log = server.output()
     assert "blocked by the test" not in log and "Traceback" not in log
+
+
+def test_a_non_editable_install_carries_the_files() -> None:
+    # pip install . (the Docker image) copies package data only where pyproject lists it.
+    data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    globs = data["tool"]["setuptools"]["package-data"]["gateway.cache"]
+    package = REPO_ROOT / "gateway" / "cache"
+    for path in MINILM_DIR.iterdir():
+        relative = path.relative_to(package).as_posix()
+        assert any(fnmatch.fnmatch(relative, glob) for glob in globs), relative
