@@ -276,7 +276,10 @@ class MiniLMEmbedder(_BatchedEmbedder):
 
 
 class SentenceTransformerEmbedder(_BatchedEmbedder):
-    """A sentence-transformers model (default: the packaged all-MiniLM-L6-v2, 384-d, English).
+    """A sentence-transformers model (default: the packaged all-MiniLM-L6-v2, 384-d, English):
+    the `sentence-transformers` extra, with torch. The gateway runs MiniLM itself from the
+    shipped files (`MiniLMEmbedder`) unless told to use torch; this is for other models, the
+    torch backend, and the reference the shipped files are checked against.
 
     Backends: "onnx" runs an ONNX Runtime graph exported locally from the model on disk and
     cached under `cache_dir` (int8 dynamic quantization when `quantize`); "torch" runs the
