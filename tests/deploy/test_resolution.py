@@ -1,0 +1,57 @@
+"""What an ordinary machine installs: pip resolving against PyPI alone (no pip configuration, no
+local wheels or indexes: this machine's CPU-only torch would hide the problem), with
+`--dry-run --report`. The default install pulls no torch, no CUDA library and none of the
+heavy packages that came with sentence-transformers; the sentence-transformers extra does pull
+torch, so the check can fail. Needs PyPI (tests/tiers.py: process, slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.deploy.manifests import ROOT
+
+HEAVY = {"torch", "triton", "sentence-transformers", "transformers", "scipy", "scikit-learn"}
+HEAVY |= {"sympy"}
+
+
+def _plain_pypi_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    return env | {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+def resolve(tmp_path: Path, extras: str = "") -> set[str]:
+    """The names of every package `pip install .EXTRAS` would install on an empty Python."""
+    # pip 23 downloads every wheel to read its metadata (~30 s for the default install, ~90 s
+    # with torch). The project's metadata alone (pyproject.toml, its readme): nothing built here.
+    project = tmp_path / "project"
+    (project / "gateway").mkdir(parents=True)
+    (project / "gateway" / "__init__.py").touch()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, project / name)
+    report = tmp_path / "report.json"
+    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed"]
+    command += ["--quiet", "--report", str(report), f"{project}{extras}"]
+    done = subprocess.run(
+        command, capture_output=True, text=True, env=_plain_pypi_env(), timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    installs = json.loads(report.read_text())["install"]
+    return {item["metadata"]["name"].lower().replace("_", "-") for item in installs}
+
+
+def test_the_default_install_pulls_no_torch(tmp_path: Path) -> None:
+    names = resolve(tmp_path)
+    assert "semantic-gateway" in names
+    assert {"onnxruntime", "tokenizers", "numpy", "faiss-cpu"} <= names
+    assert names & HEAVY == set()
+    assert [n for n in names if n.startswith(("nvidia-", "cuda-"))] == []
+
+
+def test_the_sentence_transformers_extra_does(tmp_path: Path) -> None:
+    names = resolve(tmp_path, "[sentence-transformers]")
+    assert {"torch", "sentence-transformers", "transformers"} <= names
