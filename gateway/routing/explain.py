@@ -1,5 +1,6 @@
 """`gateway route "prompt"`: the features, score parts and tier a prompt would get, for people
-tuning the routing policy. Breakers and stickiness are left out: this is about the prompt."""
+tuning the routing policy. Breakers and stickiness are left out: this is about the prompt; a
+tier whose provider is disabled is not, since a request would not go there either."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import asdict
 
 from gateway.config import Settings
 from gateway.routing.features import extract
-from gateway.routing.router import tier_for
+from gateway.routing.router import available_tier, tier_for
 from gateway.routing.scorer import ComplexityScorer
 
 
@@ -37,4 +38,23 @@ async def explain(settings: Settings, prompt: str, alias: str) -> str:
         ]
     lines.append(f"score: {score.value:.3f}")
     lines.append(f"{alias} -> tier {tier}: {config.tiers[tier].model}")
+    lines += _served(settings, alias, tier)
     return "\n".join(lines)
+
+
+def _served(settings: Settings, alias: str, tier: int) -> list[str]:
+    """What a request would meet when the tier's model is not served (its provider disabled,
+    say for an unset key variable): the tier it moves to, or the 404 and why."""
+    config = settings.routing.aliases[alias]
+    route = settings.routes[config.tiers[tier].model]
+    if route.disabled_reason is None:
+        return []
+    lines = [f"  {route.name} is not served: its {route.disabled_reason}"]
+    moved, how = available_tier(config, tier, settings.routes, lambda _: True)
+    if how is None:
+        others = [a for a in settings.served_aliases() if a != alias]
+        served = f" (routed aliases served: {', '.join(others)})" if others else ""
+        lines.append(f"  no tier of {alias} is served: a request now gets a 404{served}")
+    else:
+        lines.append(f"  a request now goes to tier {moved}: {config.tiers[moved].model} ({how})")
+    return lines

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.cache.scope import last_user_text
@@ -61,11 +61,7 @@ class Router:
         routes = self.settings.routes
         usable = [t.model for t in config.tiers if routes[t.model].disabled_reason is None]
         if not usable:
-            raise ModelNotFound(
-                f"The routed alias '{name}' has no tier whose provider is enabled "
-                f"(tiers: {', '.join(t.model for t in config.tiers)}).",
-                param="model",
-            )
+            raise ModelNotFound(unserved(name, config, self.settings), param="model")
         return usable[0]
 
     async def start(self) -> None:
@@ -137,23 +133,53 @@ class Router:
         return max(floors)
 
     def _available(self, config: AliasConfig, tier: int) -> tuple[int, str | None]:
-        """The chosen tier, or the nearest one (up first, or down first, per policy) whose
-        model can take calls; the chosen one if none can (level 4 will say so)."""
-        order = list(range(tier, len(config.tiers))) + list(range(tier - 1, -1, -1))
-        if config.when_open == "down":
-            order = list(range(tier, -1, -1)) + list(range(tier + 1, len(config.tiers)))
-        for candidate in order:
-            route = self.settings.routes[config.tiers[candidate].model]
-            if route.disabled_reason is None and self._can_answer(route):
-                if candidate == tier:
-                    return tier, None
-                return candidate, "moved-up" if candidate > tier else "moved-down"
-        return tier, None
+        return available_tier(config, tier, self.settings.routes, self._can_answer)
 
     def _remember(self, key: str, tier: int) -> None:
         self._sticky[key] = max(tier, self._sticky.pop(key, 0))
         while len(self._sticky) > STICKY_CONVERSATIONS:
             self._sticky.popitem(last=False)
+
+
+def available_tier(
+    config: AliasConfig,
+    tier: int,
+    routes: Mapping[str, ModelRoute],
+    can_answer: Callable[[ModelRoute], bool],
+) -> tuple[int, str | None]:
+    """The chosen tier, or the nearest one (up first, or down first, per policy) whose model
+    is served and can take calls, with `moved-up` or `moved-down`; the chosen one if none can
+    (level 4 will say so)."""
+    order = list(range(tier, len(config.tiers))) + list(range(tier - 1, -1, -1))
+    if config.when_open == "down":
+        order = list(range(tier, -1, -1)) + list(range(tier + 1, len(config.tiers)))
+    for candidate in order:
+        route = routes[config.tiers[candidate].model]
+        if route.disabled_reason is None and can_answer(route):
+            if candidate == tier:
+                return tier, None
+            return candidate, "moved-up" if candidate > tier else "moved-down"
+    return tier, None
+
+
+def unserved(alias: str, config: AliasConfig, settings: Settings) -> str:
+    """Why no tier of `alias` is served (each tier's disabled provider and the reason, such
+    as an unset key variable), and which routed aliases are."""
+    by_reason: dict[str, list[str]] = {}
+    for tier in config.tiers:
+        reason = settings.routes[tier.model].disabled_reason or "not served"
+        by_reason.setdefault(reason, []).append(tier.model)
+    causes = "; ".join(
+        f"tier {models[0]} is configured but its {reason}"
+        if len(models) == 1
+        else f"tiers {' and '.join(models)} are configured but their {reason}"
+        for reason, models in by_reason.items()
+    )
+    message = f"The routed alias '{alias}' has no tier whose provider is enabled: {causes}."
+    others = [a for a in settings.served_aliases() if a != alias]
+    if others:
+        message += f" Routed aliases served: {', '.join(others)}."
+    return message
 
 
 def tier_for(config: AliasConfig, score: float) -> int:

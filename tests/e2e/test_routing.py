@@ -152,6 +152,8 @@ def test_an_alias_without_a_usable_tier_is_a_clear_404(
                 model="auto", messages=[{"role": "user", "content": "x"}]
             )
         assert "routed alias 'auto'" in info.value.message
+        assert "tiers cheap and strong are configured" in info.value.message
+        assert "environment variable UNSET_FOR_THIS_TEST is not set" in info.value.message
 
 
 def test_a_responses_request_is_routed_like_a_chat_one(
