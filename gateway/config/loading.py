@@ -113,6 +113,9 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 def _read(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        hint = "run from the directory that holds it, or give --config PATH"
+        raise ConfigError(str(path), [f"cannot read: no such file ({hint})"]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(path), [f"cannot read: {exc}"]) from None
 

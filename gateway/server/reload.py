@@ -23,6 +23,7 @@ from typing import Literal
 from gateway.cache.factory import cache_wanted
 from gateway.cache.service import SemanticCache
 from gateway.config import ConfigError, Settings, load_settings
+from gateway.config.environment import unset_variables
 from gateway.config.loading import policy_files
 from gateway.resilience.breaker import Breakers
 from gateway.server.runtime import Runtime, RuntimeRef
@@ -105,6 +106,7 @@ class Reloader:
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
         log.warning("config reloaded from %s", path)
+        _warn_about_new_unset_variables(old.settings, settings)
         return ReloadOutcome("reloaded", str(path))
 
     async def close(self) -> None:
@@ -139,6 +141,16 @@ def _same(a: Settings, b: Settings) -> bool:
     mine = [(p.name, p.match, p.overlay) for p in a.policies.policies]
     theirs = [(p.name, p.match, p.overlay) for p in b.policies.policies]
     return a.file == b.file and mine == theirs
+
+
+def _warn_about_new_unset_variables(old: Settings, new: Settings) -> None:
+    """An edit that names a variable nobody set (a new tenant's key) is said at once, as
+    `gateway serve` says those at start: otherwise that tenant just gets 401s."""
+    before = {(v.name, v.where) for v in unset_variables(old.file)}
+    for variable in unset_variables(new.file):
+        if (variable.name, variable.where) not in before:
+            level = logging.WARNING if variable.serious else logging.INFO
+            log.log(level, "  %s", variable.describe())
 
 
 def _warn_about_restart_only_changes(old: Settings, new: Settings) -> None:
