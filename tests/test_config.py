@@ -87,7 +87,7 @@ def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_settings(tmp_path / "missing.yaml")
     (tmp_path / "dir.yaml").mkdir()
-    with pytest.raises(ConfigError, match="cannot read: .*Is a directory"):
+    with pytest.raises(ConfigError, match=r"cannot read: .*Is a directory"):
         load_settings(tmp_path / "dir.yaml")
 
 

@@ -126,7 +126,7 @@ def resolve(redis: RedisConfig, written: set[str], parts: Mapping[str, PartStora
         raise EntryProblem(
             _loc(list(urls)[-1]),
             f"{' and '.join(urls)} name different servers: replicas and their parts share one "
-            "Redis, set once as redis.url (remove the per-part url)"
+            "Redis, set once as redis.url (remove the per-part url)",
         )
     url = next(iter(urls.values()), redis.url)
     targets: dict[str, RedisTarget] = {}
@@ -140,7 +140,7 @@ def resolve(redis: RedisConfig, written: set[str], parts: Mapping[str, PartStora
                     _loc(f"{part.path}.namespace"),
                     f"{part.path}.namespace {part.namespace!r} disagrees with redis.namespace "
                     f"{redis.namespace!r} (which puts this part's keys under {namespace!r}): "
-                    "keep redis.namespace only"
+                    "keep redis.namespace only",
                 )
             namespace = part.namespace  # the keys stay where this deployment has them
         targets[component] = RedisTarget(url, namespace)
