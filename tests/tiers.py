@@ -124,6 +124,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     # importing the Agents SDK, LangChain and llama-index takes 5-10 s each
     "tests/e2e/test_agent_clients.py": ("slow",),
     "tests/e2e/test_demo.py::test_langchain_with_structured_output": ("slow",),
+    "tests/e2e/test_readme.py": ("slow",),  # every Quickstart snippet, embeddings included
     "tests/e2e/test_sdk.py::test_first_chunk_is_not_buffered": ("slow",),
     "tests/e2e/test_sdk.py::test_upstream_timeout_is_503": ("slow",),
     "tests/e2e/test_sdk.py::test_upstream_silence_mid_stream_is_a_timeout_event": ("slow",),

@@ -1,20 +1,24 @@
 """Fixtures of the end-to-end suites: SDK clients of both kinds, and extra gateways whose
 settings differ from the shared one (API keys, a short read timeout, an unreachable
-provider)."""
+provider), and one on the shipped config.yaml."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 
+from gateway.http.keys import RUNTIME_REF
 from gateway.testing.fake_upstream import FakeUpstream
-from gateway.testing.harness.fake_settings import settings_for
+from gateway.testing.harness.fake_settings import settings_for, settings_of
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from gateway.testing.harness.process import free_port
-from tests.e2e.helpers import reconfigure_provider
+from tests.e2e.helpers import poll_until, reconfigure_provider
 from tests.e2e.sdk import Sdk, make_sdk
 
+ROOT = Path(__file__).resolve().parents[2]
 GATEWAY_KEY = "sk-gw-team-a-0123456789"
 GATEWAY_KEY_ENV = "E2E_GATEWAY_KEY_TEAM_A"
 KEYED = {"auth": {"keys": [{"env": GATEWAY_KEY_ENV, "tenant": "team-a"}]}}
@@ -73,4 +77,23 @@ def unreachable_gateway(server_thread: ServerThread, fake: FakeUpstream) -> Iter
         settings_for(fake.url), "fake", base_url=f"http://127.0.0.1:{free_port()}/v1"
     )
     with running_gateway(server_thread, settings) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def shipped_gateway(
+    server_thread: ServerThread, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayServer]:
+    """The gateway on the shipped config.yaml with no key in its environment, as a new user
+    starts it; only what would write files beside the test run (the stores, the knowledge
+    base) is elsewhere. Ready when the routing exemplars are embedded."""
+    config = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
+    config["cache"]["store"] = {"type": "memory"}
+    config["responses"]["store"] = {"type": "memory"}
+    config["server"]["access_log"] = False
+    for base in config.get("knowledge_bases", {}).values():
+        base["path"] = str(tmp_path_factory.mktemp("kb"))
+    with running_gateway(server_thread, settings_of(config, environ={})) as server:
+        router = server.app[RUNTIME_REF].current.router
+        assert poll_until(lambda: router.ready, timeout=60), "exemplars embedded"
         yield server

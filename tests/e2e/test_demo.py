@@ -8,22 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Literal
 
 import openai
 import pytest
-import yaml
 from pydantic import BaseModel, Field
 
-from gateway.http.keys import RUNTIME_REF
-from gateway.testing.harness.fake_settings import settings_of
-from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
+from gateway.testing.harness.inprocess import GatewayServer
 from tests.clients import sdk_client
-from tests.e2e.helpers import poll_until, request
+from tests.e2e.helpers import request
 
-ROOT = Path(__file__).resolve().parents[2]
 TRIVIAL = "hi, how are you?"
 HARD = (
     "Prove step by step that the square root of 2 is irrational, then analyse and compare two "
@@ -46,24 +40,6 @@ class MathAnswer(BaseModel):
     note: str | None = None
 
 
-@pytest.fixture(scope="module")
-def shipped(
-    server_thread: ServerThread, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[GatewayServer]:
-    """The gateway on the shipped config.yaml, no key in its environment; only what would write
-    files beside the test run (the stores, the knowledge base) is elsewhere."""
-    config = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
-    config["cache"]["store"] = {"type": "memory"}
-    config["responses"]["store"] = {"type": "memory"}
-    config["server"]["access_log"] = False
-    for base in config.get("knowledge_bases", {}).values():
-        base["path"] = str(tmp_path_factory.mktemp("kb"))
-    with running_gateway(server_thread, settings_of(config, environ={})) as server:
-        router = server.app[RUNTIME_REF].current.router
-        assert poll_until(lambda: router.ready, timeout=60), "exemplars embedded"
-        yield server
-
-
 def client(gw: GatewayServer) -> openai.OpenAI:
     return sdk_client(gw.url, "anything-in-anonymous-mode")
 
@@ -72,8 +48,8 @@ def ask(text: str) -> list[Any]:
     return [{"role": "user", "content": text}]
 
 
-def test_parse_returns_a_valid_pydantic_instance(shipped: GatewayServer) -> None:
-    completion = client(shipped).chat.completions.parse(
+def test_parse_returns_a_valid_pydantic_instance(shipped_gateway: GatewayServer) -> None:
+    completion = client(shipped_gateway).chat.completions.parse(
         model="demo",
         messages=ask("Is the square root of 2 irrational?"),
         response_format=MathAnswer,
@@ -84,8 +60,8 @@ def test_parse_returns_a_valid_pydantic_instance(shipped: GatewayServer) -> None
     assert completion.system_fingerprint == "demo"
 
 
-def test_json_object_is_a_labelled_json_object(shipped: GatewayServer) -> None:
-    reply = client(shipped).chat.completions.create(
+def test_json_object_is_a_labelled_json_object(shipped_gateway: GatewayServer) -> None:
+    reply = client(shipped_gateway).chat.completions.create(
         model="demo", messages=ask("list three colours"), response_format={"type": "json_object"}
     )
     content = json.loads(reply.choices[0].message.content or "")
@@ -93,18 +69,18 @@ def test_json_object_is_a_labelled_json_object(shipped: GatewayServer) -> None:
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
-def test_n_gives_n_distinct_choices(shipped: GatewayServer, streamed: bool) -> None:
+def test_n_gives_n_distinct_choices(shipped_gateway: GatewayServer, streamed: bool) -> None:
     kw: Any = {"model": "demo", "messages": ask("name a colour"), "n": 3}
     texts: dict[int, str] = {}
     finishes: dict[int, str | None] = {}
     if streamed:
-        for chunk in client(shipped).chat.completions.create(**kw, stream=True):
+        for chunk in client(shipped_gateway).chat.completions.create(**kw, stream=True):
             for choice in chunk.choices:
                 texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
                 if choice.finish_reason:
                     finishes[choice.index] = choice.finish_reason
     else:
-        reply = client(shipped).chat.completions.create(**kw)
+        reply = client(shipped_gateway).chat.completions.create(**kw)
         texts = {c.index: c.message.content or "" for c in reply.choices}
         finishes = {c.index: c.finish_reason for c in reply.choices}
     assert sorted(texts) == [0, 1, 2] and finishes == {0: "stop", 1: "stop", 2: "stop"}
@@ -112,8 +88,8 @@ def test_n_gives_n_distinct_choices(shipped: GatewayServer, streamed: bool) -> N
     assert all("demo model" in t and t.endswith("You asked: name a colour") for t in texts.values())
 
 
-def test_n_structured_choices_are_each_valid(shipped: GatewayServer) -> None:
-    completion = client(shipped).chat.completions.parse(
+def test_n_structured_choices_are_each_valid(shipped_gateway: GatewayServer) -> None:
+    completion = client(shipped_gateway).chat.completions.parse(
         model="demo", messages=ask("prove it"), response_format=MathAnswer, n=2
     )
     parsed = [c.message.parsed for c in completion.choices]
@@ -123,7 +99,7 @@ def test_n_structured_choices_are_each_valid(shipped: GatewayServer) -> None:
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
 def test_a_forced_tool_gets_arguments_valid_for_its_schema(
-    shipped: GatewayServer, streamed: bool
+    shipped_gateway: GatewayServer, streamed: bool
 ) -> None:
     tools: Any = [
         {"type": "function", "function": {"name": "noop", "parameters": {"type": "object"}}},
@@ -140,13 +116,13 @@ def test_a_forced_tool_gets_arguments_valid_for_its_schema(
     }
     if streamed:
         arguments, names = "", set()
-        for chunk in client(shipped).chat.completions.create(**kw, stream=True):
+        for chunk in client(shipped_gateway).chat.completions.create(**kw, stream=True):
             for call in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
                 names.add(call.function and call.function.name)
                 arguments += (call.function and call.function.arguments) or ""
         assert "answer" in names
     else:
-        reply = client(shipped).chat.completions.create(**kw)
+        reply = client(shipped_gateway).chat.completions.create(**kw)
         [call] = reply.choices[0].message.tool_calls or []
         assert reply.choices[0].finish_reason == "tool_calls"
         assert call.type == "function" and call.function.name == "answer"
@@ -159,11 +135,11 @@ def _route(raw: Any) -> dict[str, str]:
 
 
 def test_demo_auto_sends_a_trivial_and_a_hard_prompt_to_different_tiers(
-    shipped: GatewayServer,
+    shipped_gateway: GatewayServer,
 ) -> None:
     answers = {}
     for prompt in (TRIVIAL, HARD):
-        raw = client(shipped).chat.completions.with_raw_response.create(
+        raw = client(shipped_gateway).chat.completions.with_raw_response.create(
             model="demo-auto", messages=ask(prompt)
         )
         answers[prompt] = (_route(raw), raw.parse())
@@ -173,19 +149,19 @@ def test_demo_auto_sends_a_trivial_and_a_hard_prompt_to_different_tiers(
     assert cheap_reply.model == "demo-cheap" and strong_reply.model == "demo-strong"
     assert (cheap_reply.choices[0].message.content or "").startswith("[demo model demo-cheap:")
     assert (strong_reply.choices[0].message.content or "").startswith("[demo model demo-strong:")
-    metrics = asyncio.run(request("GET", shipped.url + "/metrics")).text
+    metrics = asyncio.run(request("GET", shipped_gateway.url + "/metrics")).text
     assert 'gateway_cost_total{model="demo-cheap"}' in metrics
     assert 'gateway_saved_cost_total{by="routing",model="demo-auto"}' in metrics
 
 
-def test_demo_auto_is_listed_and_auto_is_not(shipped: GatewayServer) -> None:
-    listed = {m.id for m in client(shipped).models.list()}
+def test_demo_auto_is_listed_and_auto_is_not(shipped_gateway: GatewayServer) -> None:
+    listed = {m.id for m in client(shipped_gateway).models.list()}
     assert {"demo-auto", "demo-cheap", "demo-strong"} <= listed and "auto" not in listed
 
 
-def test_auto_without_a_key_names_the_unset_variable(shipped: GatewayServer) -> None:
+def test_auto_without_a_key_names_the_unset_variable(shipped_gateway: GatewayServer) -> None:
     with pytest.raises(openai.NotFoundError) as info:
-        client(shipped).chat.completions.create(model="auto", messages=ask(TRIVIAL))
+        client(shipped_gateway).chat.completions.create(model="auto", messages=ask(TRIVIAL))
     message = info.value.message
     assert "routed alias 'auto'" in message and "OPENAI_API_KEY is not set" in message
     assert "gpt-4o-mini and gpt-4o" in message and "Routed aliases served: demo-auto" in message
@@ -206,8 +182,8 @@ def _langchain(gw: GatewayServer) -> Any:
 
 
 @pytest.mark.parametrize("method", ["default", "function_calling", "json_schema"])
-def test_langchain_with_structured_output(shipped: GatewayServer, method: str) -> None:
-    llm = _langchain(shipped)
+def test_langchain_with_structured_output(shipped_gateway: GatewayServer, method: str) -> None:
+    llm = _langchain(shipped_gateway)
     kw = {} if method == "default" else {"method": method}
     question = "Is the square root of 2 rational?"
     parsed = llm.with_structured_output(MathAnswer, **kw).invoke(question)
