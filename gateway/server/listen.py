@@ -12,7 +12,7 @@ class ListenError(Exception):
 
 
 def listen_problem(exc: OSError, host: str, port: int) -> str:
-    where = f"{host}:{port}"
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 address
     if isinstance(exc, socket.gaierror):
         return (
             f"cannot listen on {where}: the host {host!r} does not resolve; give an address "

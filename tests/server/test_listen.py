@@ -22,3 +22,8 @@ def test_each_reason_is_one_line_naming_host_and_port(error: OSError, says: str)
     line = listen_problem(error, "example.test", 8080)
     assert line.startswith("cannot listen on example.test:8080: ")
     assert says in line and "\n" not in line
+
+
+def test_an_ipv6_address_is_bracketed() -> None:
+    line = listen_problem(OSError(errno.EADDRINUSE, "in use"), "::1", 8080)
+    assert line.startswith("cannot listen on [::1]:8080: ")
