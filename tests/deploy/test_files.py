@@ -126,3 +126,15 @@ def test_the_docker_context_leaves_out_what_the_image_does_not_need() -> None:
     for name in ("constraints.txt", "pyproject.toml", "README.md", "gateway", "config.yaml"):
         assert name not in ignored
         assert Path(ROOT / name).exists()
+
+
+def test_compose_runs_the_gateway_locked_down_as_kubernetes_does() -> None:
+    for path in COMPOSE_FILES:
+        services = yaml.safe_load(path.read_text())["services"]
+        gateways = [s for s in services.values() if s.get("image") == OWN_IMAGE]
+        assert gateways, path
+        for gateway in gateways:
+            assert gateway["read_only"] is True
+            assert gateway["tmpfs"] == ["/tmp"]
+            assert gateway["cap_drop"] == ["ALL"]
+            assert "no-new-privileges:true" in gateway["security_opt"]
