@@ -25,6 +25,7 @@ from gateway.config import (
     load_settings,
 )
 from gateway.config.environment import UnsetVariable, no_tenant_can_sign_in, unset_variables
+from gateway.config.policy_reach import unknown_match_names
 from gateway.observability.logging_setup import configure_logging
 from gateway.server.listen import ListenError, listen_problem
 
@@ -121,6 +122,8 @@ def _check(settings: Settings, *, require_env: bool = False) -> int:
     )
     _print_unset(settings, unset)
     _print_unservable_aliases(settings)
+    for line in unknown_match_names(settings):
+        print(f"  note: {line}", flush=True)
     if any(v.serious for v in unset):
         print(
             "  (a variable set only where the gateway runs is fine: check there with "

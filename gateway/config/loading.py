@@ -96,7 +96,7 @@ def parse_policy(text: str, name: str, source: str, file: ConfigFile) -> Policy:
         return validate_policy(name, source, data, file)
     except PolicyProblem as err:
         loc = tuple(int(p) if p.isdigit() else p for p in err.where.split(".") if p)
-        line = _line_of(root, loc) if loc else None
+        line = line_of(root, loc) if loc else None
         where = f"{err.where} (line {line})" if line else err.where
         message = str(err).removeprefix(f"{err.where}: ") if err.where else str(err)
         raise ConfigError(source, [f"{where}: {message}" if where else message]) from None
@@ -127,7 +127,7 @@ def _describe(err: Any, root: yaml.Node | None) -> str:
     if isinstance(entry, EntryProblem):  # a cross-field check: report the entry it names
         loc, message = loc + entry.loc, str(entry)
     path = _dotted(loc) or "(top level)"
-    line = _line_of(root, loc)
+    line = line_of(root, loc)
     where = f"{path} (line {line})" if line else path
     hint = ""
     if "[key]" in loc and err["type"] == "string_type":
@@ -147,7 +147,7 @@ def _dotted(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+def line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     """1-based line of the deepest YAML node that `loc` reaches."""
     line = node.start_mark.line + 1 if node is not None else None
     for part in loc:
