@@ -142,17 +142,17 @@ def _answer(body: Json, model: str, index: int, count: int) -> tuple[Json, str]:
     tools = body.get("tools") or []
     tool_choice = body.get("tool_choice")
     label = notice(model) + (f" (choice {index + 1} of {count})" if count > 1 else "")
-    if last.get("role") == "tool":
-        result = message_text(last)[:200]
-        return _text(f"{label} The tool returned: {result}"), "stop"
-    if tools and tool_choice != "none":
+    if tools and tool_choice != "none" and last.get("role") != "tool":
         tool = _chosen_tool(tools, tool_choice)
         if tool is not None:
             return _tool_call(tool, message_text(last), index), "tool_calls"
     question = next((message_text(m) for m in reversed(messages) if m.get("role") == "user"), "")
     structured = _structured(body.get("response_format"), question, label, index)
-    if structured is not None:
+    if structured is not None:  # JSON was asked for: JSON it is, after a tool result too
         return _text(structured), "stop"
+    if last.get("role") == "tool":
+        result = message_text(last)[:200]
+        return _text(f"{label} The tool returned: {result}"), "stop"
     return _text(f"{label} You asked: {question}"), "stop"
 
 

@@ -92,3 +92,72 @@ async def test_embeddings_float_and_base64_agree_and_are_normalised() -> None:
     raw = base64.b64decode(packed["data"][0]["embedding"])
     decoded = struct.unpack(f"<{len(raw) // 4}f", raw)
     assert max(abs(a - b) for a, b in zip(decoded, vectors[0], strict=True)) < 1e-6
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "rank": {"type": "integer", "minimum": 1}},
+    "required": ["city", "rank"],
+    "additionalProperties": False,
+}
+JSON_SCHEMA = {"type": "json_schema", "json_schema": {"name": "c", "schema": SCHEMA}}
+
+
+async def test_json_object_and_json_schema_answers_are_json() -> None:
+    plain = await DEMO.chat({**ASK, "response_format": {"type": "json_object"}})
+    content = orjson.loads(plain["choices"][0]["message"]["content"])
+    assert content == {"demo": DEMO_NOTICE, "you_asked": "What is 2+2?"}
+    typed = await DEMO.chat({**ASK, "response_format": JSON_SCHEMA})
+    assert orjson.loads(typed["choices"][0]["message"]["content"]) == {
+        "city": "What is 2+2?",
+        "rank": 1,
+    }
+
+
+async def test_json_is_answered_after_a_tool_result_too() -> None:
+    history = [*ASK["messages"], {"role": "tool", "tool_call_id": "c1", "content": "4"}]
+    reply = await DEMO.chat({**ASK, "messages": history, "response_format": JSON_SCHEMA})
+    assert set(orjson.loads(reply["choices"][0]["message"]["content"])) == {"city", "rank"}
+
+
+async def test_n_choices_are_distinct_indexed_and_counted() -> None:
+    one, three = await DEMO.chat(ASK), await DEMO.chat({**ASK, "n": 3})
+    assert [c["index"] for c in three["choices"]] == [0, 1, 2]
+    texts = [c["message"]["content"] for c in three["choices"]]
+    assert len(set(texts)) == 3 and texts[1].startswith(f"{DEMO_NOTICE} (choice 2 of 3)")
+    assert three["usage"]["completion_tokens"] > 2 * one["usage"]["completion_tokens"]
+    typed = await DEMO.chat({**ASK, "n": 2, "response_format": JSON_SCHEMA})
+    assert len({c["message"]["content"] for c in typed["choices"]}) == 2
+
+
+async def test_a_streamed_n_interleaves_choices_that_reassemble_to_the_plain_ones() -> None:
+    body = {**ASK, "n": 2, "stream": True}
+    chunks = [c async for batch in DEMO.stream(body) for c in batch]
+    indices = [c["choices"][0]["index"] for c in chunks]
+    assert indices[:4] == [0, 1, 0, 1]
+    texts: dict[int, str] = {}
+    for chunk in chunks:
+        choice = chunk["choices"][0]
+        texts[choice["index"]] = texts.get(choice["index"], "") + choice["delta"].get("content", "")
+    plain = await DEMO.chat({**ASK, "n": 2})
+    assert texts == {c["index"]: c["message"]["content"] for c in plain["choices"]}
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks]
+    assert [f for f in finishes if f] == ["stop", "stop"]
+
+
+async def test_tool_choice_picks_the_named_tool_and_its_schema() -> None:
+    other = {"type": "function", "function": {"name": "answer", "parameters": SCHEMA}}
+    choice = {"type": "function", "function": {"name": "answer"}}
+    reply = await DEMO.chat({**ASK, "tools": [*TOOLS, other], "tool_choice": choice})
+    (call,) = reply["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == "answer"
+    assert orjson.loads(call["function"]["arguments"]) == {"city": "What is 2+2?", "rank": 1}
+    none = await DEMO.chat({**ASK, "tools": TOOLS, "tool_choice": "none"})
+    assert none["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_a_model_other_than_demo_is_named_in_the_label() -> None:
+    reply = await DEMO.chat({**ASK, "model": "demo-strong"})
+    content = reply["choices"][0]["message"]["content"]
+    assert content.startswith("[demo model demo-strong: no real LLM behind this answer]")
+    assert reply["model"] == "demo-strong"
