@@ -464,13 +464,20 @@ def _number(schema: Mapping[str, Any], variant: int) -> float:
 
 def pattern_example(pattern: str) -> str | None:
     """A string that `pattern` matches, for the patterns a plain walk can invert (literals,
-    classes, repeats at their minimum, first alternatives, groups); None for the rest."""
+    classes, repeats, first alternatives, groups; lookarounds are only checked); None for the
+    rest."""
     try:
         parsed = _parser.parse(pattern)
-        made = _emit(parsed, {})
-    except Exception:  # lookarounds, conditionals, a pattern `re` does not know
+    except Exception:  # a pattern `re` does not know
         return None
-    return made[:MAX_CHARS] if search(pattern, made) else None
+    for at_least in (0, 1):  # each repeat at its minimum, then at least once (for lookaheads)
+        try:
+            made = _emit(parsed, {}, at_least)[:MAX_CHARS]
+        except Exception:  # conditionals, classes no simple character fits
+            return None
+        if search(pattern, made):
+            return made
+    return None
 
 
 _CATEGORY_CHARS = {
@@ -483,7 +490,7 @@ _CATEGORY_CHARS = {
 }
 
 
-def _emit(items: Any, groups: dict[int, str]) -> str:
+def _emit(items: Any, groups: dict[int, str], at_least: int) -> str:
     out = []
     for op, arg in items:
         name = str(op)
@@ -496,21 +503,22 @@ def _emit(items: Any, groups: dict[int, str]) -> str:
         elif name == "CATEGORY":
             out.append(_CATEGORY_CHARS[str(arg)])
         elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
-            least, _, sub = arg
-            out.append(_emit(sub, groups) * min(least, MAX_CHARS))
+            least, most, sub = arg
+            count = min(max(least, min(at_least, most)), MAX_CHARS)
+            out.append(_emit(sub, groups, at_least) * count)
         elif name == "SUBPATTERN":
             group, _, _, sub = arg
-            text = _emit(sub, groups)
+            text = _emit(sub, groups, at_least)
             if group is not None:
                 groups[group] = text
             out.append(text)
         elif name == "ATOMIC_GROUP":
-            out.append(_emit(arg, groups))
+            out.append(_emit(arg, groups, at_least))
         elif name == "BRANCH":
-            out.append(_emit(arg[1][0], groups))
+            out.append(_emit(arg[1][0], groups, at_least))
         elif name == "GROUPREF":
             out.append(groups[arg])
-        elif name != "AT":
+        elif name not in ("AT", "ASSERT", "ASSERT_NOT"):  # anchors, lookarounds: checked after
             raise ValueError(f"cannot invert {name}")
     return "".join(out)
 
