@@ -197,7 +197,9 @@ class _BatchedEmbedder(ABC):
         async with self._lock:
             if self._encode is None:
                 self._encode = await self.batcher.run_in_worker(self._load)
-                log.info("embedder %s ready (dim %d)", self.name, self.dim)
+                # The backend tells a two-stage embedder's two copies of one model apart.
+                backend = getattr(self, "active_backend", None)
+                log.info("embedder %s ready (%d-d, %s)", self.name, self.dim, backend or "loaded")
 
     async def embed(self, text: str) -> np.ndarray:
         if self._encode is None:
