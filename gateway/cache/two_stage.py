@@ -93,7 +93,8 @@ class TwoStageEmbedder:
             await self.quick.close()
         else:
             self._first = self.quick
-            log.info("embedder %s: quick stage on (%s)", self.name, self.quick.name)
+            quick = getattr(self.quick, "active_backend", None) or self.quick.name
+            log.info("embedder %s: quick stage on (%s)", self.name, quick)
 
     async def wait_quick(self) -> None:
         """Until the quick model has loaded or failed to (tests, benchmarks)."""
