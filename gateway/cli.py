@@ -136,8 +136,22 @@ def _check(settings: Settings, *, require_env: bool = False) -> int:
             f"  note: embedder {embedder.type}:{embedder.model} has no calibrated similarity "
             "threshold; 0.95 applies unless set (calibrate with bench/cache_quality.py)"
         )
+    _check_embedder(settings)
     _check_knowledge_bases(settings)
     return 0
+
+
+def _check_embedder(settings: Settings) -> None:
+    from gateway.cache.factory import cache_wanted, missing_package
+
+    missing = missing_package(settings.file.cache.embedder) if cache_wanted(settings) else None
+    if missing:
+        print(
+            f"  warning: cache.embedder type {settings.file.cache.embedder.type}: {missing}; "
+            "until then the semantic tier is off (exact hits still work)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _print_unset(settings: Settings, unset: list[UnsetVariable], every: str = "") -> None:

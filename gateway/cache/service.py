@@ -104,6 +104,9 @@ class SemanticCache:
             await self.embedder.start()
             self.embedder_ready = True
             log.info("embedder %s loaded: the semantic tier is on", self.embedder.name)
+        except ModuleNotFoundError as exc:  # an extra not installed: the message says which
+            self.embedder_error = f"{type(exc).__name__}: {exc}"
+            log.error("embedder failed to load (%s): the semantic tier is off, exact works", exc)
         except Exception as exc:
             self.embedder_error = f"{type(exc).__name__}: {exc}"
             log.exception("embedder failed to load: the semantic tier is off, exact works")

