@@ -28,6 +28,7 @@ from gateway.config.environment import UnsetVariable, no_tenant_can_sign_in, uns
 from gateway.config.policy_reach import unknown_match_names
 from gateway.observability.logging_setup import configure_logging
 from gateway.server.listen import ListenError, listen_problem
+from gateway.util.sqlite import StoreUnopenable
 
 if TYPE_CHECKING:
     from gateway.rag.ingest import IngestReport
@@ -349,10 +350,14 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     try:
         with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=_loop) as runner:
             runner.run(_run(settings, host or settings.server.host, listen_port))
-    except ListenError as err:
+    except (ListenError, StartupError) as err:
         print(f"gateway: {err}", file=sys.stderr)
         return 1
     return 0
+
+
+class StartupError(RuntimeError):
+    """The gateway cannot start (a store it cannot open): one line for the operator."""
 
 
 def _tune_gc() -> None:
@@ -380,7 +385,14 @@ async def _run(settings: Settings, host: str, port: int) -> None:
     runner = web.AppRunner(
         app, handler_cancellation=True, access_log=None, shutdown_timeout=timeout
     )
-    await runner.setup()
+    try:
+        await runner.setup()
+    except StoreUnopenable as exc:  # before listening: say which file, not a traceback
+        await runner.cleanup()
+        raise StartupError(
+            f"{exc}; make its directory writable by this user, or point the store's path in "
+            f"{settings.source} (cache.store.path, responses.store.path) elsewhere"
+        ) from None
     site = web.TCPSite(runner, host, port, backlog=1024)
     try:
         await site.start()

@@ -177,6 +177,19 @@ def test_serve_on_a_privileged_port_says_so_in_one_line(tmp_path: Path) -> None:
     assert "permission denied" in line and "--port" in line
 
 
+def test_serve_with_a_store_it_cannot_open_says_which_in_one_line(tmp_path: Path) -> None:
+    # e.g. a data directory that is read-only, or (here, and for root too) a file in its place
+    (tmp_path / "data").write_text("not a directory")
+    cached = {**DEMO, "models": [{"name": "m", "provider": "d", "cache": {"enabled": True}}]}
+    cached["cache"] = {"store": {"path": str(tmp_path / "data" / "cache.sqlite3")}}
+    result = _gateway("serve", "--config", str(write_config(tmp_path, cached)), "--port", "0")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"gateway: cannot open the store {tmp_path / 'data'}")
+    assert "cache.store.path" in lines[0]
+
+
 def test_serve_refuses_a_port_out_of_range_without_a_traceback(tmp_path: Path) -> None:
     result = _gateway("serve", "--config", str(write_config(tmp_path, DEMO)), "--port", "70000")
     assert result.returncode == 2
