@@ -119,12 +119,13 @@ def start_forwarder(
 
 
 def run_gateway_cli(
-    *args: str, timeout: float = 60.0, cwd: Path = REPO_ROOT
+    *args: str, timeout: float = 60.0, cwd: Path = REPO_ROOT, wrapper: Sequence[str] = ()
 ) -> subprocess.CompletedProcess[str]:
     """`python -m gateway ARGS...` as a user runs it (from the checkout unless `cwd` says
-    otherwise), to its end: exit status, stdout and stderr."""
+    otherwise; under `wrapper`, a command such as `unshare ...`, if given), to its end: exit
+    status, stdout and stderr."""
     return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
+        [*wrapper, sys.executable, "-m", "gateway", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
