@@ -1,9 +1,11 @@
 """Gateway API keys -> tenants, the admin key, and callers' own provider keys. Keys are
-compared by their SHA-256 only."""
+compared by their SHA-256 only, in constant time."""
 
 from __future__ import annotations
 
+import hmac
 import re
+from collections.abc import Mapping
 
 from pydantic import SecretStr
 
@@ -32,7 +34,7 @@ def tenant_for(settings: Settings, authorization: str | None) -> str:
         raise AuthenticationFailed(
             "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."
         )
-    tenant = settings.tenant_by_key_hash.get(hash_key(token))
+    tenant = _tenant_of(hash_key(token), settings.tenant_by_key_hash)
     if tenant is None:
         raise AuthenticationFailed("Incorrect API key provided.")
     return tenant
@@ -44,7 +46,8 @@ def check_metrics(settings: Settings, authorization: str | None) -> None:
     if settings.metrics_key_hash is None:
         return
     digest = _digest(authorization)
-    if digest is None or digest not in (settings.metrics_key_hash, settings.admin_key_hash):
+    known = (settings.metrics_key_hash, settings.admin_key_hash)
+    if digest is None or not any(_same(digest, k) for k in known if k is not None):
         raise AuthenticationFailed("Incorrect or missing metrics key.")
 
 
@@ -55,8 +58,22 @@ def check_admin(settings: Settings, authorization: str | None) -> None:
             code="admin_disabled",
         )
     digest = _digest(authorization)
-    if digest is None or digest != settings.admin_key_hash:
+    if digest is None or not _same(digest, settings.admin_key_hash):
         raise AuthenticationFailed("Incorrect or missing admin key.")
+
+
+def _same(digest: str, known: str) -> bool:
+    return hmac.compare_digest(digest.encode(), known.encode())
+
+
+def _tenant_of(digest: str, tenants: Mapping[str, str]) -> str | None:
+    """The tenant whose key has `digest`: every key compared in constant time, and all of them
+    (no early exit), so the time taken says nothing about which digest came close."""
+    found = None
+    for known, tenant in tenants.items():
+        if _same(digest, known):
+            found = tenant
+    return found
 
 
 def _digest(authorization: str | None) -> str | None:

@@ -156,6 +156,6 @@ def _endpoint(path: str) -> str:
         return "models"
     if path.startswith("/v1/responses/"):
         return "responses"
-    if path.startswith("/admin/"):
+    if path == "/admin" or path.startswith("/admin/"):  # unknown admin paths need the key too
         return "admin"
     return "other"

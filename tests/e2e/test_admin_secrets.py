@@ -298,6 +298,17 @@ def test_a_wrong_or_missing_admin_key_is_401_on_every_admin_route(
     assert_no_secret(secured.seen, "a refused admin response")
 
 
+@pytest.mark.parametrize("path", ["/admin", "/admin/", "/admin/no-such-route", "/admin/../admin"])
+def test_an_admin_path_that_is_no_route_needs_the_key_too(secured: Secured, path: str) -> None:
+    # Like every admin route: without the key nothing about the admin API shows, not even
+    # which paths exist; with it, an unknown path is an ordinary 404.
+    for authorization in (None, "Bearer wrong-admin-key", f"Bearer {GATEWAY_KEY}"):
+        assert_raw_error(secured.call("GET", path, authorization=authorization), 401)
+    if path != "/admin/../admin":  # normalized by the client to /admin
+        resp = secured.call("GET", path, authorization=f"Bearer {ADMIN_KEY}")
+        assert_raw_error(resp, 404)
+
+
 def test_the_admin_api_is_disabled_without_an_admin_key(
     server_thread: ServerThread,
     fake_upstream: FakeUpstream,
