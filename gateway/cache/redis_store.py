@@ -26,6 +26,7 @@ unsynced (readiness, metrics) and takes a fresh snapshot when Redis is back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -48,6 +49,7 @@ log = logging.getLogger("gateway.cache")
 SOCKET_TIMEOUT = 0.5  # a cache lookup that waits longer is worse than a miss
 FOLLOW_BLOCK_MS = 1000
 RETRY_SECONDS = 1.0
+RESYNC_WAIT_SECONDS = 0.3  # a probe that found Redis back waits this long for the resync
 _SCAN_BATCH = 500
 _LAG_SAMPLES = 1024
 _PENDING_TRIES = 3  # a lookup follows an answer replaced while it waited, this many times
@@ -147,6 +149,9 @@ class RedisStore:
         self._closing = False
         self._first_sync = asyncio.Event()
         self.synced = False  # local index caught up with Redis (false while Redis is away)
+        self._answers = True  # Redis answered the last probe (the follower learns it later)
+        self._wake = asyncio.Event()  # a probe found Redis back: resynchronise now
+        self._in_sync = asyncio.Event()  # set while `synced`
         self.lags: list[float] = []  # seconds from a write (any replica) to its arrival here
         self._warnings = ThrottledWarnings(log)
 
@@ -160,10 +165,22 @@ class RedisStore:
     @property
     def redis_up(self) -> bool:
         """Reaches Redis, and the local index has caught up with it."""
-        return self.synced
+        return self.synced and self._answers
 
     async def probe_redis(self) -> None:
-        """Nothing to do: the follower reconnects (and resynchronises) on its own."""
+        """Ask Redis now: a follower blocked in XREAD learns that Redis is gone only when its
+        read times out, and one that lost it waits a second before trying again; a probe
+        that finds Redis back wakes it to resynchronise at once."""
+        try:
+            await self._redis.ping()
+        except (RedisError, OSError):
+            self._answers = False
+            return
+        self._answers = True
+        if not self.synced:
+            self._wake.set()
+            with contextlib.suppress(TimeoutError):  # a small index is caught up at once
+                await asyncio.wait_for(self._in_sync.wait(), RESYNC_WAIT_SECONDS)
 
     # Any: redis-py's annotations mix bytes and str; replies here are always bytes.
     @property
@@ -363,6 +380,7 @@ class RedisStore:
             try:
                 last = await self._snapshot()
                 self.synced = True
+                self._in_sync.set()
                 self._first_sync.set()
                 while not self._closing:
                     replies = await self._follower_redis.xread(
@@ -376,10 +394,13 @@ class RedisStore:
                 raise
             except (RedisError, OSError) as err:
                 self.synced = False
+                self._in_sync.clear()
                 self._warnings.warning(
                     "cache: lost Redis at %s (%s); resynchronising", self._shown_url, err
                 )
-                await asyncio.sleep(RETRY_SECONDS)
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):  # or sooner, when a probe wakes it
+                    await asyncio.wait_for(self._wake.wait(), RETRY_SECONDS)
 
     async def _snapshot(self) -> bytes:
         """Replace the local index with every entry in Redis; returns the stream position the

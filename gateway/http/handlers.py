@@ -159,7 +159,7 @@ async def readyz(request: web.Request) -> web.StreamResponse:
         raise GatewayError(
             "No model is servable: every provider is disabled.", status=503, code="not_ready"
         )
-    shared = request.app[SHARED_STATE].states()
+    shared = await request.app[SHARED_STATE].current()
     return render.json(
         request[CTX],
         {

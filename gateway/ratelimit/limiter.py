@@ -124,8 +124,8 @@ class RateLimiter:
         return self._redis is not None and self._redis.up
 
     async def probe_redis(self) -> None:
-        """With Redis storage marked unreachable: ask Redis whether it is back."""
-        if self._redis is not None and not self._redis.up:
+        """With Redis storage: ask Redis now whether it answers (both ways: gone, or back)."""
+        if self._redis is not None:
             await self._redis.ping()
 
     async def acquire(

@@ -238,10 +238,12 @@ class RedisBackend:
         return self.health.up
 
     async def ping(self) -> bool:
-        """Whether Redis answers now; an answer ends the pause (readiness uses this)."""
+        """Whether Redis answers now: an answer ends the pause, a failure starts one
+        (readiness uses this)."""
         try:
             await self._redis.ping()
-        except (RedisError, OSError):
+        except (RedisError, OSError) as err:
+            self.health.failed(err, "ping")
             return False
         self.health.recovered()
         return True

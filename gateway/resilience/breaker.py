@@ -301,8 +301,8 @@ class Breakers:
         return SharedStorage(self._redis, f"{target.namespace}:{name}", self.redis_health)
 
     async def probe_redis(self) -> None:
-        """While shared state is unreachable, see whether Redis is back (off the loop)."""
-        if self._redis is not None and not self.redis_health.up:
+        """With shared state: ask Redis now whether it answers, both ways (off the loop)."""
+        if self._redis is not None:
             await asyncio.to_thread(self.redis_health.probe, self._redis)
 
     @property

@@ -56,10 +56,12 @@ class RedisHealth:
         )
 
     def probe(self, redis: Redis) -> bool:
-        """Ping Redis (blocking: call it off the event loop); an answer marks it up."""
+        """Ping Redis (blocking: call it off the event loop): an answer marks it up, a failure
+        down (readiness must not wait for a request to find out)."""
         try:
             redis.ping()
-        except (RedisError, OSError):
+        except (RedisError, OSError) as err:
+            self.failed(err, "ping")
             return False
         self.recovered()
         return True

@@ -1,6 +1,7 @@
 """Which parts of this process share state through Redis (the cache store, breaker state,
 rate-limit counters, stored responses) and whether each can reach it right now: one object per
-process that /readyz and the `gateway_redis_up` gauge both read. Unreachable is degraded,
+process that /readyz and the `gateway_redis_up` gauge both read (/readyz asks Redis itself at
+each probe; the gauge is at most a second old). Unreachable is degraded,
 never down: every part falls back to local state and resynchronises by itself, except stored
 responses, which answer 503 until Redis is back (docs/DEPLOY.md)."""
 
@@ -17,6 +18,9 @@ from gateway.resilience.breaker import Breakers
 from gateway.responses.store import ResponseStore
 
 WATCH_SECONDS = 1.0
+# How long /readyz waits for Redis to answer its own probe: a part that has not answered by
+# then is reported unreachable (a probe must answer well inside a Kubernetes probe's 1 s).
+PROBE_SECONDS = 0.5
 
 
 class SharedPart(Protocol):
@@ -33,7 +37,7 @@ class SharedPart(Protocol):
         ...
 
     async def probe_redis(self) -> None:
-        """While marked unreachable, ask Redis whether it is back."""
+        """Ask Redis now whether it answers, and take the answer either way: gone, or back."""
         ...
 
 
@@ -74,15 +78,33 @@ class SharedState:
         """Component -> whether it reaches Redis, for the sharing components."""
         return {name: self.up(name) for name in self.components()}
 
+    async def current(self, timeout: float = PROBE_SECONDS) -> dict[str, bool]:
+        """`states` after asking Redis now, for every sharing part at once (/readyz): what it
+        reports is the state at the probe, not the last time a request happened to call
+        Redis. A part whose probe has not answered within `timeout` is unreachable."""
+        names = self.components()
+        probes = {name: asyncio.ensure_future(self._parts[name].probe_redis()) for name in names}
+        if not probes:
+            return {}
+        await asyncio.wait(probes.values(), timeout=timeout)
+        states = {}
+        for name, probe in probes.items():
+            answered = probe.done() and not probe.cancelled() and probe.exception() is None
+            states[name] = answered and self.up(name)
+            if not probe.done():
+                probe.cancel()
+        return states
+
     async def watch(self) -> None:
-        """Once a second, ask Redis directly for the parts that report it unreachable: they
-        otherwise learn it is back only when a request happens to call it, so an idle replica
-        (or one serving cache hits) would report degraded long after Redis returned. The
-        cache's follower reconnects on its own."""
+        """Once a second, ask Redis directly for every sharing part: otherwise a part learns
+        that Redis is gone, or back, only when a request happens to call it, so an idle
+        replica (or one serving cache hits) would report a stale state for as long. The
+        `gateway_redis_up` gauge reads what this finds."""
         while True:
             await asyncio.sleep(WATCH_SECONDS)
             for name in self.components():
-                await self._parts[name].probe_redis()
+                with contextlib.suppress(Exception):  # a part's own probe logs its failure
+                    await self._parts[name].probe_redis()
 
     @contextlib.asynccontextmanager
     async def watching(self) -> AsyncIterator[None]:

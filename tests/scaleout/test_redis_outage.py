@@ -379,6 +379,28 @@ def test_readiness_sees_redis_back_without_requests_reaching_breakers_or_limits(
     )
 
 
+def test_readiness_is_the_state_at_the_probe_both_ways(
+    settled: list[Replica], redis_process: RedisServer
+) -> None:
+    """Was a gateway bug: /readyz read each part's state as the last call to Redis had left it.
+    Just after Redis was killed it still said `rate_limits: ok` (no request had failed yet),
+    and after it came back `cache: unreachable` while hits worked, for up to 0.9 s (the
+    follower slept before resynchronising). Now each /readyz asks Redis itself (0.5 s at
+    most) and a probe that finds Redis back wakes the cache's follower: no request and no
+    waiting between the change and the probe that reports it."""
+    cluster = settled
+    redis_process.kill()
+    for replica in cluster:  # the first probe after the kill, nothing sent in between
+        assert shared_state(replica) == UNREACHABLE, described(replica)
+    redis_process.start()  # returns once Redis answers PING
+    for replica in cluster:  # the first probe after that
+        status, parts = shared_state(replica)
+        assert parts["breakers"] == parts["rate_limits"] == "ok", (replica.name, parts)
+        if parts["cache"] != "ok":  # only a resync longer than the probe waits (0.3 s)
+            status, parts = shared_state(replica)
+        assert (status, parts) == ("ready", dict.fromkeys(PARTS, "ok")), (replica.name, parts)
+
+
 def test_stale_connections_after_a_redis_restart_neither_skip_limits_nor_miss_the_cache(
     settled: list[Replica], redis_process: RedisServer
 ) -> None:

@@ -81,3 +81,31 @@ async def test_nothing_is_watched_when_nothing_shares() -> None:
     before = len(asyncio.all_tasks())
     async with SharedState({"breakers": Part(shared=False)}).watching():
         assert len(asyncio.all_tasks()) == before
+
+
+@dataclass
+class Stuck(Part):
+    """A Redis that takes the connection and never answers (a blackholed host)."""
+
+    async def probe_redis(self) -> None:
+        self.probes += 1
+        await asyncio.sleep(3600)
+
+
+@dataclass
+class Failing(Part):
+    async def probe_redis(self) -> None:
+        raise OSError("connection refused")
+
+
+async def test_current_asks_every_sharing_part_and_waits_a_bounded_time() -> None:
+    down = Part(redis_up=False)  # its probe finds Redis back
+    stuck, failing, unshared = Stuck(), Failing(), Part(shared=False)
+    state = SharedState({"cache": down, "breakers": stuck, "rate_limits": failing, "x": unshared})
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    current = await state.current(timeout=0.05)
+    assert current == {"cache": True, "breakers": False, "rate_limits": False}
+    assert loop.time() - started < 5  # bounded by the timeout, not by the stuck probe
+    assert down.probes == stuck.probes == 1 and unshared.probes == 0
+    assert await SharedState({"breakers": Part(shared=False)}).current() == {}
