@@ -66,6 +66,7 @@ class RequestContext:
     served_deployment: Deployment | None = None  # the last one tried: the one that answered
     fallback_model: str | None = None  # set when a fallback model answered
     upstream_failures: list[tuple[str, str]] = field(default_factory=list)  # (deployment, why)
+    invalid_answers: list[tuple[str, str]] = field(default_factory=list)  # (deployment, reason)
     stream_broken: bool = False
     # knowledge base stage and degradation
     knowledge_base: str | None = None

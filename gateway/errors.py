@@ -90,6 +90,19 @@ class UpstreamError(GatewayError):
     code = "upstream_error"
 
 
+class InvalidUpstreamAnswer(UpstreamError):
+    """A 200 that is not the answer it claims to be (another content type, not JSON, no
+    choices, a choice without its message or delta, an error object...): an upstream failure
+    like a 5xx, retried, fallen back from and never cached. `reason` is a bounded label for
+    the metrics (gateway_upstream_invalid_answers_total)."""
+
+    code = "upstream_invalid_response"
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class UpstreamTimeout(UpstreamError):
     status = 504
     code = "upstream_timeout"

@@ -92,6 +92,7 @@ def _merge(ctx: RequestContext, sibling: RequestContext) -> None:
     ctx.attempts += sibling.attempts
     ctx.retries += sibling.retries
     ctx.upstream_failures += sibling.upstream_failures
+    ctx.invalid_answers += sibling.invalid_answers
     ctx.guard_usage += sibling.guard_usage
     ctx.tool_problems += sibling.tool_problems
     ctx.shed += [name for name in sibling.shed if name not in ctx.shed]

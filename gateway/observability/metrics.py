@@ -193,6 +193,13 @@ class Metrics:
             ["deployment", "reason"],
             registry=r,
         )
+        self.invalid_answers = Counter(
+            "gateway_upstream_invalid_answers",
+            "Upstream 200s that were not a proper answer (retried or fallen back from, never "
+            "cached), by deployment and what was wrong.",
+            ["deployment", "reason"],
+            registry=r,
+        )
         self.retries = Counter(
             "gateway_upstream_retries",
             "Attempts repeated on the same deployment after a retryable failure.",
@@ -450,6 +457,8 @@ class Metrics:
     def _observe_resilience(self, ctx: RequestContext, model: str) -> None:
         for deployment, reason in ctx.upstream_failures:
             self._child(self.upstream_failures, deployment, reason).inc()
+        for deployment, reason in ctx.invalid_answers:
+            self._child(self.invalid_answers, deployment, reason).inc()
         if ctx.retries:
             self._child(self.retries, model).inc(ctx.retries)
         if ctx.fallback_model is not None and ctx.degradation_level != 4:

@@ -11,7 +11,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
 from gateway.context import RequestContext
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, InvalidUpstreamAnswer
 from gateway.reply.stage import Stage
 
 Json = dict[str, Any]
@@ -63,10 +63,13 @@ class ChunkStream:
                     for stage in stages:  # _through, inline: this loop runs for every batch
                         batch = stage.chunks(batch)
                     yield batch
-            except GatewayError:
+            except GatewayError as err:
                 # After the first byte there is no falling back: the client gets an SSE error
                 # event; the stream is counted as broken and never cached.
                 self._ctx.stream_broken = True
+                served = self._ctx.served_deployment
+                if isinstance(err, InvalidUpstreamAnswer) and served is not None:
+                    self._ctx.invalid_answers.append((served.key, err.reason))
                 if self._on_break:
                     self._on_break()
                 raise

@@ -27,7 +27,7 @@ from pydantic import SecretStr
 
 from gateway.config import Deployment, ModelRoute, Settings
 from gateway.context import RequestContext
-from gateway.errors import GatewayError, InvalidRequest, UpstreamTimeout
+from gateway.errors import GatewayError, InvalidRequest, InvalidUpstreamAnswer, UpstreamTimeout
 from gateway.reply.native import chat_usage
 from gateway.reply.stream import ChunkStream
 from gateway.resilience.breaker import BreakerOpen, Breakers
@@ -222,6 +222,8 @@ class UpstreamExecutor:
                             raise
                         last = err
                         ctx.note_failure(deployment.key, failure_reason(err))
+                        if isinstance(err, InvalidUpstreamAnswer):
+                            ctx.invalid_answers.append((deployment.key, err.reason))
                         asked = retry_after_seconds(err)
                         if asked is not None:
                             waits.append(asked)

@@ -9,7 +9,8 @@ Run it alone with `python -m gateway.testing.fake_upstream --port 9000`, or in-p
 3. the server's defaults (`POST /_fake/config {"defaults": {...}}`).
 
 Knobs (see `Knobs`): latency, slow first byte, delay between chunks, error status and body
-kind, Retry-After, malformed JSON or UTF-8, a stream cut mid-way or ending without [DONE], scripted
+kind, Retry-After, malformed JSON or UTF-8, a stream cut mid-way or ending without [DONE], 200s
+that only look valid (`shape`, `content_type`: gateway/testing/fake_shapes.py), scripted
 content and tool calls (one reply per assistant turn already in the history), reasoning
 content, and response extras. Besides chat and embeddings it serves `/v1/completions` and
 `/v1/responses` itself, as an upstream with `native:` endpoints does
@@ -40,7 +41,7 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.testing import fake_native
+from gateway.testing import fake_native, fake_shapes
 from gateway.testing.cli import run_fake
 
 Json = dict[str, Any]
@@ -68,6 +69,8 @@ class Knobs(BaseModel):
     cut_after: int | None = None  # streams: drop the connection after this many chunks
     no_done: bool = False  # streams: end cleanly but without [DONE]
     stream_error_after: int | None = None  # streams: send an {"error"} event after N chunks
+    shape: fake_shapes.Shape | None = None  # a 200 that is not a proper answer (fake_shapes)
+    content_type: str | None = None  # the 200's Content-Type instead of the right one ("": none)
     content: str | None = None  # default: "Echo: <last user text>"
     echo_user: bool = False  # the default answer names the request's `user` field too
     echo_tail: int | None = None  # the default answer echoes only the text's last N characters
@@ -185,7 +188,7 @@ class FakeUpstream:
         if knobs.malformed:
             return web.Response(body=b'{"id": "x", "output": [', content_type="application/json")
         answer = (fake_native.response if responses else fake_native.completion)(body, knobs)
-        return web.json_response(answer, dumps=lambda d: orjson.dumps(d).decode())
+        return _json_answer(answer, knobs)
 
     async def _embeddings(self, request: web.Request) -> web.StreamResponse:
         body, knobs = await self._receive(request)
@@ -237,25 +240,7 @@ class FakeUpstream:
             return web.Response(
                 body=b'{"id": "chatcmpl-x", "choices": [', content_type="application/json"
             )
-        reply = {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:20]}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "logprobs": _logprobs(body),
-                    "finish_reason": finish,
-                }
-            ],
-            "usage": usage,
-            "system_fingerprint": "fp_fake",
-            "service_tier": "default",
-            **knobs.extra,
-        }
-        return web.json_response(reply, dumps=lambda d: orjson.dumps(d).decode())
+        return _json_answer(_completion(body, knobs, model, message, finish, usage), knobs)
 
     async def _stream(
         self,
@@ -267,7 +252,11 @@ class FakeUpstream:
         finish: str,
         usage: Json,
     ) -> web.StreamResponse:
-        chunks = _chunks(body, knobs, model, message, finish, usage)
+        if knobs.shape == "json_answer":  # a plain answer to a stream request
+            return _json_answer(_completion(body, knobs, model, message, finish, usage), knobs)
+        chunks = fake_shapes.chunk_events(
+            _chunks(body, knobs, model, message, finish, usage), knobs.shape
+        )
         return await self._sse(request, knobs, [(None, data) for data in chunks], done=True)
 
     async def _sse(
@@ -280,7 +269,10 @@ class FakeUpstream:
     ) -> web.StreamResponse:
         """Write `events` (an `event:` line for those with a name) under the stream knobs, and
         `data: [DONE]` after them when `done` (chat, completions; Responses streams have none)."""
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        content_type = "text/event-stream" if knobs.content_type is None else knobs.content_type
+        response = web.StreamResponse(
+            headers={"Content-Type": content_type} if content_type else {}
+        )
         await response.prepare(request)
         if knobs.first_byte_ms:
             await asyncio.sleep(knobs.first_byte_ms / 1000)
@@ -319,14 +311,13 @@ class FakeUpstream:
             if body.get("encoding_format") == "base64":
                 encoded = base64.b64encode(struct.pack(f"<{dims}f", *vector)).decode()
             data.append({"object": "embedding", "index": i, "embedding": encoded})
-        return web.json_response(
-            {
-                "object": "list",
-                "data": data,
-                "model": body.get("model"),
-                "usage": {"prompt_tokens": len(texts), "total_tokens": len(texts)},
-            }
-        )
+        answer = {
+            "object": "list",
+            "data": data,
+            "model": body.get("model"),
+            "usage": {"prompt_tokens": len(texts), "total_tokens": len(texts)},
+        }
+        return _json_answer(answer, knobs)
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response(
@@ -405,6 +396,32 @@ def _message(body: Json, knobs: Knobs) -> tuple[Json, str]:
     echo = f"Echo[{body.get('user')}]: {text}" if knobs.echo_user else f"Echo: {text}"
     message["content"] = knobs.content if knobs.content is not None else echo
     return message, "stop"
+
+
+def _completion(
+    body: Json, knobs: Knobs, model: str, message: Json, finish: str, usage: Json
+) -> Json:
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:20]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "logprobs": _logprobs(body), "finish_reason": finish}
+        ],
+        "usage": usage,
+        "system_fingerprint": "fp_fake",
+        "service_tier": "default",
+        **knobs.extra,
+    }
+
+
+def _json_answer(answer: Json, knobs: Knobs) -> web.StreamResponse:
+    """A plain 200, broken as the `shape` and `content_type` knobs say."""
+    if knobs.shape is None and knobs.content_type is None:
+        return web.json_response(answer, dumps=lambda d: orjson.dumps(d).decode())
+    body = fake_shapes.plain_body(answer, knobs.shape)
+    return fake_shapes.response(body, knobs.content_type, "application/json")
 
 
 def _chunks(

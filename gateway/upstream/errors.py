@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
+from gateway.errors import GatewayError, InvalidUpstreamAnswer, UpstreamError, UpstreamTimeout
 
 _MAX_MESSAGE = 500
 
@@ -75,6 +75,15 @@ def from_stream_event(provider: str, raw: bytes, secrets: list[str]) -> GatewayE
     return UpstreamError(f"provider '{provider}' reported an error mid-stream{detail}")
 
 
+def error_in_200(provider: str, data: dict[str, Any], secrets: list[str]) -> GatewayError:
+    """An error body answered with status 200: the upstream failed, whatever the status said."""
+    message = _error_fields(orjson.dumps(data), secrets)[0]
+    detail = f": {message}" if message else ""
+    return InvalidUpstreamAnswer(
+        f"provider '{provider}' answered 200 with an error{detail}", "error_object"
+    )
+
+
 @contextmanager
 def network_errors(provider: str) -> Iterator[None]:
     """Turn aiohttp/asyncio failures into 502/504 GatewayErrors."""
@@ -83,9 +92,8 @@ def network_errors(provider: str) -> Iterator[None]:
     except TimeoutError:  # aiohttp's timeouts subclass it
         raise UpstreamTimeout(f"provider '{provider}' did not answer in time") from None
     except UnicodeDecodeError:
-        raise UpstreamError(
-            f"provider '{provider}' sent a stream that is not UTF-8",
-            code="upstream_invalid_response",
+        raise InvalidUpstreamAnswer(
+            f"provider '{provider}' sent a stream that is not UTF-8", "not_json"
         ) from None
     except aiohttp.ClientPayloadError:
         raise UpstreamError(f"provider '{provider}' broke off its response") from None
@@ -103,14 +111,12 @@ def parse_json(provider: str, raw: bytes) -> dict[str, Any]:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise UpstreamError(
-            f"provider '{provider}' returned a response that is not JSON",
-            code="upstream_invalid_response",
+        raise InvalidUpstreamAnswer(
+            f"provider '{provider}' returned a response that is not JSON", "not_json"
         ) from None
     if not isinstance(data, dict):
-        raise UpstreamError(
-            f"provider '{provider}' returned JSON that is not an object",
-            code="upstream_invalid_response",
+        raise InvalidUpstreamAnswer(
+            f"provider '{provider}' returned JSON that is not an object", "not_json"
         )
     return data
 

@@ -15,15 +15,17 @@ import orjson
 from pydantic import SecretStr
 
 from gateway.config import ProviderSettings
-from gateway.errors import GatewayError, UpstreamError
+from gateway.errors import GatewayError, InvalidUpstreamAnswer, UpstreamError
 from gateway.reply import sse
-from gateway.upstream import errors, native
+from gateway.upstream import errors, native, shapes
 from gateway.upstream.base import Json, Provider
 from gateway.upstream.http_client import make_session
 from gateway.upstream.shapes import (
+    Problem,
     chunk_problem,
     completion_problem,
     embeddings_problem,
+    has_choice,
     native_problem,
 )
 
@@ -50,27 +52,40 @@ class OpenAICompatible(Provider):
         return self._session
 
     async def chat(self, body: Json, key: SecretStr | None = None) -> Json:
-        return self._shaped(
-            await self._post_json("/chat/completions", body, key), completion_problem
-        )
+        data = await self._post_json("/chat/completions", body, key)
+        return self._shaped(data, completion_problem, key)
 
     async def embeddings(self, body: Json, key: SecretStr | None = None) -> Json:
-        return self._shaped(await self._post_json("/embeddings", body, key), embeddings_problem)
+        data = await self._post_json("/embeddings", body, key)
+        return self._shaped(data, embeddings_problem, key, field="data")
 
     async def stream(self, body: Json, key: SecretStr | None = None) -> AsyncIterator[list[Json]]:
         async with self._event_stream("/chat/completions", body, key) as resp:
             reader = sse.EventReader()  # fed here: no async generator per read
             pieces, ended = resp.content.iter_any(), False
+            # Chunks without a choice (Azure's prompt-filter chunk) are held until one has a
+            # choice: a stream that ends with none fails before the first byte, while it can
+            # still be retried and fallen back from.
+            held: list[Json] | None = []
             while not ended:
                 piece = await anext(pieces, None)
                 ended = piece is None  # then the reader gives what the stream left open
                 events = reader.end() if piece is None else reader.feed(piece)
                 if events:
                     batch, done, error = self._batch(events, key)
+                    if held is not None and error is None:
+                        held += batch
+                        batch = []
+                        if any(map(has_choice, held)):
+                            batch, held = held, None
                     if batch:  # what arrived before a bad event still goes out
                         yield batch
                     if error is not None:
                         raise error
+                    if done and held is not None:
+                        raise self._unexpected(
+                            Problem(shapes.EMPTY_STREAM, "the stream ended before any choice")
+                        )
                     if done:
                         return
         raise UpstreamError(
@@ -79,7 +94,12 @@ class OpenAICompatible(Provider):
 
     async def native(self, endpoint: str, body: Json, key: SecretStr | None = None) -> Json:
         data = await self._post_json(native.PATHS[endpoint], body, key)
-        return self._shaped(data, lambda answer: native_problem(endpoint, answer))
+        return self._shaped(
+            data,
+            lambda answer: native_problem(endpoint, answer),
+            key,
+            field=shapes.native_field(endpoint),
+        )
 
     async def native_stream(
         self, endpoint: str, body: Json, key: SecretStr | None = None
@@ -142,9 +162,9 @@ class OpenAICompatible(Provider):
                 if resp.status >= 400:
                     raise await self._error(resp, key)
                 if not resp.headers.get("Content-Type", "").startswith("text/event-stream"):
-                    raise UpstreamError(
+                    raise InvalidUpstreamAnswer(
                         f"provider '{self.name}' did not answer with an event stream",
-                        code="upstream_invalid_response",
+                        shapes.CONTENT_TYPE,
                     )
                 yield resp
 
@@ -159,6 +179,13 @@ class OpenAICompatible(Provider):
             ) as resp:
                 if resp.status >= 400:
                     raise await self._error(resp, key)
+                content_type = resp.headers.get("Content-Type", "")
+                if not shapes.is_json_type(content_type):
+                    raise InvalidUpstreamAnswer(
+                        f"provider '{self.name}' answered with Content-Type "
+                        f"{content_type[:60]!r} instead of JSON",
+                        shapes.CONTENT_TYPE,
+                    )
                 raw = await resp.read()
         return errors.parse_json(self.name, raw)
 
@@ -209,16 +236,24 @@ class OpenAICompatible(Provider):
             raise self._unexpected(problem)
         return chunk
 
-    def _shaped(self, data: Json, problem_of: Callable[[Json], str | None]) -> Json:
+    def _shaped(
+        self,
+        data: Json,
+        problem_of: Callable[[Json], Problem | None],
+        key: SecretStr | None,
+        field: str = "choices",
+    ) -> Json:
+        if shapes.is_error_object(data, field):
+            raise errors.error_in_200(self.name, data, self._secrets_with(key))
         problem = problem_of(data)
         if problem is not None:
             raise self._unexpected(problem)
         return data
 
-    def _unexpected(self, problem: str) -> UpstreamError:
-        return UpstreamError(
-            f"provider '{self.name}' answered in an unexpected shape: {problem}",
-            code="upstream_invalid_response",
+    def _unexpected(self, problem: Problem) -> InvalidUpstreamAnswer:
+        return InvalidUpstreamAnswer(
+            f"provider '{self.name}' answered in an unexpected shape: {problem.detail}",
+            problem.reason,
         )
 
     def _secrets_with(self, key: SecretStr | None) -> list[str]:

@@ -37,10 +37,10 @@ BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "odd_fiel
 
 async def test_chat_posts_the_body_with_key_and_headers(provider: OpenAICompatible) -> None:
     with aioresponses() as mock:
-        mock.post(URL, payload={"id": "x", "choices": [], "extra": True})
+        mock.post(URL, payload={"id": "x", "choices": [{"message": {}}], "extra": True})
         reply = await provider.chat(BODY)
         (request,) = mock.requests[("POST", aiohttp.client.URL(URL))]
-    assert reply == {"id": "x", "choices": [], "extra": True}
+    assert reply == {"id": "x", "choices": [{"message": {}}], "extra": True}
     assert request.kwargs["headers"]["Authorization"] == f"Bearer {SECRET}"
     assert request.kwargs["headers"]["X-Extra"] == "yes-please"
     assert b'"odd_field":[1,2]' in request.kwargs["data"]
