@@ -82,6 +82,7 @@ class RequestContext:
     tool_guard: str | None = None  # what the tool-call guard did: cleaned, repaired, stripped...
     tool_repairs: int = 0
     tool_problems: list[str] = field(default_factory=list)  # kinds of what stayed wrong
+    tool_cleanings: list[str] = field(default_factory=list)  # reasons of deterministic changes
     guard_usage: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
 
     def elapsed(self) -> float:

@@ -95,6 +95,7 @@ def _merge(ctx: RequestContext, sibling: RequestContext) -> None:
     ctx.invalid_answers += sibling.invalid_answers
     ctx.guard_usage += sibling.guard_usage
     ctx.tool_problems += sibling.tool_problems
+    ctx.tool_cleanings += sibling.tool_cleanings
     ctx.shed += [name for name in sibling.shed if name not in ctx.shed]
     ctx.response_headers.update(sibling.response_headers)
     ctx.fallback_model = ctx.fallback_model or sibling.fallback_model

@@ -9,6 +9,8 @@ from pydantic import Field, model_validator
 
 from gateway.config.base import Strict
 
+UndeclaredPolicy = Literal["repair", "strip", "allow"]
+
 
 class ArgumentRule(Strict):
     """A business rule on one argument, narrower than the tool's JSON Schema."""
@@ -56,6 +58,14 @@ class ToolGuardConfig(Strict):
         "strip",
         description="When repair fails: strip the bad calls, pass them with a warning header, "
         "or answer with an error.",
+    )
+    undeclared_parameters: UndeclaredPolicy = Field(
+        "repair",
+        description="Arguments a tool's schema does not declare, where it does not say "
+        "`additionalProperties` (most clients' schemas do not): repair (sent back to the model "
+        "like other invalid calls; when that fails and on_failure is strip, the parameters are "
+        "dropped if the rest is valid), strip (dropped at once), or allow (JSON Schema's "
+        "reading: anything goes). `additionalProperties: false` is enforced either way.",
     )
     rules: dict[str, ToolRule] = Field(default_factory=dict, description="By tool name.")
 

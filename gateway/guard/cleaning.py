@@ -1,7 +1,8 @@
 """Deterministic cleaning of tool-call arguments before they are judged.
 
 Models often send the right value in the wrong JSON type ("12.5" for a number, "true" for a
-boolean) or a date in a human spelling. Where the tool's schema says which type or format it
+boolean), a date in a human spelling, or an enum value in the wrong case ("celsius" for
+"Celsius"). Where the tool's schema says which type or format it
 wants, and the value has exactly one reading in it, the value is rewritten; everything else is
 left for validation to report. Nothing is invented and nothing is dropped.
 
@@ -11,7 +12,11 @@ Deliberate limits:
   content (a file body's final newline);
 - `anyOf`/`oneOf` are followed only when the choice is clear: one alternative takes the value
   as it is, or every alternative that can convert it gives the same result;
-- `$ref` is followed only within the schema (`#/...`), and `allOf` only with one member.
+- `$ref` is followed only within the schema (`#/...`), and `allOf` only with one member;
+- an enum (or const) value is recased only when exactly one allowed string equals it ignoring
+  case: `["Celsius", "celsius"]` leaves "CELSIUS" alone.
+
+Every change is a `Change`: its line for the logs, and its reason for the metrics.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import unquote
 
 from gateway.guard.dates import is_date, is_date_time, normalize_date, normalize_date_time
@@ -34,14 +39,34 @@ _FORM_KEYWORDS = ("enum", "const", "format", "pattern")
 _MAX_REF_HOPS = 16
 _NO = object()  # "no conversion", distinct from every JSON value including None
 
+CleaningReason = Literal[
+    "type", "trim", "date", "enum_case", "empty_arguments", "renamed", "undeclared_stripped"
+]
+"""Why an argument was changed: converted to the type the schema names (`type`), trimmed where
+the schema constrains the form (`trim`), a date made ISO (`date`), an enum value recased
+(`enum_case`), empty `arguments` made `{}`, an undeclared name renamed to the declared one it
+misspells only in case or separators (`renamed`), an undeclared parameter dropped by policy
+(`undeclared_stripped`)."""
 
-def clean_arguments(value: Any, schema: Any) -> tuple[Any, list[str]]:
+
+class Change(str):
+    """One line saying what cleaning changed (`amount: '12.5' -> 12.5`), and why."""
+
+    reason: CleaningReason
+
+    def __new__(cls, text: str, reason: CleaningReason) -> Change:
+        change = super().__new__(cls, text)
+        change.reason = reason
+        return change
+
+
+def clean_arguments(value: Any, schema: Any) -> tuple[Any, list[Change]]:
     """`value` cleaned against `schema`, and one line per change ("amount: '12.5' -> 12.5").
 
     The input is never mutated; containers are copied only along changed paths, and an
     unchanged value is returned as the very same object.
     """
-    changes: list[str] = []
+    changes: list[Change] = []
     root = schema if isinstance(schema, Mapping) else {}
     return _Cleaner(root).clean(value, schema, (), changes), changes
 
@@ -50,7 +75,9 @@ class _Cleaner:
     def __init__(self, root: Schema) -> None:
         self._root = root
 
-    def clean(self, value: Any, schema: Any, path: tuple[PathPart, ...], changes: list[str]) -> Any:
+    def clean(
+        self, value: Any, schema: Any, path: tuple[PathPart, ...], changes: list[Change]
+    ) -> Any:
         resolved = self._resolve(schema)
         if resolved is None:
             return value
@@ -72,25 +99,26 @@ class _Cleaner:
         schema: Schema,
         types: frozenset[str] | None,
         path: tuple[PathPart, ...],
-        changes: list[str],
+        changes: list[Change],
     ) -> Any:
         if types is None or "string" in types:
-            new = _string_form(value, schema)
+            new, reason = _string_form(value, schema)
             if new == value:
                 return value
-            changes.append(f"{argument_path(path)}: {show(value)} -> {show(new)}")
+            changes.append(Change(f"{argument_path(path)}: {show(value)} -> {show(new)}", reason))
             return new
         results = [r for r in (_convert(value, t) for t in sorted(types)) if r is not _NO]
         if not results or any(not json_equal(r, results[0]) for r in results[1:]):
             return value
         converted = results[0]
-        changes.append(f"{argument_path(path)}: {show(value)} -> {show(converted)}")
+        line = f"{argument_path(path)}: {show(value)} -> {show(converted)}"
+        changes.append(Change(line, "type"))
         if isinstance(converted, dict | list):  # JSON sent as a string: clean its members too
             return self.clean(converted, schema, path, changes)
         return converted
 
     def _clean_branches(
-        self, value: Any, branches: list[Any], path: tuple[PathPart, ...], changes: list[str]
+        self, value: Any, branches: list[Any], path: tuple[PathPart, ...], changes: list[Change]
     ) -> Any:
         resolved = [self._resolve(branch) for branch in branches]
         known = [branch for branch in resolved if branch is not None]
@@ -101,9 +129,9 @@ class _Cleaner:
             return self.clean(value, taking[0], path, changes)
         if taking:
             return value  # several alternatives take it as it is: no reason to change it
-        outcomes: list[tuple[Any, list[str]]] = []
+        outcomes: list[tuple[Any, list[Change]]] = []
         for branch in known:
-            trial: list[str] = []
+            trial: list[Change] = []
             new = self.clean(value, branch, path, trial)
             if trial:
                 outcomes.append((new, trial))
@@ -113,7 +141,11 @@ class _Cleaner:
         return outcomes[0][0]
 
     def _clean_object(
-        self, value: dict[str, Any], schema: Schema, path: tuple[PathPart, ...], changes: list[str]
+        self,
+        value: dict[str, Any],
+        schema: Schema,
+        path: tuple[PathPart, ...],
+        changes: list[Change],
     ) -> dict[str, Any]:
         properties = schema.get("properties")
         if not isinstance(properties, Mapping):
@@ -132,7 +164,7 @@ class _Cleaner:
         return value if out is None else out
 
     def _clean_array(
-        self, value: list[Any], schema: Schema, path: tuple[PathPart, ...], changes: list[str]
+        self, value: list[Any], schema: Schema, path: tuple[PathPart, ...], changes: list[Change]
     ) -> list[Any]:
         prefix, items = schema.get("prefixItems"), schema.get("items")
         if isinstance(items, list):  # drafts before 2020-12: `items` as a list is a tuple
@@ -152,49 +184,70 @@ class _Cleaner:
         return value if out is None else out
 
     def _resolve(self, schema: Any) -> Schema | None:
-        """The schema behind local `$ref`s and one-member `allOf`s; None when unreadable."""
-        for _ in range(_MAX_REF_HOPS):
-            if schema is True:
-                return {}
-            if not isinstance(schema, Mapping):
-                return None
-            ref = schema.get("$ref")
-            if isinstance(ref, str):
-                target = self._pointer(ref)
-                rest = {k: v for k, v in schema.items() if k != "$ref"}
-                schema = {**target, **rest} if isinstance(target, Mapping) and rest else target
-                continue
-            all_of = schema.get("allOf")
-            if isinstance(all_of, list) and len(all_of) == 1 and isinstance(all_of[0], Mapping):
-                rest = {k: v for k, v in schema.items() if k != "allOf"}
-                schema = {**all_of[0], **rest}
-                continue
-            return schema
-        return None
+        return resolve_local(schema, self._root)
 
-    def _pointer(self, ref: str) -> Any:
-        if not ref.startswith("#"):
+
+def resolve_local(schema: Any, root: Schema) -> Schema | None:
+    """The schema behind local `$ref`s and one-member `allOf`s; None when unreadable."""
+    for _ in range(_MAX_REF_HOPS):
+        if schema is True:
+            return {}
+        if not isinstance(schema, Mapping):
             return None
-        node: Any = self._root
-        for raw in ref[1:].split("/")[1:]:
-            part = unquote(raw).replace("~1", "/").replace("~0", "~")
-            if isinstance(node, Mapping) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                return None
-        return node
+        ref = schema.get("$ref")
+        if isinstance(ref, str):
+            target = _pointer(ref, root)
+            rest = {k: v for k, v in schema.items() if k != "$ref"}
+            schema = {**target, **rest} if isinstance(target, Mapping) and rest else target
+            continue
+        all_of = schema.get("allOf")
+        if isinstance(all_of, list) and len(all_of) == 1 and isinstance(all_of[0], Mapping):
+            rest = {k: v for k, v in schema.items() if k != "allOf"}
+            schema = {**all_of[0], **rest}
+            continue
+        return schema
+    return None
 
 
-def _string_form(value: str, schema: Schema) -> str:
+def _pointer(ref: str, root: Schema) -> Any:
+    if not ref.startswith("#"):
+        return None
+    node: Any = root
+    for raw in ref[1:].split("/")[1:]:
+        part = unquote(raw).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _string_form(value: str, schema: Schema) -> tuple[str, CleaningReason]:
     text = value.strip() if any(k in schema for k in _FORM_KEYWORDS) else value
     form = schema.get("format")
     if form == "date" and not is_date(text):
-        return normalize_date(text) or text
+        normalized = normalize_date(text)
+        return (normalized, "date") if normalized else (text, "trim")
     if form == "date-time" and not is_date_time(text):
-        return normalize_date_time(text) or text
-    return text
+        normalized = normalize_date_time(text)
+        return (normalized, "date") if normalized else (text, "trim")
+    recased = _recased(text, schema)
+    return (recased, "enum_case") if recased is not None else (text, "trim")
+
+
+def _recased(text: str, schema: Schema) -> str | None:
+    """The one allowed string equal to `text` ignoring case, when `text` itself is not allowed
+    (None when none or several are: "celsius" for ["Celsius", "Fahrenheit"] only)."""
+    allowed = schema.get("enum")
+    if not isinstance(allowed, list):
+        allowed = [schema["const"]] if "const" in schema else None
+    if allowed is None or any(v == text for v in allowed if isinstance(v, str)):
+        return None
+    folded = text.casefold()
+    matches = {v for v in allowed if isinstance(v, str) and v.casefold() == folded}
+    return matches.pop() if len(matches) == 1 else None
 
 
 def _convert(value: str, json_type: str) -> Any:

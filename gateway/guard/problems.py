@@ -14,14 +14,21 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 ProblemKind = Literal[
-    "unknown_tool", "invalid_json", "schema", "rule", "policy_error", "tool_choice"
+    "unknown_tool",
+    "invalid_json",
+    "schema",
+    "undeclared_parameter",
+    "rule",
+    "policy_error",
+    "tool_choice",
 ]
-"""unknown_tool, invalid_json, schema, rule and tool_choice are the model's to fix;
+"""unknown_tool, invalid_json, schema, undeclared_parameter (a name the schema does not declare,
+where it does not say `additionalProperties`), rule and tool_choice are the model's to fix;
 policy_error means a rule or hook could not be applied (a broken hook, a bad pattern): asking the
 model again will not help."""
 
 MODEL_FIXABLE: frozenset[ProblemKind] = frozenset(
-    {"unknown_tool", "invalid_json", "schema", "rule", "tool_choice"}
+    {"unknown_tool", "invalid_json", "schema", "undeclared_parameter", "rule", "tool_choice"}
 )
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -1,5 +1,7 @@
 """Settling a model's tool calls: check them, send the invalid ones back to the model with what
-is wrong, and when that does not fix them, apply the policy (strip, pass, or fail).
+is wrong, and when that does not fix them, apply the policy (strip, pass, or fail). Under
+`strip`, a call whose only problem is parameters its schema does not declare loses those
+parameters instead of the whole call, when what remains is valid.
 
 Works on one assistant message (a plain answer's, or a stream's once its calls are complete),
 so plain and streamed answers are judged by the same code.
@@ -33,6 +35,7 @@ class Settled:
     outcome: Outcome
     problems: list[Problem] = field(default_factory=list)  # what remained wrong, if anything
     repairs: int = 0  # times the model was asked again
+    cleanings: list[str] = field(default_factory=list)  # the reason of each change sent on
 
     @property
     def finish_reason(self) -> str:
@@ -53,10 +56,11 @@ async def settle(
         if not problems:
             cleaned = any(c.changes for c in checked)
             outcome: Outcome = "repaired" if repairs else "cleaned" if cleaned else "ok"
-            return Settled(_with_calls(current, [c.call for c in checked]), outcome, [], repairs)
+            message = _with_calls(current, [c.call for c in checked])
+            return Settled(message, outcome, [], repairs, _reasons(checked))
         fixable = all(p.kind in MODEL_FIXABLE for p in problems)
         if not fixable or repairs >= config.repair_attempts:
-            return _give_up(current, checked, problems, config, repairs)
+            return _give_up(current, checked, problems, config, repairs, catalog)
         repairs += 1
         # The model sees all its failed attempts, so it cannot go back to an earlier mistake.
         conversation += feedback(current, checked, problems)
@@ -108,16 +112,29 @@ def _give_up(
     problems: list[Problem],
     config: ToolGuardConfig,
     repairs: int,
+    catalog: ToolCatalog,
 ) -> Settled:
     if config.on_failure == "pass":
         return Settled(message, "passed", problems, repairs)
     if config.on_failure == "error":
         return Settled(message, "failed", problems, repairs)
-    valid = [c.call for c in checked if c.ok]
-    stripped = _with_calls(message, valid)
+    kept = [c if c.ok else _without_undeclared(c, catalog) for c in checked]
+    valid = [c for c in kept if c is not None and c.ok]
+    stripped = _with_calls(message, [c.call for c in valid])
     if not valid and not (stripped.get("content") or "").strip():
         stripped["content"] = STRIPPED_TEXT
-    return Settled(stripped, "stripped", problems, repairs)
+    return Settled(stripped, "stripped", problems, repairs, _reasons(valid))
+
+
+def _without_undeclared(checked: CheckedCall, catalog: ToolCatalog) -> CheckedCall | None:
+    """The call with its undeclared parameters dropped, when that is all that is wrong."""
+    if not any(p.kind == "undeclared_parameter" for p in checked.problems):
+        return None
+    return catalog.check(checked.call, undeclared="strip")
+
+
+def _reasons(checked: list[CheckedCall]) -> list[str]:
+    return [change.reason for c in checked for change in c.changes]
 
 
 def _with_calls(message: Json, calls: list[Any]) -> Json:

@@ -70,7 +70,9 @@ class ToolCallGuard:
         self, ctx: RequestContext, route: ModelRoute, body: Json, message: Json
     ) -> Settled:
         config = self.settings.policies.of(ctx).guard.tools
-        catalog = ToolCatalog.from_request(body.get("tools"), config.rules, config.clean)
+        catalog = ToolCatalog.from_request(
+            body.get("tools"), config.rules, config.clean, undeclared=config.undeclared_parameters
+        )
         answering = self.settings.routes.get(ctx.fallback_model or route.name, route)
 
         async def ask_again(extra: list[Json]) -> Json:
@@ -84,6 +86,12 @@ class ToolCallGuard:
         ctx.tool_guard = settled.outcome
         ctx.tool_repairs = settled.repairs
         ctx.tool_problems = [p.kind for p in settled.problems]
+        ctx.tool_cleanings = settled.cleanings
+        dropped = settled.cleanings.count("undeclared_stripped")
+        if dropped:  # the app never sees them: say so where an operator looks
+            log.info(
+                "request %s: %d undeclared tool-call parameter(s) removed", ctx.request_id, dropped
+            )
         if settled.problems:
             log.info(
                 "request %s: tool calls %s after %d repair(s): %s",

@@ -2,8 +2,9 @@
 
 A `ToolCatalog` is built per request from the request's `tools` (validators come from a cache
 shared across requests) and checks one OpenAI tool call at a time: the name must be declared,
-`arguments` must be a JSON object that satisfies the tool's schema once cleaned, and the
-policy's rules and hook must accept it. `check_tool_choice` holds the answer as a whole to the
+`arguments` must be a JSON object that satisfies the tool's schema once cleaned and takes only
+the parameters it declares (guard/undeclared.py, by policy), and the policy's rules and hook
+must accept it. `check_tool_choice` holds the answer as a whole to the
 request's `tool_choice`. Nothing here does I/O; what to do about the problems (repair, strip,
 fail) is the caller's decision.
 """
@@ -17,16 +18,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway.config.guard import ToolRule
-from gateway.guard.cleaning import clean_arguments, strict_loads
-from gateway.guard.problems import Problem, show
+from gateway.config.guard import ToolRule, UndeclaredPolicy
+from gateway.guard.cleaning import Change, clean_arguments, strict_loads
+from gateway.guard.problems import Problem, json_path, show
 from gateway.guard.rules import check_rules, run_hook
 from gateway.guard.schemas import DEFAULT_CACHE, CompiledSchema, UnusableSchema, ValidatorCache
+from gateway.guard.undeclared import Undeclared, review_parameters
 from gateway.util.jsondepth import too_deep
 
 ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
 MAX_ARGUMENT_DEPTH = 64  # tool arguments deeper than this are not a real tool's input
 _LISTED_NAMES = 30
+DEFAULT_UNDECLARED: UndeclaredPolicy = "repair"  # as ToolGuardConfig's default
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +45,9 @@ class CheckedCall:
     """The call to send on: the original, or a copy whose arguments are the cleaned ones
     re-serialized compactly (only when cleaning changed something)."""
     problems: tuple[Problem, ...] = ()
-    changes: tuple[str, ...] = ()
-    """What cleaning changed, one line each ("amount: '12.5' -> 12.5")."""
+    changes: tuple[Change, ...] = ()
+    """What cleaning (and the undeclared-parameter policy) changed, one line each
+    ("amount: '12.5' -> 12.5"), each with its reason."""
     arguments: Any = None
     """The parsed (and cleaned) arguments; None when they are not JSON."""
     warnings: tuple[str, ...] = ()
@@ -60,11 +64,13 @@ class ToolCatalog:
         tools: Mapping[str, Tool],
         *,
         clean: bool = True,
+        undeclared: UndeclaredPolicy = DEFAULT_UNDECLARED,
         warnings: Sequence[str] = (),
         now: Callable[[], datetime] | None = None,
     ) -> None:
         self.tools = tools
         self.clean = clean
+        self.undeclared = undeclared
         self.warnings = tuple(warnings)
         """Problems with the request's `tools` themselves (duplicates, unusable schemas)."""
         self._now = now or (lambda: datetime.now(UTC))
@@ -76,6 +82,7 @@ class ToolCatalog:
         rules: Mapping[str, ToolRule],
         clean: bool,
         *,
+        undeclared: UndeclaredPolicy = DEFAULT_UNDECLARED,
         cache: ValidatorCache = DEFAULT_CACHE,
         now: Callable[[], datetime] | None = None,
     ) -> ToolCatalog:
@@ -99,14 +106,17 @@ class ToolCatalog:
             if compiled.unusable:
                 warnings.append(f"tool {name!r}: parameters {compiled.unusable}")
             found[name] = Tool(name, compiled, rules.get(name))
-        return cls(found, clean=clean, warnings=warnings, now=now)
+        return cls(found, clean=clean, undeclared=undeclared, warnings=warnings, now=now)
 
     @property
     def names(self) -> list[str]:
         return list(self.tools)
 
-    def check(self, call: Mapping[str, Any]) -> CheckedCall:
-        """Problems with one tool call (`{"id", "type": "function", "function": {...}}`)."""
+    def check(
+        self, call: Mapping[str, Any], undeclared: UndeclaredPolicy | None = None
+    ) -> CheckedCall:
+        """Problems with one tool call (`{"id", "type": "function", "function": {...}}`);
+        `undeclared` overrides the catalog's policy for names the schema does not declare."""
         if call.get("type", "function") != "function":
             return CheckedCall(call)  # custom and built-in tool calls are not ours to judge
         function = call.get("function")
@@ -122,16 +132,26 @@ class ToolCatalog:
         if self.clean:
             arguments, cleaned = clean_arguments(arguments, tool.schema.schema)
             changes += cleaned
-        problems, warnings = self._judge(tool, arguments)
+        found: list[Problem] = []
+        if tool.schema.validator is not None:  # an unusable schema declares nothing we can read
+            policy = undeclared or self.undeclared
+            review = review_parameters(arguments, tool.schema.schema, policy, rename=self.clean)
+            arguments = review.arguments
+            changes += review.changes
+            if review.renamed and self.clean:  # cleaned again, by the declared name's schema
+                arguments, cleaned = clean_arguments(arguments, tool.schema.schema)
+                changes += cleaned
+            found = [_undeclared_problem(tool.name, u) for u in review.undeclared]
+        problems, warnings = self._judge(tool, arguments, found)
         if changes:
             serialized = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
             call = {**call, "function": {**function, "arguments": serialized}}
         return CheckedCall(call, tuple(problems), tuple(changes), arguments, tuple(warnings))
 
-    def _parse(self, tool: str, raw: Any) -> tuple[Any, Problem | None, list[str]]:
+    def _parse(self, tool: str, raw: Any) -> tuple[Any, Problem | None, list[Change]]:
         if raw is None or (isinstance(raw, str) and not raw.strip()):
             if self.clean:  # no arguments at all: the empty object, nothing invented
-                return {}, None, [f"arguments: {show(raw)} -> {{}}"]
+                return {}, None, [Change(f"arguments: {show(raw)} -> {{}}", "empty_arguments")]
             message = f"arguments are empty ({show(raw)}); expected a JSON object, e.g. {{}}"
             return None, Problem("invalid_json", tool, message), []
         if not isinstance(raw, str):
@@ -155,8 +175,10 @@ class ToolCatalog:
                 return arguments, None, []
         return None, Problem("invalid_json", tool, message), []
 
-    def _judge(self, tool: Tool, arguments: Any) -> tuple[list[Problem], list[str]]:
-        problems: list[Problem] = []
+    def _judge(
+        self, tool: Tool, arguments: Any, found: list[Problem]
+    ) -> tuple[list[Problem], list[str]]:
+        problems: list[Problem] = list(found)
         warnings: list[str] = []
         try:
             problems += [
@@ -188,6 +210,18 @@ class ToolCatalog:
         if len(names) > _LISTED_NAMES:
             listed += f" and {len(names) - _LISTED_NAMES} more"
         return f"{head}; available tools: {listed}"
+
+
+def _undeclared_problem(tool: str, found: Undeclared) -> Problem:
+    """Worded like the schema's own messages, with the names it does take."""
+    where = json_path(found.path)
+    owner = f"tool {tool!r}" if not found.path else "this object"
+    message = f"{where}: {found.name!r} is not a parameter of {owner}"
+    close = difflib.get_close_matches(found.name, found.missing, n=1, cutoff=0.6)
+    if close:
+        message += f" (did you mean {close[0]!r}?)"
+    listed = ", ".join(found.declared[:_LISTED_NAMES]) or "none"
+    return Problem("undeclared_parameter", tool, f"{message}; its parameters: {listed}")
 
 
 def check_tool_choice(

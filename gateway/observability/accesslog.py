@@ -76,6 +76,12 @@ def _line(ctx: RequestContext, method: str, path: str) -> dict[str, object]:
         line["own_key"] = ctx.byok_hash  # a hash: the key itself is never written
     if ctx.shed:
         line["shed"] = ctx.shed
+    if ctx.tool_guard is not None:  # what the tool-call guard did, and each change it made
+        line["tool_guard"] = ctx.tool_guard
+        if ctx.tool_problems:
+            line["tool_problems"] = ctx.tool_problems
+        if ctx.tool_cleanings:
+            line["tool_cleanings"] = ctx.tool_cleanings
     if ctx.cache_near_miss is not None:  # why a close candidate was refused
         line["cache_near_miss"] = ctx.cache_near_miss
     if ctx.cache_exact_only is not None:  # why the semantic tier was not asked

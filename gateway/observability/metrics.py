@@ -316,6 +316,13 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.tool_cleanings = Counter(
+            "gateway_tool_call_cleanings",
+            "Deterministic changes the tool-call guard made to arguments, by reason (type, trim, "
+            "date, enum_case, empty_arguments, renamed, undeclared_stripped).",
+            ["model", "reason"],
+            registry=r,
+        )
         self.tool_repairs = Counter(
             "gateway_tool_repairs",
             "Times a model was asked again to fix its tool calls.",
@@ -446,6 +453,8 @@ class Metrics:
             self._child(self.tool_calls, model, ctx.tool_guard).inc()
             for kind in ctx.tool_problems:
                 self._child(self.tool_call_problems, kind).inc()
+            for reason in ctx.tool_cleanings:
+                self._child(self.tool_cleanings, model, reason).inc()
             if ctx.tool_repairs:
                 self._child(self.tool_repairs, model).inc(ctx.tool_repairs)
         for purpose, used_model, usage in ctx.guard_usage:

@@ -147,7 +147,12 @@ TOOLS: list[Json] = [
             "description": f"{name} for a place",
             "parameters": {
                 "type": "object",
-                "properties": {"city": {"type": "string"}},
+                "properties": {
+                    "city": {"type": "string"},
+                    "unit": {"type": "string"},
+                    "note": {"type": "string"},
+                    "format": {"type": "string"},
+                },
                 "required": ["city"],
             },
         },

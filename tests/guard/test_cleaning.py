@@ -204,3 +204,50 @@ def test_change_lines_name_the_path() -> None:
 )
 def test_json_equal(a: Any, b: Any, equal: bool) -> None:
     assert json_equal(a, b) is equal
+
+
+@pytest.mark.parametrize(
+    ("schema", "value", "cleaned"),
+    [
+        ({"type": "string", "enum": ["Celsius", "Fahrenheit"]}, "celsius", "Celsius"),
+        ({"type": "string", "enum": ["Celsius", "Fahrenheit"]}, " FAHRENHEIT ", "Fahrenheit"),
+        ({"enum": ["EUR", "USD", 3]}, "eur", "EUR"),
+        ({"type": ["string", "null"], "enum": ["On", "Off", None]}, "off", "Off"),
+        ({"type": "string", "const": "Yes"}, "yes", "Yes"),
+        ({"type": "string", "enum": ["STRASSE"]}, "straße", "STRASSE"),  # casefold, not lower
+    ],
+)
+def test_an_enum_value_in_the_wrong_case_takes_the_allowed_spelling(
+    schema: Any, value: str, cleaned: str
+) -> None:
+    result, changes = clean_arguments(value, schema)
+    assert result == cleaned
+    assert [c.reason for c in changes] == ["enum_case"]
+
+
+@pytest.mark.parametrize(
+    ("schema", "value"),
+    [
+        ({"type": "string", "enum": ["Celsius", "CELSIUS"]}, "celsius"),  # two match: ambiguous
+        ({"type": "string", "enum": ["celsius", "Celsius"]}, "celsius"),  # allowed as it is
+        ({"type": "string", "enum": ["Celsius"]}, "celsiu"),  # not a case difference
+        ({"enum": [1, 2]}, "1"),  # no string to match
+        ({"type": "integer", "enum": [1, 2]}, True),  # not a string
+    ],
+)
+def test_an_enum_value_without_one_spelling_is_left_alone(schema: Any, value: Any) -> None:
+    result, changes = clean_arguments(value, schema)
+    assert result is value and changes == []
+
+
+def test_each_change_says_why() -> None:
+    schema = obj(
+        n={"type": "number"},
+        day={"type": "string", "format": "date"},
+        code={"type": "string", "pattern": "^[A-Z]+$"},
+        unit={"type": "string", "enum": ["Celsius"]},
+    )
+    value = {"n": "1", "day": "Jan 1, 2024", "code": " AB ", "unit": "CELSIUS"}
+    _, changes = clean_arguments(value, schema)
+    assert [c.reason for c in changes] == ["type", "date", "trim", "enum_case"]
+    assert changes[3] == "unit: 'CELSIUS' -> 'Celsius'"

@@ -238,8 +238,15 @@ def test_schema_errors_one_line_each_with_paths() -> None:
     assert all(p.tool == "transfer_money" for p in checked.problems)
 
 
-def test_extra_arguments_pass_where_the_schema_allows_them() -> None:
-    assert check("get_weather", '{"city": "Paris", "days": 3}').ok
+def test_extra_arguments_pass_only_where_the_policy_allows_them() -> None:
+    # get_weather's schema lists its properties and says nothing about others.
+    assert check("get_weather", '{"city": "Paris", "days": 3}', undeclared="allow").ok
+    assert messages(check("get_weather", '{"city": "Paris", "days": 3}')) == [
+        (
+            "undeclared_parameter",
+            "$: 'days' is not a parameter of tool 'get_weather'; its parameters: city, unit",
+        )
+    ]
 
 
 def test_a_tool_without_parameters_takes_any_object() -> None:
