@@ -377,8 +377,9 @@ def _loop() -> asyncio.AbstractEventLoop:
 
 
 async def _run(settings: Settings, host: str, port: int) -> None:
-    from gateway.http.keys import RELOADER
+    from gateway.http.keys import CONNECTIONS, RELOADER
     from gateway.server.app import build_app
+    from gateway.server.connections import BoundedSite, open_file_problem
 
     app = build_app(settings)
     timeout = settings.server.shutdown_timeout_seconds
@@ -393,7 +394,7 @@ async def _run(settings: Settings, host: str, port: int) -> None:
             f"{exc}; make its directory writable by this user, or point the store's path in "
             f"{settings.source} (cache.store.path, responses.store.path) elsewhere"
         ) from None
-    site = web.TCPSite(runner, host, port, backlog=1024)
+    site = BoundedSite(runner, app[CONNECTIONS], host, port, backlog=1024)
     try:
         await site.start()
     except OSError as exc:
@@ -403,6 +404,8 @@ async def _run(settings: Settings, host: str, port: int) -> None:
         print(f"gateway {__version__} listening on http://{address[0]}:{address[1]}", flush=True)
     _print_unset(settings, unset_variables(settings.file))
     _print_unservable_aliases(settings)
+    if problem := open_file_problem(settings.server.max_connections):
+        print(f"  warning: {problem}", file=sys.stderr, flush=True)
     models = ", ".join(sorted(r.name for r in settings.served_models()))
     print(f"  serving models: {models}", flush=True)
     if settings.server.tune_gc:

@@ -16,8 +16,9 @@ from aiohttp.web_protocol import RequestPayloadError
 from gateway.cache.service import Directive, SemanticCache
 from gateway.cache.two_stage import TwoStageEmbedder
 from gateway.config.policy_set import Policy
-from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound, PayloadTooLarge
+from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound
 from gateway.http import render
+from gateway.http.body import read_body, too_large
 from gateway.http.keys import (
     BREAKERS,
     CACHE,
@@ -324,14 +325,12 @@ def _require_cache(request: web.Request) -> SemanticCache:
 
 
 async def read_json(request: web.Request) -> Any:
-    limit = request[RUNTIME].settings.server.max_body_bytes
+    server = request[RUNTIME].settings.server
+    limit = server.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
-        raise _too_large(limit)
-    try:
-        if request.content_length is not None and "Content-Encoding" not in request.headers:
-            raw = await request.read()
-        else:  # chunked or compressed: count the decoded bytes as they arrive
-            raw = await _read_bounded(request, limit)
+        raise too_large(limit)
+    try:  # chunked or compressed: the decoded bytes are counted as they arrive
+        raw = await read_body(request, limit, server.body_timeout_seconds)
     except (ValueError, zlib.error, HttpProcessingError, RequestPayloadError) as exc:
         raise InvalidRequest(
             f"The request body could not be read ({type(exc).__name__}): check its "
@@ -358,19 +357,6 @@ async def read_json(request: web.Request) -> Any:
             f"The request JSON nests deeper than {MAX_JSON_DEPTH} levels.", code="invalid_json"
         )
     return data
-
-
-async def _read_bounded(request: web.Request, limit: int) -> bytes:
-    pieces = bytearray()
-    async for piece in request.content.iter_any():
-        pieces += piece
-        if len(pieces) > limit:
-            raise _too_large(limit)
-    return bytes(pieces)
-
-
-def _too_large(limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge(f"The request body is larger than the limit of {limit} bytes.")
 
 
 def _model_card(created: int, name: str, provider: str) -> dict[str, Any]:

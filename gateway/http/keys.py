@@ -11,6 +11,7 @@ from gateway.observability.metrics import Metrics
 from gateway.ratelimit import RateLimiter
 from gateway.resilience.breaker import Breakers
 from gateway.responses.store import ResponseStore
+from gateway.server.connections import Connections
 from gateway.server.reload import Reloader
 from gateway.server.runtime import Runtime, RuntimeRef
 from gateway.server.shutdown import Drain
@@ -26,5 +27,6 @@ LIMITER = web.AppKey("limiter", RateLimiter)  # per process; budgets outlive rel
 SHARED_STATE = web.AppKey("shared_state", SharedState)  # per process: /readyz, redis_up
 RESPONSES = web.AppKey("responses", ResponseStore)  # stored Responses, per process
 DRAIN = web.AppKey("drain", Drain)  # set on SIGTERM (gateway/server/shutdown.py)
+CONNECTIONS = web.AppKey("connections", Connections)  # client connections: count and cap
 CTX = web.RequestKey("ctx", RequestContext)
 RUNTIME = web.RequestKey("runtime", Runtime)  # the runtime this request started with

@@ -134,6 +134,24 @@ class Metrics:
         self.in_flight = Gauge(
             "gateway_in_flight_requests", "Requests being handled now.", registry=r
         )
+        self.connections_open = Gauge(
+            "gateway_connections_open",
+            "Client connections open now (server.max_connections caps them).",
+            registry=r,
+        )
+        self.connections_refused = Counter(
+            "gateway_connections_refused",
+            "Client connections refused (503, then closed): max_connections, the cap was full.",
+            ["reason"],
+            registry=r,
+        )
+        self.client_timeouts = Counter(
+            "gateway_client_timeouts",
+            "Requests a client was too slow to send (408): headers (header_timeout_seconds) "
+            "or body (body_timeout_seconds).",
+            ["phase"],
+            registry=r,
+        )
         self.cache_lookups = Counter(
             "gateway_cache_lookups",
             "Cache decisions: hit_exact, hit_semantic, miss, refresh, bypass.",
@@ -474,6 +492,12 @@ class Metrics:
             self._child(self.fallbacks, model, ctx.fallback_model).inc()
         if ctx.stream_broken:
             self._child(self.streams_broken, model).inc()
+
+    def connection_refused(self, reason: str) -> None:
+        self._child(self.connections_refused, reason).inc()
+
+    def client_timed_out(self, phase: str) -> None:
+        self._child(self.client_timeouts, phase).inc()
 
     def config_reloaded(self, result: str) -> None:
         self._child(self.config_reloads, result).inc()

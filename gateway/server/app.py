@@ -16,6 +16,7 @@ from gateway.http.keys import (
     ACCESS_LOG,
     BREAKERS,
     CACHE,
+    CONNECTIONS,
     DRAIN,
     LIMITER,
     METRICS,
@@ -30,6 +31,7 @@ from gateway.observability.metrics import Metrics
 from gateway.ratelimit import RateLimiter
 from gateway.resilience.breaker import Breakers
 from gateway.responses.store import build_response_store
+from gateway.server.connections import ConnectionLimits, Connections
 from gateway.server.reload import Reloader
 from gateway.server.runtime import Runtime, RuntimeRef
 from gateway.server.shutdown import Drain
@@ -88,6 +90,12 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
         on_failure=metrics.response_store_failed,
     )
     app[DRAIN] = Drain()
+    connections = app[CONNECTIONS] = Connections(
+        ConnectionLimits.of(settings.server),
+        on_refused=metrics.connection_refused,
+        on_timed_out=metrics.client_timed_out,
+    )
+    metrics.connections_open.set_function(lambda: connections.open)
     metrics.in_flight.set_function(lambda: ref.in_flight)  # read when scraped
     if cache is not None:
         metrics.cache_entries.set_function(lambda: len(cache.store))

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from aiohttp import web
 
 from gateway.config import Settings
-from gateway.http.keys import BREAKERS, CACHE
+from gateway.http.keys import BREAKERS, CACHE, CONNECTIONS
 from gateway.observability.accesslog import AccessLog
 from gateway.server.app import build_app
+from gateway.server.connections import BoundedSite
 
 T = TypeVar("T")
 
@@ -23,8 +24,10 @@ T = TypeVar("T")
 class ServerThread:
     """An event loop in a daemon thread; coroutines are run on it with `call`."""
 
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+    def __init__(
+        self, loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
+    ) -> None:
+        self.loop = loop_factory()  # uvloop.new_event_loop: the loop `gateway serve` runs
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
 
@@ -53,7 +56,8 @@ class GatewayServer:
     async def start(self) -> GatewayServer:
         self._runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        connections = self.app[CONNECTIONS]
+        await BoundedSite(self._runner, connections, "127.0.0.1", 0).start()
         self.port = self._runner.addresses[0][1]
         return self
 
