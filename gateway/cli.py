@@ -377,12 +377,14 @@ def _loop() -> asyncio.AbstractEventLoop:
 
 
 async def _run(settings: Settings, host: str, port: int) -> None:
-    from gateway.http.keys import CONNECTIONS, RELOADER
+    from gateway.http.keys import CONNECTIONS, DRAIN, RELOADER
     from gateway.server.app import build_app
     from gateway.server.connections import BoundedSite, open_file_problem
+    from gateway.server.shutdown import server_timeout
 
     app = build_app(settings)
-    timeout = settings.server.shutdown_timeout_seconds
+    drain, server = app[DRAIN], settings.server  # server settings take a restart to change
+    timeout = server_timeout(server.shutdown_timeout_seconds)  # ours acts first: Drain.ending
     runner = web.AppRunner(
         app, handler_cancellation=True, access_log=None, shutdown_timeout=timeout
     )
@@ -424,22 +426,7 @@ async def _run(settings: Settings, host: str, port: int) -> None:
     loop.add_signal_handler(signal.SIGHUP, reload_now)
     try:
         await stop.wait()
-        await _drain(app, settings)
+        await drain.begin(server.drain_seconds)
     finally:
-        await runner.cleanup()
-
-
-async def _drain(app: web.Application, settings: Settings) -> None:
-    """Not ready first, so the balancer stops sending; aiohttp then stops accepting and waits
-    for requests in flight (runner.cleanup); streams running at the timeout end cleanly."""
-    from gateway.http.keys import DRAIN, RUNTIME_REF
-    from gateway.server.shutdown import EXPIRY_MARGIN_SECONDS
-
-    drain = app[DRAIN]
-    drain.draining = True
-    in_flight = app[RUNTIME_REF].in_flight
-    print(f"gateway draining: {in_flight} requests in flight", flush=True)
-    await asyncio.sleep(settings.server.drain_seconds)
-    timeout = settings.server.shutdown_timeout_seconds
-    expire_in = max(0.0, timeout - EXPIRY_MARGIN_SECONDS)
-    asyncio.get_running_loop().call_later(expire_in, drain.expire)
+        async with drain.ending(server.shutdown_timeout_seconds):
+            await runner.cleanup()  # stop accepting, wait for the requests, close

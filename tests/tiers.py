@@ -80,6 +80,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "test_fixed_validation_of_a_multi_tenant_policy_is_deterministic": ("process",),
     "tests/rag/test_kb_cli.py": ("process",),
     "tests/reliability/test_durability.py": ("process",),
+    "tests/server/test_shutdown.py": ("process", "slow"),  # gateway processes, SIGTERM
     "tests/reliability/test_fuzz_http.py": ("process", "fuzz"),
     "tests/reliability/test_fuzz_parsers.py": ("process", "fuzz"),
     "tests/reliability/test_fuzz_responses.py": ("process", "fuzz"),

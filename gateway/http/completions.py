@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.completions import request as legacy
+from gateway.completions.response import TextChunks
 from gateway.completions.service import complete
 from gateway.http import render
 from gateway.http.handlers import read_json, read_request_headers
@@ -16,6 +17,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     parsed = legacy.parse(body)
     read_request_headers(request, parsed.model, parsed.stream)
+    if parsed.stream:
+        render.streams(request, TextChunks())
     prompts = parsed.prompts
     if runtime.settings.server.log_prompts and prompts:
         ctx.prompt = prompts[-1]

@@ -48,6 +48,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     chat = chat_params(body)
     read_chat_headers(request, chat, body)
+    if chat.stream:
+        render.streams(request)
     reply = await runtime.pipeline.chat(ctx, chat, body)
     if reply.completion is not None:
         return render.json(ctx, reply.completion)

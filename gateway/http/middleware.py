@@ -25,8 +25,9 @@ from gateway.errors import (
     PayloadTooLarge,
 )
 from gateway.http import auth, render
-from gateway.http.keys import ACCESS_LOG, CTX, LIMITER, METRICS, RUNTIME, RUNTIME_REF
+from gateway.http.keys import ACCESS_LOG, CTX, DRAIN, LIMITER, METRICS, RUNTIME, RUNTIME_REF
 from gateway.ratelimit import Permit, RateLimited
+from gateway.server.shutdown import ShuttingDown
 
 log = logging.getLogger("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -57,9 +58,13 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         endpoint=_endpoint(request.path),
     )
     metrics = request.app[METRICS]
+    drain = request.app[DRAIN]
     runtime.enter()
     ctx.in_flight = request.app[RUNTIME_REF].enter()
+    task = drain.enter()
     try:
+        if drain.expired:  # a pipelined request behind one the shutdown ended
+            raise ShuttingDown()
         if ctx.endpoint in _AUTHENTICATED:
             ctx.tenant = auth.tenant_for(runtime.settings, request.headers.get("Authorization"))
             if ctx.endpoint != "models":
@@ -80,13 +85,19 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         return render.error(ctx, err)
     except web.HTTPException as exc:
         return render.error(ctx, _translate(exc, request))
-    except (asyncio.CancelledError, ConnectionResetError):
+    except asyncio.CancelledError:
+        if drain.ended(task):  # the shutdown timeout, not the client: answer all the same
+            return await render.shutting_down(request, ctx)
+        ctx.status, ctx.error_code = render.CLIENT_CLOSED, "client_disconnected"
+        raise
+    except ConnectionResetError:
         ctx.status, ctx.error_code = render.CLIENT_CLOSED, "client_disconnected"
         raise
     except Exception:
         log.exception("unhandled error in request %s", ctx.request_id)
         return render.error(ctx, render.internal_error(ctx))
     finally:
+        drain.leave(task)  # answered: what is left here is the request's own bookkeeping
         for permit in ctx.permits:
             await _settle_permit(permit, ctx)
         runtime.leave()

@@ -72,6 +72,14 @@ class ChatChunks:
 
 
 CHAT_CHUNKS = ChatChunks()
+# The form a request's stream is written in, set by its handler once it knows the request
+# streams (`streams`): a shutdown that ends the request before its first byte writes in it.
+STREAM_FORM: web.RequestKey[StreamForm] = web.RequestKey("stream_form")
+
+
+def streams(request: web.Request, form: StreamForm = CHAT_CHUNKS) -> None:
+    """This request answers as an SSE stream written by `form`."""
+    request[STREAM_FORM] = form
 
 
 async def stream(
@@ -79,20 +87,11 @@ async def stream(
 ) -> web.StreamResponse:
     """Relay a reply's chunks as SSE, written by `form`. After prepare() the status is sent, so
     failures become what `form.failed` writes (chat: an SSE error event followed by [DONE])."""
-    response = _SseResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-            **_headers(ctx),
-        }
-    )
-    await response.prepare(request)
+    response = _sse_response(ctx)
     drain = request.app[DRAIN]
     task = asyncio.current_task()
-    if task is not None:
-        drain.streams.add(task)
     try:
+        await response.prepare(request)
         async with aclosing(reply.relay()) as relay:
             try:
                 first = True  # the first write goes out even when empty: it carries the headers
@@ -117,16 +116,43 @@ async def stream(
         # The client left; closing the relay above already released the upstream request.
         ctx.status, ctx.error_code = CLIENT_CLOSED, "client_disconnected"
     except asyncio.CancelledError:
-        if not drain.expired or task is None:
+        if not drain.ended(task):
             raise
         # Ended by the shutdown (Drain.expire), not by the client: say so, then finish.
-        task.uncancel()
-        ctx.error_code = ShuttingDown.code
-        with contextlib.suppress(ConnectionResetError):
-            await response.write_eof(form.failed(ShuttingDown()) + await form.end())
-    finally:
-        drain.streams.discard(task)
+        await _end_for_shutdown(request, response, ctx, form)
     return response
+
+
+async def shutting_down(request: web.Request, ctx: RequestContext) -> web.StreamResponse:
+    """The answer of a request the shutdown timeout ended before it answered: a stream (still
+    waiting for its upstream's first byte) gets its headers, the error event and its end, as
+    one that had started; any other request a 503 with Retry-After."""
+    form = request.get(STREAM_FORM)
+    if form is None:
+        return error(ctx, ShuttingDown())
+    response = _sse_response(ctx)
+    await _end_for_shutdown(request, response, ctx, form)
+    return response
+
+
+async def _end_for_shutdown(
+    request: web.Request, response: web.StreamResponse, ctx: RequestContext, form: StreamForm
+) -> None:
+    ctx.status, ctx.error_code = 200, ShuttingDown.code
+    with contextlib.suppress(ConnectionResetError):
+        await response.prepare(request)  # a no-op once prepared
+        await response.write_eof(form.failed(ShuttingDown()) + await form.end())
+
+
+def _sse_response(ctx: RequestContext) -> web.StreamResponse:
+    return _SseResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+            **_headers(ctx),
+        }
+    )
 
 
 class _SseResponse(web.StreamResponse):

@@ -8,6 +8,7 @@ the Responses event stream. Stored responses are the tenant's own (gateway/respo
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -34,6 +35,8 @@ async def create(request: web.Request) -> web.StreamResponse:
     ctx, pipeline = request[CTX], request[RUNTIME].pipeline
     body = await read_json(request)
     asked = translate.parse(body)
+    if asked.stream:
+        render.streams(request, _stream_form(asked, body, asked.model))
     history = await _history(request, asked)
     items = translate.input_items(asked)
     if translate.built_in_tools(asked) and native.serves(ctx, pipeline, asked.model):
@@ -79,12 +82,12 @@ async def _answer(
     """The pipeline's chat answer as a Response, or as the Responses event stream."""
     ctx = request[CTX]
     model = ctx.route.name if ctx.route is not None else asked.model
-    snapshot = partial(_snapshot, new_response_id(), asked, body, model, int(time.time()))
     keep = partial(_keep, request, asked, conversation)
 
     completion = reply.completion
     if completion is None:
-        return await render.stream(request, ctx, reply, ResponseEvents(snapshot, keep))
+        return await render.stream(request, ctx, reply, _stream_form(asked, body, model, keep))
+    snapshot = partial(_snapshot, new_response_id(), asked, body, model, int(time.time()))
     choice = (completion.get("choices") or [{}])[0]
     response = snapshot(
         output.output_items(completion),
@@ -97,6 +100,22 @@ async def _answer(
         response["sources"] = completion["sources"]
     await keep(response)
     return render.json(ctx, response)
+
+
+def _stream_form(
+    asked: translate.ResponsesRequest,
+    body: Json,
+    model: str,
+    keep: Callable[[Json], Awaitable[None]] | None = None,
+) -> ResponseEvents:
+    """The Responses event stream of a new response; without `keep` (the form a shutdown
+    ends a stream in before its first byte) a completed response is not stored."""
+    snapshot = partial(_snapshot, new_response_id(), asked, body, model, int(time.time()))
+    return ResponseEvents(snapshot, keep or _keep_nothing)
+
+
+async def _keep_nothing(response: Json) -> None:
+    return None
 
 
 async def _keep(
