@@ -48,8 +48,9 @@ class Sample:
     messages: list[dict[str, Any]] = field(default_factory=list)  # the question's first turn
 
 
-def convert_schema(schema: Any) -> Any:
-    """A BFCL parameter schema in JSON Schema (see the module docstring)."""
+def convert_schema(schema: Any, closed: bool = True) -> Any:
+    """A BFCL parameter schema in JSON Schema (see the module docstring); `closed=False` leaves
+    `additionalProperties` unsaid, as most clients' tool schemas do."""
     if not isinstance(schema, dict):
         return schema
     out: dict[str, Any] = {}
@@ -60,12 +61,12 @@ def convert_schema(schema: Any) -> Any:
             if value != "any":
                 out["type"] = TYPES.get(value, value)
         elif key == "properties" and isinstance(value, dict):
-            out["properties"] = {name: convert_schema(sub) for name, sub in value.items()}
+            out["properties"] = {name: convert_schema(sub, closed) for name, sub in value.items()}
         elif key in ("items", "additionalProperties") and isinstance(value, dict):
-            out[key] = convert_schema(value)
+            out[key] = convert_schema(value, closed)
         else:
             out[key] = value
-    if out.get("type") == "object" and "properties" in out:
+    if closed and out.get("type") == "object" and "properties" in out:
         out.setdefault("additionalProperties", False)
     if out.get("type") == "array" and "enum" in out:
         # BFCL puts the allowed values of an array's items on the array itself.
@@ -77,13 +78,13 @@ def openai_name(name: str) -> str:
     return name.replace(".", "_")
 
 
-def convert_tool(function: dict[str, Any]) -> dict[str, Any]:
+def convert_tool(function: dict[str, Any], closed: bool = True) -> dict[str, Any]:
     return {
         "type": "function",
         "function": {
             "name": openai_name(function["name"]),
             "description": function.get("description", ""),
-            "parameters": convert_schema(function["parameters"]),
+            "parameters": convert_schema(function["parameters"], closed),
         },
     }
 
@@ -111,7 +112,7 @@ def resolve(value: Any) -> Any:
     return value
 
 
-def load(set_name: str) -> list[Sample]:
+def load(set_name: str, closed: bool = True) -> list[Sample]:
     questions = BFCL / f"BFCL_v4_{set_name}.json"
     answers = BFCL / "possible_answer" / f"BFCL_v4_{set_name}.json"
     truth = {}
@@ -125,7 +126,7 @@ def load(set_name: str) -> list[Sample]:
             continue
         row = json.loads(line)
         functions = {openai_name(f["name"]): f for f in row["function"]}
-        tools = [convert_tool(f) for f in row["function"]]
+        tools = [convert_tool(f, closed) for f in row["function"]]
         sample = Sample(set_name, row["id"], tools, [], functions, row["question"][0])
         for index, answer in enumerate(truth[row["id"]]):
             [(name, params)] = answer.items()  # params: a list of allowed values per parameter
@@ -222,6 +223,62 @@ def _outside(enum: list[Any]) -> Any:
         return candidate
     numbers = [v for v in enum if isinstance(v, int | float) and not isinstance(v, bool)]
     return (max(numbers) + 1) if numbers else "not_in_enum"
+
+
+# Names models add that a tool did not declare (plausible ones, as real models invent them).
+PLAUSIBLE_EXTRAS = ("verbose", "language", "format", "limit", "timeout", "user_id", "debug")
+
+
+def undeclared_mutations(
+    sample: Sample, call: dict[str, Any], rng: random.Random
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(kind, mutated call): parameters the tool does not declare, at the top level. Kinds:
+    an added name (a plausible one, and a random one), a given parameter's name misspelled (its
+    value moves to an undeclared name), a given name in another case or separators (must be
+    renamed back), an enum value in another case (must be recased)."""
+    name = call["function"]["name"]
+    arguments = json.loads(call["function"]["arguments"])
+    properties = parameters_of(sample, name).get("properties", {})
+    plausible = [n for n in PLAUSIBLE_EXTRAS if n not in properties]
+    if plausible:
+        added = {**arguments, rng.choice(plausible): "x"}
+        yield "added: plausible name", tool_call(name, added)
+    random_name = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(8))
+    yield "added: random name", tool_call(name, {**arguments, random_name: 1})
+    for param in arguments:
+        taken = set(properties)
+        misspelled = misspell(param, taken, rng)
+        if misspelled in taken or _folded(misspelled) in {_folded(p) for p in taken}:
+            continue  # the misspelling is another declared name, or only a case change
+        renamed = {misspelled if k == param else k: v for k, v in arguments.items()}
+        yield "misspelled given name", tool_call(name, renamed)
+    for param in arguments:
+        variant = _case_variant(param)
+        same_form = [p for p in properties if _folded(p) == _folded(param)]
+        if variant != param and variant not in properties and len(same_form) == 1:
+            renamed = {variant if k == param else k: v for k, v in arguments.items()}
+            yield "name in another case or separators", tool_call(name, renamed)
+    for param, value in arguments.items():
+        enum = properties.get(param, {}).get("enum")
+        if not (enum and isinstance(value, str)) or value.swapcase() == value:
+            continue
+        if sum(isinstance(v, str) and v.casefold() == value.casefold() for v in enum) == 1:
+            yield (
+                "enum value in another case",
+                tool_call(name, {**arguments, param: value.swapcase()}),
+            )
+
+
+def _folded(name: str) -> str:
+    return name.replace("_", "").replace("-", "").casefold()
+
+
+def _case_variant(name: str) -> str:
+    """snake_case -> camelCase; otherwise the first letter's case flipped."""
+    head, *rest = name.split("_")
+    if rest and all(rest):
+        return head + "".join(part[:1].upper() + part[1:] for part in rest)
+    return name[:1].swapcase() + name[1:]
 
 
 EXPECTED_KIND = {

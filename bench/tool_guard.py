@@ -5,9 +5,12 @@ to OpenAI `tools` and `tool_calls`) must pass (target: 0 false rejects), each mu
 them must be caught (target 100 %), cleanable variants must be restored, and a warm check must
 take under 1 ms at p99. `--section repair` (bench/tool_guard_repair.py): the guard in the
 request flow, over HTTP, a fake upstream scripted with BFCL calls behind gateways with the
-guard on and off. docs/BENCHMARKS.md, "Tool-call validation", says how and has the results.
+guard on and off. `--section undeclared` (bench/tool_guard_undeclared.py): schemas converted
+without `additionalProperties: false`, the ground truth and calls with parameters the tool does
+not declare, under each `undeclared_parameters` policy. docs/BENCHMARKS.md, "Tool-call
+validation", says how and has the results.
 
-    python bench/tool_guard.py [--section validate|repair|all] [--json] [--sets a,b,...]
+    python bench/tool_guard.py [--section validate|repair|undeclared|all] [--json] [--sets ...]
         validate: [--repeat N]
         repair:   [--samples 300] [--concurrency 8] [--rounds 5] [--baseline-repeat 3]
                   [--max-seconds 300]
@@ -31,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from bfcl import BFCL, EXPECTED_KIND, SEED, SETS, Sample, dataset_issue, load, mutations
 from tool_guard_repair import RepairOptions, passed, report_repair, run_repair
+from tool_guard_undeclared import report_undeclared, run_undeclared
 
 from gateway.guard.schemas import ValidatorCache, compile_schema
 from gateway.guard.tools import ToolCatalog
@@ -45,8 +49,9 @@ SUGGESTION = re.compile(r"did you mean '([^']+)'\?")
 class Options:
     section: str = option(
         "validate",
-        "validate: in-process validation; repair: through the gateway over HTTP",
-        choices=("validate", "repair", "all"),
+        "validate: in-process validation; repair: through the gateway over HTTP; undeclared: "
+        "parameters the schema does not declare, per policy, in process",
+        choices=("validate", "repair", "undeclared", "all"),
     )
     json: bool = option(False, "print the results as JSON")
     sets: str = option(",".join(SETS), "BFCL sets, comma-separated")
@@ -283,11 +288,13 @@ def main() -> int:
             opts.samples, opts.concurrency, opts.rounds, opts.baseline_repeat, opts.max_seconds
         )
         results["repair"] = run_repair(sets, repair)
+    if opts.section in ("undeclared", "all"):
+        results["undeclared"] = run_undeclared(sets)
     if opts.json:
         out = results if opts.section == "all" else results[opts.section]
         print(json.dumps(out, indent=2, default=str))
     else:
-        reports = {"validate": report, "repair": report_repair}
+        reports = {"validate": report, "repair": report_repair, "undeclared": report_undeclared}
         print("\n\n".join(reports[name](result) for name, result in results.items()))
     return 0
 
