@@ -16,6 +16,7 @@ from http import HTTPStatus
 
 import orjson
 from aiohttp import web
+from aiohttp.http import HttpVersion11
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
@@ -37,6 +38,11 @@ def _handle_error(
     log.info("malformed HTTP request from %s: %s (HTTP %d)", request.remote, reason, status)
     if request.writer.output_size > 0:  # a response already started: nothing more to say
         raise ConnectionError("response already started")
+    # aiohttp stands a version-less HTTP/1.0 request in for the broken one, so its answer would
+    # say HTTP/1.0; the gateway speaks 1.1 (with Connection: close, from force_close below).
+    request._message = request._message._replace(version=HttpVersion11)
+    if hasattr(request, "_version"):  # newer aiohttp keeps it apart from the message
+        request._version = HttpVersion11
     phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
     response = _error_response(
         GatewayError(

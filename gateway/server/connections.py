@@ -34,6 +34,7 @@ from typing import Any, cast
 
 import orjson
 from aiohttp import web
+from aiohttp.http_parser import RawRequestMessage
 from aiohttp.web_protocol import RequestHandler
 
 from gateway.config.server import ServerConfig
@@ -46,6 +47,7 @@ REFUSAL_LOG_INTERVAL_SECONDS = 60.0
 # answer (closing with its request unread would reset the connection and lose the 503).
 REFUSED_LINGER_SECONDS = 1.0
 RETRY_AFTER_SECONDS = 1
+HEAD_END = b"\r\n\r\n"
 # Open files beside client connections: upstream pools, stores, logs.
 OTHER_FILES = 1024
 
@@ -177,7 +179,7 @@ class BoundedRequestHandler(RequestHandler):
         if not self._admitted:
             return  # a refused connection's request: read and dropped
         seen = self._request_count
-        super().data_received(data)
+        self._parse(data)
         if self._request_count != seen:  # the headers of a request are complete
             self._stop_header_timer()
         elif data and self._header_timer is None and self._waiting_for_request():
@@ -186,6 +188,23 @@ class BoundedRequestHandler(RequestHandler):
             self._header_timer = self._loop.call_later(
                 self._connections.limits.header_timeout, self._headers_too_slow
             )
+
+    def _parse(self, data: bytes) -> None:
+        """Several requests in one read (a pipeline) are parsed one head at a time: aiohttp
+        drops every request of a read when one is malformed, so the good ones before it are
+        answered, then the bad one gets its 400 and the connection closes."""
+        if data.count(HEAD_END) < 2:
+            super().data_received(data)
+            return
+        start = 0
+        while start < len(data) and not self._parse_failed():
+            end = data.find(HEAD_END, start)
+            end = len(data) if end < 0 else end + len(HEAD_END)
+            super().data_received(data[start:end])
+            start = end
+
+    def _parse_failed(self) -> bool:
+        return bool(self._messages) and not isinstance(self._messages[-1][0], RawRequestMessage)
 
     def eof_received(self) -> None:
         if self._refused is not None:

@@ -248,3 +248,56 @@ def test_past_the_cap_new_connections_get_503_and_those_open_are_served(
         assert one_response(sock)[0] == 200
     for sock in held:
         sock.close()
+
+
+def responses_until_closed(sock: socket.socket) -> list[tuple[str, dict[str, str], bytes]]:
+    """Every response on the connection, in order, until the gateway closes it."""
+    raw, replies = read_until_closed(sock), []
+    while raw:
+        head, _, rest = raw.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        length = int(headers["content-length"])
+        replies.append((lines[0], headers, rest[:length]))
+        raw = rest[length:]
+    return replies
+
+
+BROKEN = {
+    "header without a colon": b"GET /healthz HTTP/1.1\r\nHost: gw\r\nBroken Header\r\n\r\n",
+    "bad method": b"G@T /healthz HTTP/1.1\r\nHost: gw\r\n\r\n",
+    "bad version": b"GET /healthz HTTP/9.Z\r\nHost: gw\r\n\r\n",
+    "bad content length": b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+    b"Content-Length: ten\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("broken", list(BROKEN))
+def test_a_bad_request_in_a_pipeline_is_answered_after_the_good_ones_before_it(
+    bounded: GatewayServer, broken: str
+) -> None:
+    with connect(bounded) as sock:
+        sock.sendall(HEALTH + HEALTH + BROKEN[broken] + HEALTH)
+        replies = responses_until_closed(sock)
+    statuses = [status for status, _, _ in replies]
+    assert statuses == ["HTTP/1.1 200 OK"] * 2 + ["HTTP/1.1 400 Bad Request"], replies
+    _, headers, body = replies[-1]
+    assert headers["content-type"] == "application/json" and headers["connection"] == "close"
+    assert json.loads(body)["error"]["code"] == "malformed_http_request"
+
+
+def test_a_pipeline_whose_bodies_hold_blank_lines_keeps_its_framing(
+    bounded: GatewayServer,
+) -> None:
+    """Pipelines are parsed a head at a time: a body with CRLFCRLF in it is still one body."""
+    body = b"not json\r\n\r\nGET /healthz HTTP/1.1\r\n\r\n"
+    post = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+    close = b"GET /healthz HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n"
+    with connect(bounded) as sock:
+        sock.sendall(HEALTH + post + post + close)
+        replies = responses_until_closed(sock)
+    assert [status.split()[1] for status, _, _ in replies] == ["200", "400", "400", "200"]
+    assert json.loads(replies[1][2])["error"]["code"] == "invalid_json"
