@@ -6,6 +6,7 @@ fail, slow down and recover on a timer; what the clients got, and how fast the b
     python bench/chaos.py --stream-share 0.2 --json chaos.json
     python bench/chaos.py --attempt-timeout 0              # unset: the gateway's default
     python bench/chaos.py --read-timeout 0.8               # the primary's own timeouts.read
+    python bench/chaos.py --failing looks-valid            # failing: 200s of the wrong shape
 
 Processes on 127.0.0.1: a primary and a backup fake upstream, a fake retriever (the knowledge
 base `docs`) and the gateway. A controller turns the primary healthy -> failing -> healthy ->
@@ -67,6 +68,15 @@ Json = dict[str, Any]
 MODEL, BACKUP_MODEL, KB = "chat", "backup", "docs"
 # The primary's cycle; the outage (both upstreams down) comes once, after the first cycle.
 PRIMARY_CYCLE = ("healthy", "failing", "healthy", "slow")
+# `--failing looks-valid`: each failing window's 200s that only look valid, in turn (the fake's
+# `shape` and `content_type` knobs, gateway/testing/fake_shapes.py; plain and streamed alike).
+LOOKS_VALID: tuple[Json, ...] = (
+    {"content_type": "text/html"},
+    {"shape": "empty_choices"},
+    {"shape": "no_message"},
+    {"shape": "error_object"},
+    {"shape": "not_json"},
+)
 RETRIEVER_CYCLE = ("healthy", "error", "healthy", "slow")
 
 # Questions the fake retriever's corpus answers (word overlap well above min_score 0.35: level 1
@@ -93,6 +103,9 @@ class Options:
     deadline: float = option(2.5, "the model's deadline_seconds")
     slow_ms: float | None = option(None, "primary latency in slow windows (default: deadline+1.5s)")
     slow_kind: str = option("latency", "what slow delays", choices=("latency", "first-byte"))
+    failing: str = option(
+        "status", "what failing windows answer", choices=("status", "looks-valid")
+    )
     read_timeout: float | None = option(None, "the primary's timeouts.read (default: unset, 60 s)")
     attempt_timeout: float | None = option(0.8, "resilience.attempt_timeout_seconds (0: unset)")
     primary_latency_ms: float = option(20.0)
@@ -178,6 +191,7 @@ class Chaos:
         self.session, self.setup, self.opts = session, setup, opts
         self.windows: list[Window] = []
         self.stop = asyncio.Event()
+        self.failures = itertools.cycle(LOOKS_VALID)
 
     async def configure(self, base: str, knobs: Json) -> None:
         async with self.session.post(base + "/_fake/config", json=knobs) as resp:
@@ -189,12 +203,15 @@ class Chaos:
         opts = self.opts
         primary: Json = {"latency_ms": opts.primary_latency_ms}
         backup: Json = {"latency_ms": opts.backup_latency_ms}
+        failure: Json = {"status": 500}
+        if opts.failing == "looks-valid":
+            failure = next(self.failures)  # a 200 that is no proper answer
         if kind in ("failing", "outage"):
-            primary["status"] = 500
+            primary.update(failure)
         if kind == "slow":
             primary["latency_ms" if opts.slow_kind == "latency" else "first_byte_ms"] = opts.slow_ms
         if kind == "outage":
-            backup["status"] = 500
+            backup.update(failure)
         await asyncio.gather(
             self.configure(self.setup.primary, {"defaults": primary}),
             self.configure(self.setup.backup, {"defaults": backup}),

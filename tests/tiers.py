@@ -81,6 +81,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/rag/test_kb_cli.py": ("process",),
     "tests/reliability/test_durability.py": ("process",),
     "tests/server/test_shutdown.py": ("process", "slow"),  # gateway processes, SIGTERM
+    "tests/reliability/test_fuzz_answers.py": ("process", "fuzz"),
     "tests/reliability/test_fuzz_http.py": ("process", "fuzz"),
     "tests/reliability/test_fuzz_parsers.py": ("process", "fuzz"),
     "tests/reliability/test_fuzz_responses.py": ("process", "fuzz"),

@@ -77,7 +77,7 @@ def chunk_problem(data: Json) -> Problem | None:
                 or delta.get("tool_calls") is not None
             ):
                 return _chunk_problem(data)
-        return None if data.get("object", "") in _CHUNK_OBJECTS else _chunk_problem(data)
+        return None if _is_chunk_object(data.get("object")) else _chunk_problem(data)
     return _chunk_problem(data)
 
 
@@ -114,8 +114,8 @@ def embeddings_problem(data: Json) -> Problem | None:
 
 
 def _chunk_problem(data: Json) -> Problem | None:
-    kind = data.get("object", "")
-    if kind is not None and kind not in _CHUNK_OBJECTS:
+    kind = data.get("object")
+    if not _is_chunk_object(kind):
         return Problem(CHUNK, f"a stream event is a {str(kind)[:40]!r}, not a completion chunk")
     choices = data.get("choices")
     if choices is None:
@@ -127,6 +127,10 @@ def _chunk_problem(data: Json) -> Problem | None:
     # Azure's asynchronous content filter annotates a choice without a delta.
     said = [choice for choice in choices if "content_filter_results" not in choice]
     return _parts_problem(said, "delta", DELTA)
+
+
+def _is_chunk_object(kind: object) -> bool:
+    return kind is None or (isinstance(kind, str) and kind in _CHUNK_OBJECTS)
 
 
 def _parts_problem(choices: list[Json], part: str, reason: str) -> Problem | None:

@@ -1,14 +1,16 @@
 """Steering the fake upstream from a fuzzed request (its `"fake": {...}` knobs, which the
 gateway forwards as an unknown field): declared tools with a scripted reply calling them with
-hostile arguments, and faults (error statuses and bodies, broken and cut streams, odd content).
+hostile arguments, and faults (error statuses and bodies, broken and cut streams, odd content,
+200s of the wrong shape or content type).
 Shared by the chat, Responses and completions fuzz tests."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from hypothesis import strategies as st
 
+from gateway.testing.fake_shapes import Shape
 from tests.reliability.jsonfuzz import TEXT, plain_value
 
 TOOL_SCHEMAS: list[dict[str, Any]] = [
@@ -95,6 +97,9 @@ KNOBS = st.fixed_dictionaries(
         "cut_after": st.integers(0, 4),
         "no_done": st.booleans(),
         "stream_error_after": st.integers(0, 3),
+        # 200s that only look valid (gateway/testing/fake_shapes.py): refused, never relayed
+        "shape": st.sampled_from(get_args(Shape)),
+        "content_type": st.sampled_from(["text/html", "text/plain", "", "application/json"]),
         "content": st.one_of(TEXT, st.sampled_from(["", " ", "\u0000", "data: [DONE]\n\n"])),
         "words_per_chunk": st.integers(1, 3),
         "reasoning_content": TEXT,

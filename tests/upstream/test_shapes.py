@@ -112,6 +112,7 @@ def test_valid_chunks_pass(event: Json) -> None:
         (chunk({"index": 0, "finish_reason": None}), "delta"),
         (chunk({"index": 0, "delta": "hi"}), "delta"),
         (chunk({"index": 0, "delta": {"content": ["hi"]}}), "delta"),
+        ({**chunk({"index": 0, "delta": {}}), "object": []}, "chunk"),
     ],
     ids=[
         "no-choices",
@@ -122,6 +123,7 @@ def test_valid_chunks_pass(event: Json) -> None:
         "no-delta",
         "delta-text",
         "content-a-list",
+        "object-a-list",
     ],
 )
 def test_chunks_that_only_look_valid(event: Json, reason: str | None) -> None:
