@@ -112,6 +112,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/upstream/test_schema_instance.py::test_every_bfcl_function_gets_valid_arguments": (
         "slow",
     ),
+    "tests/guard/test_bfcl_ground_truth.py": ("slow",),  # compiles every BFCL schema, twice
     "tests/reliability/test_security.py::"
     "test_admin_routes_refuse_every_bad_credential_with_an_openai_401": ("slow",),
     # slow: half a second or more each on a quiet machine, mostly waiting by design (timeouts,
