@@ -148,14 +148,28 @@ class KeepAlive:
     def send(self, sent: Sent) -> Reply | None:
         """The answer, or None when the server closed the connection instead."""
         assert sent.framing in ("content-length", "chunked"), "only framings that keep a connection"
+        data, _ = build_request(sent, keep_alive=True)
+        try:
+            self.open().sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close()
+            return None
+        return self.read(sent.method.upper() == b"HEAD")
+
+    def open(self) -> socket.socket:
+        """The connection's socket, connecting when there is none (a pipeline writes to it)."""
         if self._sock is None:
             self._sock = socket.create_connection(("127.0.0.1", self.port), timeout=self.timeout)
             self._file = self._sock.makefile("rb")
             self.reconnects += 1
-        data, _ = build_request(sent, keep_alive=True)
+        return self._sock
+
+    def read(self, to_head: bool = False) -> Reply | None:
+        """The next answer on the connection, or None when the server closed it."""
+        if self._sock is None:
+            return None
         try:
-            self._sock.sendall(data)
-            reply = self._read(sent.method.upper() == b"HEAD")
+            reply = self._read(to_head)
         except (BrokenPipeError, ConnectionResetError):
             reply = None
         if reply is None or (reply.header("connection") or "").lower() == "close":

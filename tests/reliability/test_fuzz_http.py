@@ -19,6 +19,7 @@ Deterministic by default (see conftest.fuzz_settings); FUZZ_EXAMPLES=5000 for a 
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import time
 import uuid
@@ -60,6 +61,7 @@ from tests.reliability.rawhttp import (
     KeepAlive,
     Reply,
     Sent,
+    build_request,
     check_reply,
     check_stream,
     exchange,
@@ -648,6 +650,67 @@ def test_one_connection_many_requests(fuzz_gateway: FuzzGateway, names: list[str
             check_reply(reply, sent, endpoint_of(sent.path))
             assert reply.status in statuses, f"{name}: {reply.describe()}"
     event(f"connections: {connection.reconnects}")
+
+
+# Requests the gateway answers with the connection kept open, and broken ones (its parser
+# refuses them: a 400 and the connection closed).
+PIPELINED = ("chat", "chunked", "embeddings", "models", "bad-json", "no-key", "admin-no-key")
+BROKEN_HEADS = (
+    b"GET /healthz HTTP/1.1\r\nHost: x\r\nBroken Header\r\n\r\n",
+    b"G@T /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n",
+)
+
+
+@fuzz_settings(60)
+@given(
+    names=st.lists(st.sampled_from(PIPELINED), min_size=1, max_size=5),
+    broken=st.one_of(st.none(), st.sampled_from(BROKEN_HEADS)),
+    at=st.integers(0, 5),
+    cuts=st.lists(st.integers(1, 4000), max_size=12),
+    pause=st.sampled_from([0.0, 0.002, 0.02]),
+)
+def test_pipelines_sent_in_pieces(
+    fuzz_gateway: FuzzGateway,
+    names: list[str],
+    broken: bytes | None,
+    at: int,
+    cuts: list[int],
+    pause: float,
+) -> None:
+    """Requests pipelined on one connection and sent in arbitrary pieces, slowly or not (well
+    within server.header_timeout_seconds), one of them perhaps broken: every request before
+    the broken one gets its own answer, in order; the broken one a 400 OpenAI error with
+    Connection: close, then the connection closes; without one, every request is answered."""
+    _record(fuzz_gateway, "pipeline")
+    table = _keep_alive_requests()
+    parts = [build_request(table[name][0], keep_alive=True)[0] for name in names]
+    good = len(parts) if broken is None else min(at, len(parts))
+    if broken is not None:
+        parts.insert(good, broken)
+    data = b"".join(parts)
+    fuzz_gateway.sent += len(parts)
+    with KeepAlive(fuzz_gateway.port) as connection:
+        sock = connection.open()
+        edges = sorted({0, len(data), *(c % len(data) for c in cuts)})
+        for start, end in itertools.pairwise(edges):
+            try:
+                sock.sendall(data[start:end])
+            except (BrokenPipeError, ConnectionResetError):
+                assert broken is not None, "the gateway closed a pipeline of good requests"
+                break  # closed after the broken request, while the rest was on its way
+            time.sleep(pause)
+        replies = [connection.read() for _ in range(good)]
+        for name, reply in zip(names, replies, strict=False):
+            assert reply is not None, f"no answer to {name} in the pipeline"
+            assert reply.status in table[name][1], f"{name}: {reply.describe()}"
+        if broken is not None:
+            last = connection.read()
+            assert last is not None and last.status == 400, last and last.describe()
+            headers = {name.lower(): value for name, value in last.headers}
+            assert_openai_error(last.status, headers, last.body, expected_status=400)
+            assert (last.header("connection") or "").lower() == "close"
+            assert connection.read() is None, "the connection stayed open after the bad request"
 
 
 # --- afterwards: the process survived ----------------------------------------------------
