@@ -107,15 +107,28 @@ class OpenAICompatible(Provider):
         async with self._event_stream(native.PATHS[endpoint], body, key) as resp:
             reader = native.NamedEventReader()
             pieces, ended = resp.content.iter_any(), False
+            # A completions stream, like a chat one, must have a choice before [DONE]; events
+            # without one are held until one does (a Responses stream always opens with
+            # response.created).
+            held: list[Json] | None = [] if endpoint == "completions" else None
             while not ended:
                 piece = await anext(pieces, None)
                 ended = piece is None
                 events = reader.end() if piece is None else reader.feed(piece)
                 batch, done, error = self._native_batch(endpoint, events, key)
+                if held is not None and error is None:
+                    held += batch
+                    batch = []
+                    if any(map(has_choice, held)):
+                        batch, held = held, None
                 if batch:
                     yield batch
                 if error is not None:
                     raise error
+                if done and held is not None:
+                    raise self._unexpected(
+                        Problem(shapes.EMPTY_STREAM, "the stream ended before any choice")
+                    )
                 if done:
                     return
         raise UpstreamError(

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from gateway.config import build_settings, parse_config
-from gateway.errors import GatewayError, InvalidRequest, UpstreamError
+from gateway.errors import GatewayError, InvalidRequest, InvalidUpstreamAnswer, UpstreamError
 from gateway.reply.native import NativeEvents, NativeUsage, chat_usage
 from gateway.testing.fake_upstream import FakeUpstream, Received
 from gateway.upstream.demo import DemoProvider
@@ -149,6 +149,9 @@ def _answer_with(payload: Any) -> Any:
         ("responses", {"id": "r", "output": "text"}, "`output` is not a list of objects"),
         ("completions", {"id": "c"}, "`choices` is not a list of objects"),
         ("completions", {"choices": [1]}, "`choices` is not a list of objects"),
+        ("completions", {"id": "c", "choices": []}, "`choices` is not a list of objects"),
+        ("completions", {"error": {"message": "overloaded"}}, "200 with an error: overloaded"),
+        ("responses", {"error": {"message": "overloaded"}}, "200 with an error: overloaded"),
     ],
 )
 async def test_a_native_answer_in_another_shape_is_an_upstream_failure(
@@ -158,6 +161,27 @@ async def test_a_native_answer_in_another_shape_is_an_upstream_failure(
     with pytest.raises(UpstreamError) as info:
         await provider.native(endpoint, {"model": "m"})
     assert info.value.code == "upstream_invalid_response" and problem in info.value.message
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "responses"])
+async def test_a_native_json_answer_of_another_content_type_is_refused(
+    provider: OpenAICompatible, endpoint: str
+) -> None:
+    body = {"model": "m", "prompt": "x", "input": "x", "fake": {"content_type": "text/html"}}
+    with pytest.raises(InvalidUpstreamAnswer) as info:
+        await provider.native(endpoint, body)
+    assert info.value.reason == "content_type"
+
+
+async def test_a_completions_stream_of_no_choice_is_refused_before_its_first_event(
+    provider: OpenAICompatible, fake: FakeUpstream
+) -> None:
+    fake.inject(_replaying(b'data: {"id": "c", "object": "text_completion"}\n\ndata: [DONE]\n\n'))
+    got: list[Json] = []
+    with pytest.raises(InvalidUpstreamAnswer) as info:
+        async for batch in provider.native_stream("completions", {"model": "m", "stream": True}):
+            got += batch
+    assert info.value.reason == "empty_stream" and got == []
 
 
 async def test_a_completions_stream_without_done_is_cut(provider: OpenAICompatible) -> None:
