@@ -102,6 +102,7 @@ def test_alert_rules_are_annotated() -> None:
         "GatewayCacheHitRateCollapse",
         "GatewayLevel4Degradation",
         "GatewayConfigReloadRefused",
+        "GatewayConnectionsRefused",
     }
     for rule in rules:
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
