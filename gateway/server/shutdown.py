@@ -12,7 +12,7 @@ The timeout is spent once, here (`Drain.ending`): at the timeout every request s
 ended and answers; ANSWER_SECONDS later any that could not (a client not reading) is cut.
 aiohttp's own shutdown wait is set longer, so it never acts first: at its timeout it would
 cut the connections without an answer, then wait that timeout a second time for the
-handlers. The process exits within drain + timeout + 1 s.
+handlers. The process exits within drain + timeout + EXIT_WITHIN_SECONDS.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from gateway.errors import GatewayError
 # After the timeout: how long the requests it ended have to write their answers before their
 # connections are cut (a client not reading is the only thing that takes longer).
 ANSWER_SECONDS = 0.25
+# The promise (tests/server/test_shutdown.py holds it): SIGTERM -> exit within drain + timeout +
+# this; docs/DEPLOY.md derives the orchestrator's grace period from it.
+EXIT_WITHIN_SECONDS = 1.0
 RETRY_AFTER_SECONDS = 1  # another replica (behind the same balancer) can take the retry now
 
 

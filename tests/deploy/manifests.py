@@ -11,11 +11,26 @@ from typing import Any
 
 import yaml
 
+from gateway.config.server import ServerConfig
+from gateway.server.shutdown import EXIT_WITHIN_SECONDS
+
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 SCALEOUT = ROOT / "deploy" / "scaleout"
 
 Manifest = dict[str, Any]
+
+
+# The orchestrator's grace period: at least what the gateway needs to exit after SIGTERM
+# (drain + timeout + EXIT_WITHIN_SECONDS, gateway/server/shutdown.py), plus this much for the
+# kubelet or Docker and a slow machine (docs/DEPLOY.md, "Graceful shutdown").
+GRACE_MARGIN_SECONDS = 2.0
+
+
+def grace_needed(server: ServerConfig) -> float:
+    """The shortest grace period that never kills the gateway mid-shutdown."""
+    needed = server.drain_seconds + server.shutdown_timeout_seconds + EXIT_WITHIN_SECONDS
+    return needed + GRACE_MARGIN_SECONDS
 
 
 def kubectl() -> str | None:

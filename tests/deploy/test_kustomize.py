@@ -19,6 +19,7 @@ from tests.deploy.manifests import (
     SCALEOUT,
     Manifest,
     container,
+    grace_needed,
     kubectl,
     one,
     render_from_files,
@@ -103,9 +104,7 @@ def probes_and_ports_meet_the_gateway(objects: list[Manifest]) -> None:
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == str(server.port)
     pod = deployment["spec"]["template"]["spec"]
-    assert pod["terminationGracePeriodSeconds"] > (
-        server.drain_seconds + server.shutdown_timeout_seconds
-    )
+    assert pod["terminationGracePeriodSeconds"] >= grace_needed(server)
 
 
 def services_and_the_autoscaler_find_their_pods(objects: list[Manifest]) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import openai
 import pytest
 
+from gateway.server.shutdown import ANSWER_SECONDS, EXIT_WITHIN_SECONDS, Drain
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from gateway.testing.harness.configs import openai_provider, write_config
 from gateway.testing.harness.process import Server
@@ -30,7 +31,7 @@ from tests.e2e.helpers import parse_sse, sse_json
 from tests.reliability.rawhttp import Reply, Sent, exchange
 
 DRAIN, TIMEOUT = 0.5, 2.0  # server.drain_seconds, server.shutdown_timeout_seconds
-BUDGET = DRAIN + TIMEOUT + 1.0  # the promise: exit within drain + timeout + 1 s
+BUDGET = DRAIN + TIMEOUT + EXIT_WITHIN_SECONDS  # the promise: exit within drain + timeout + 1 s
 NEVER = 600_000  # ms: an upstream that does not answer within the test
 MODELS = {
     "quick": Knobs(),  # answers at once
@@ -303,3 +304,65 @@ def test_responses_and_completions_streams_and_sdk_clients_get_their_own_ending(
     assert isinstance(plain, openai.APIStatusError), repr(plain)
     assert (plain.status_code, plain.code) == (503, "server_shutting_down"), repr(plain)
     assert plain.response.headers["retry-after"] == "1"
+
+
+# --- Drain alone: the order of the ending, and a request that cannot answer -----------------
+
+
+def test_a_request_that_cannot_write_its_answer_is_cut_after_the_answer_time() -> None:
+    """A request ended at the timeout whose answer does not go out (a client that does not
+    read: its write blocks) is cancelled for good ANSWER_SECONDS later; one that finished is
+    left alone; the ending is over once none runs."""
+    drain = Drain()
+    answered: list[str] = []
+
+    async def request(name: str, work: float, answer: float) -> None:
+        task = drain.enter()
+        try:
+            await asyncio.sleep(work)
+            answered.append(f"{name} finished")
+        except asyncio.CancelledError:
+            assert drain.ended(task)  # the shutdown's: taken back, so it may answer
+            await asyncio.sleep(answer)  # writing the answer
+            answered.append(f"{name} answered")
+        finally:
+            drain.leave(task)
+
+    async def run() -> tuple[float, list[BaseException | None]]:
+        tasks = [
+            asyncio.create_task(request("quick", 0.01, 0)),
+            asyncio.create_task(request("slow", 60, 0)),
+            asyncio.create_task(request("stuck", 60, 60)),
+        ]
+        await asyncio.sleep(0)  # each is in
+        started = time.monotonic()
+        async with drain.ending(0.2):
+            await asyncio.wait(tasks)  # what runner.cleanup does: wait for the handlers
+        took = time.monotonic() - started
+        return took, [t.exception() if not t.cancelled() else None for t in tasks]
+
+    took, failures = asyncio.run(run())
+    assert answered == ["quick finished", "slow answered"]
+    assert failures == [None, None, None]  # the stuck one was cancelled, nothing raised
+    assert drain.expired and not drain.requests
+    assert took >= 0.2 + ANSWER_SECONDS, took  # given the timeout, then the answer's time
+
+
+def test_a_cancellation_by_the_client_is_not_taken_for_the_shutdowns() -> None:
+    drain = Drain()
+
+    async def run() -> bool:
+        async def request() -> bool:
+            task = drain.enter()
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                return drain.ended(task)
+            return True
+
+        task = asyncio.create_task(request())
+        await asyncio.sleep(0)
+        task.cancel()  # as aiohttp does when the client goes
+        return await task
+
+    assert asyncio.run(run()) is False
