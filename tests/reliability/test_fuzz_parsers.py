@@ -30,10 +30,11 @@ from hypothesis import event, given, note
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from gateway.config.guard import ArgumentRule, ToolRule
+from gateway.config.guard import ArgumentRule, ToolRule, UndeclaredPolicy
 from gateway.guard.problems import Problem
 from gateway.guard.schemas import ValidatorCache
 from gateway.guard.tools import CheckedCall, ToolCatalog, check_tool_choice
+from gateway.guard.undeclared import review_parameters
 from gateway.reply import sse
 from tests.reliability.fuzz_target import FuzzGateway, running_fuzz_gateway
 from tests.reliability.fuzzing import fuzz_settings
@@ -234,6 +235,21 @@ TOOL_SCHEMAS: list[Any] = [
     {"$ref": "#"},  # a schema that is only a reference to itself
     {"type": "object", "properties": {"r": {"$ref": "#/properties/r"}}},  # a $ref loop
     {"type": "object", "patternProperties": {"^x_": {"type": "integer"}}},
+    # undeclared parameters (gateway/guard/undeclared.py): nested, composed, partly open
+    {
+        "type": "object",
+        "properties": {
+            "user_id": {"type": "integer"},
+            "addr": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    },
+    {"allOf": [{"properties": {"a": {}}}, {"properties": {"b": {"type": "integer"}}}]},
+    {
+        "type": "object",
+        "properties": {"q": {"type": "string"}},
+        "patternProperties": {"^x_": {}},
+        "additionalProperties": {"type": "object", "properties": {"k": {"type": "integer"}}},
+    },
     {"type": "object", "properties": {"s": {"type": "string", "pattern": "^[a-z]{1,8}$"}}},
     {"type": "string"},  # not an object
     {"type": "nonsense"},  # not valid JSON Schema
@@ -307,6 +323,8 @@ HOSTILE_ARGUMENTS = [
     '{"s": "' + "a" * 5000 + '"}',
     "\ufeff{}",
     '{"x_1": 1, "x_2": "two"}',
+    '{"userId": "7", "addr": {"City": "x", "zip": 1}, "q": "a", "Q": "b"}',
+    '{"a": 1, "b": "2", "c": 3, "other": {"k": "1", "j": 2}}',
 ]
 
 
@@ -357,16 +375,23 @@ def _call(draw: st.DrawFn, names: list[str]) -> dict[str, Any]:
     return call
 
 
-def _catalog(tools: list[Any], clean: bool) -> ToolCatalog:
-    return ToolCatalog.from_request(tools, RULES, clean, cache=ValidatorCache(64))
+def _catalog(tools: list[Any], clean: bool, undeclared: UndeclaredPolicy = "repair") -> ToolCatalog:
+    return ToolCatalog.from_request(
+        tools, RULES, clean, undeclared=undeclared, cache=ValidatorCache(64)
+    )
 
 
 @fuzz_settings(500)
-@given(data=st.data(), tools=tool_list(), clean=st.booleans())
+@given(
+    data=st.data(),
+    tools=tool_list(),
+    clean=st.booleans(),
+    undeclared=st.sampled_from(["repair", "strip", "allow"]),
+)
 def test_tool_call_checks_return_problems_and_never_raise(
-    data: st.DataObject, tools: list[Any], clean: bool
+    data: st.DataObject, tools: list[Any], clean: bool, undeclared: UndeclaredPolicy
 ):
-    catalog = _catalog(tools, clean)
+    catalog = _catalog(tools, clean, undeclared)
     call = _call(data.draw, catalog.names)
     try:
         checked = catalog.check(call)
@@ -394,6 +419,9 @@ def test_tool_call_checks_return_problems_and_never_raise(
     if tool.schema.validator is not None and not checked.warnings:
         errors = list(Draft202012Validator(tool.schema.schema).iter_errors(sent_on))
         assert not errors, (function, [e.message for e in errors])
+        if undeclared != "allow":  # and it takes only the parameters the schema declares
+            left = review_parameters(sent_on, tool.schema.schema, "repair", rename=False)
+            assert not left.undeclared, (function, left.undeclared)
 
 
 @fuzz_settings(300)
