@@ -11,7 +11,9 @@ A schema that does say what else it takes is respected under every policy: names
 `patternProperties` are declared, `additionalProperties: true` or a schema, `propertyNames` and
 `unevaluatedProperties` leave the object open to the schema's own judgement, and
 `additionalProperties: false` is enforced by validation as the client wrote it. Names declared
-in `allOf`, `anyOf`, `oneOf`, `if`/`then`/`else` or `dependentSchemas` count as declared.
+in `allOf`, `anyOf`, `oneOf`, `if`/`then`/`else` or `dependentSchemas` count as declared, and so
+do names a schema requires (`required`, `dependentRequired`) without listing them: a sloppy
+schema must not make a call impossible.
 
 Before any of that, when cleaning is on, a near miss is renamed: an undeclared name equal to
 exactly one declared name not given yet, ignoring case and separators (`userId` -> `user_id`),
@@ -207,6 +209,8 @@ class _Walker:
                 listed = True
                 for name, sub in declared.items():
                     properties.setdefault(name, []).append(sub)
+            for name in _required_names(part):
+                properties.setdefault(name, [])
             pattern_map = part.get("patternProperties")
             if isinstance(pattern_map, Mapping):
                 for pattern, sub in pattern_map.items():
@@ -245,6 +249,18 @@ class _Walker:
 
 
 _DROP = object()  # "leave this name out", distinct from every schema
+
+
+def _required_names(schema: Schema) -> Iterator[str]:
+    required = schema.get("required")
+    if isinstance(required, list):
+        yield from (name for name in required if isinstance(name, str))
+    dependent = schema.get("dependentRequired")
+    if isinstance(dependent, Mapping):
+        for key, names in dependent.items():
+            yield key
+            if isinstance(names, list):
+                yield from (name for name in names if isinstance(name, str))
 
 
 def _only(subs: Any) -> Any:

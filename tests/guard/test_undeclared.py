@@ -192,6 +192,14 @@ def test_explicit_additional_properties_false_is_left_to_validation() -> None:
         assert result.undeclared == [] and result.changes == []
 
 
+def test_a_required_name_the_properties_forget_is_declared() -> None:
+    sloppy = {**obj(a={"type": "string"}), "required": ["a", "b"]}
+    assert review({"a": "x", "b": 1, "c": 2}, sloppy).undeclared[0].name == "c"
+    assert [u.name for u in review({"a": "x", "b": 1}, sloppy).undeclared] == []
+    dependent = {**obj(a={}), "dependentRequired": {"a": ["b"]}}
+    assert review({"a": 1, "b": 2}, dependent).undeclared == []
+
+
 def test_an_empty_property_list_declares_no_parameter() -> None:
     assert names(review({"q": 1}, obj())) == [((), "q")]
 
