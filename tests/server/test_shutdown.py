@@ -93,18 +93,18 @@ def in_upstream(upstream: FakeUpstream, model: str) -> bool:
 
 
 async def sigterm_and_wait(
-    server: Server, clients: dict[str, Any], ready: Callable[[], bool]
+    server: Server, clients: dict[str, Any], ready: Callable[[set[str]], bool]
 ) -> tuple[float, int, dict[str, Reply | None]]:
-    """Start `clients` (name -> Sent) on their own connections; once `ready()`, SIGTERM. The
-    seconds from the signal to the exit, the exit status, and each client's reply (None: the
-    connection closed without one)."""
+    """Start `clients` (name -> Sent) on their own connections (`Connection: close`); once
+    `ready(the names of those answered)`, SIGTERM. The seconds from the signal to the exit,
+    the exit status, and each client's reply (None: the connection closed without one)."""
     port = port_of(server)
     calls = {
         name: asyncio.create_task(asyncio.to_thread(exchange, port, sent, 60))
         for name, sent in clients.items()
     }
     deadline = time.monotonic() + 15
-    while not ready():
+    while not ready({name for name, call in calls.items() if call.done()}):
         assert time.monotonic() < deadline, "the requests did not all reach their stage"
         await asyncio.sleep(0.02)
     signalled = time.monotonic()
@@ -160,10 +160,11 @@ def test_sigterm_answers_every_request_in_flight_and_exits_within_the_budget(
     }
     started = time.monotonic()
 
-    def ready() -> bool:
+    def ready(answered: set[str]) -> bool:
         # the quick ones are done, the running stream is some words in, the others wait
         waiting = all(in_upstream(upstream, m) for m in ("silent", "pondering", "dribble"))
-        return waiting and time.monotonic() - started > 1.5
+        finished = answered == {"stream finished", "plain finished"}
+        return waiting and finished and time.monotonic() - started > 1.5
 
     exited, status, replies = asyncio.run(sigterm_and_wait(gateway, clients, ready))
     output = gateway.output()
@@ -259,7 +260,8 @@ def test_responses_and_completions_streams_and_sdk_clients_get_their_own_ending(
         sdk_calls = asyncio.gather(*calls)
         started = time.monotonic()
 
-        def ready() -> bool:
+        def ready(answered: set[str]) -> bool:
+            assert not answered, answered
             prompts = [str(b.get("messages")) for b in bodies(upstream)]
             sdk_in = sum("sdk " in p for p in prompts) == 2
             return sdk_in and len(prompts) >= 6 and time.monotonic() - started > 1.5
