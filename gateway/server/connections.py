@@ -223,7 +223,10 @@ class BoundedRequestHandler(RequestHandler):
         super().connection_lost(exc)
 
     def _waiting_for_request(self) -> bool:
-        """Between requests: aiohttp's loop awaits the next message (its own idle check)."""
+        """Between requests: aiohttp's loop awaits the next message (its own idle check), or
+        no request has arrived yet (the loop may not have started when the first bytes do)."""
+        if self._request_count == 0:
+            return True
         return self._waiter is not None and not self._waiter.done()
 
     def _headers_too_slow(self) -> None:
@@ -231,7 +234,7 @@ class BoundedRequestHandler(RequestHandler):
         if self._request_count != self._requests_seen or not self._waiting_for_request():
             return
         self._connections.on_timed_out("headers")
-        log.info("client %s too slow sending request headers: closed", self.peername)
+        log.debug("client %s too slow sending request headers: closed", self.peername)
         if self.transport is not None:
             self.transport.write(HEADERS_TOO_SLOW)
         self.force_close()
