@@ -301,3 +301,47 @@ def test_a_pipeline_whose_bodies_hold_blank_lines_keeps_its_framing(
         replies = responses_until_closed(sock)
     assert [status.split()[1] for status, _, _ in replies] == ["200", "400", "400", "200"]
     assert json.loads(replies[1][2])["error"]["code"] == "invalid_json"
+
+
+def test_a_client_that_stops_reading_a_long_stream_is_held_by_backpressure(
+    bounded: GatewayServer, upstream: FakeUpstream
+) -> None:
+    """A reader that stalls holds the gateway's writes (nothing piles up in its buffer beyond
+    the transport's high-water mark), is not cut by any client timeout, and gets the whole
+    stream when it reads again."""
+    words = 2_000_000  # 10 MB of content, 11 MB of SSE: more than the sockets' buffers hold
+    upstream.defaults = upstream.defaults.model_copy(
+        update={"content": "word " * words, "words_per_chunk": 500}
+    )
+    body = json.dumps(
+        {"model": "fake-model", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+    ).encode()
+    try:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+            sock.settimeout(PATIENCE)
+            sock.connect(("127.0.0.1", bounded.port))
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n"
+                b"Content-Type: application/json\r\nContent-Length: "
+                + str(len(body)).encode()
+                + b"\r\n\r\n"
+                + body
+            )
+            first = sock.recv(4096)
+            time.sleep(max(HEADER_TIMEOUT, BODY_TIMEOUT, IDLE_TIMEOUT) * 1.5)  # stalled
+            (handler,) = _handlers(bounded)
+            assert handler.transport is not None, "the stream ended while its reader stalled"
+            buffered = handler.transport.get_write_buffer_size()
+            raw = first + read_until_closed(sock)
+    finally:
+        upstream.reset()
+    assert buffered <= 1024 * 1024, f"{buffered} bytes buffered for a reader that stalled"
+    assert raw.startswith(b"HTTP/1.1 200") and b"data: [DONE]" in raw[-64:]
+    assert raw.count(b"word") == words
+
+
+def _handlers(gw: GatewayServer) -> list[Any]:
+    runner = gw._runner  # the gateway's own connections, to read their write buffers
+    assert runner is not None and runner.server is not None
+    return list(runner.server.connections)
