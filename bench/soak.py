@@ -8,14 +8,18 @@ load, sampled every window for anything that grows when it should not.
 
 The load is open-loop, `--rate` a second (at most 256 in flight, more are counted as skipped):
 80 % new questions (a miss and a write each), 15 % recent repeats (hits), 30 % streamed, 10 %
-with tools, 2 % of clients giving up after 50 ms on an answer the fake delays by 400 ms. Each
-window: requests, errors, latency p50/p99, the gateway's CPU per request; at its end RSS, open
-fds, threads, cache entries, and from a probe thread inside the gateway
+with tools, 2 % of clients giving up after 50 ms on an answer the fake delays by 400 ms.
+Beside it, `--slow-clients` connections send request headers a byte at a time and as many sit
+idle, at all times (each one closed by the gateway is replaced): the gateway must close them
+(header timeout 2 s here, idle 20 s: above the load's 15 s keep-alive pool) in every window
+while the load is served as before. Each window: requests, errors, latency p50/p99, the
+gateway's CPU per request, slow and idle clients closed; at its end RSS, open fds, threads,
+cache entries, and from a probe thread inside the gateway
 (gateway/testing/harness/inner_probe.py) the asyncio tasks and the length of every container
 of the cache store. Targets (exit status 1 when one is missed): entries never above
 max_entries and no store container over it by 5 %; RSS growth since the cache filled under
 max(8 MB, 5 %); fds within +5 and tasks within +20 of the start; p50 at most 1.5x and p99 at
-most 2x the start; no errors.
+most 2x the start; no errors; slow and idle clients closed by the gateway in every window.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ class Options:
     warmup: float = option(15.0, "seconds of load before the first sample")
     latency_ms: float = option(20.0, "the fake upstream's latency")
     seed: int = option(1, "the request mix")
+    slow_clients: int = option(20, "connections dribbling headers, and as many idle, at all times")
     json_out: Path | None = option(None, "also write every window here", flag="--json")
 
 
@@ -92,6 +97,9 @@ class Window:
     cache: dict[str, int] = field(default_factory=dict)
     statuses: dict[str, int] = field(default_factory=dict)
     load: str = ""
+    dribblers_closed: int = 0  # slow clients the gateway closed (header timeout)
+    idle_closed: int = 0  # idle connections the gateway closed (idle timeout)
+    slow_connect_failures: int = 0  # slow or idle clients that could not connect
 
 
 # --- the processes ----------------------------------------------------------------------------
@@ -103,7 +111,13 @@ def gateway_config(fake: str, opts: Options) -> dict[str, Any]:
     keys = [{"env": f"SOAK_KEY_{n}", "tenant": t} for n, t in enumerate(TENANT_KEYS)]
     timeouts = {"connect": 2, "read": 10, "total": 30}
     return {
-        "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
+        "server": {
+            "host": "127.0.0.1",
+            "port": 0,
+            "access_log": False,
+            "header_timeout_seconds": 2,
+            "idle_timeout_seconds": 20,  # above the load generator's keep-alive (15 s)
+        },
         "auth": {"admin_key_env": "GATEWAY_ADMIN_KEY", "keys": keys},
         "providers": {"fake": {"type": "openai", "base_url": f"{fake}/v1", "timeouts": timeouts}},
         "models": [
@@ -139,6 +153,57 @@ def process_state(pid: int, probe_out: Path) -> dict[str, Any]:
 
 
 # --- the load ---------------------------------------------------------------------------------
+
+
+class SlowClients:
+    """`n` connections dribbling request headers (a byte every 0.2 s) and `n` idle ones, each
+    replaced when the gateway closes it; counts the closures since the last `take`."""
+
+    def __init__(self, base: str, n: int) -> None:
+        host, port = base.removeprefix("http://").rsplit(":", 1)
+        self.host, self.port, self.n = host, int(port), n
+        self.closed: Counter[str] = Counter()
+
+    def take(self) -> dict[str, int]:
+        out = {"dribblers_closed": self.closed["dribbler"], "idle_closed": self.closed["idle"]}
+        out["slow_connect_failures"] = self.closed["connect_failed"]
+        self.closed.clear()
+        return out
+
+    async def run(self) -> None:
+        kinds = ["dribbler"] * self.n + ["idle"] * self.n
+        async with asyncio.TaskGroup() as group:  # cancelled: every connection closes
+            for kind in kinds:
+                group.create_task(self._keep_one(kind))
+
+    async def _keep_one(self, kind: str) -> None:
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection(self.host, self.port)
+            except OSError:  # the listen backlog full for a moment: try again
+                self.closed["connect_failed"] += 1
+                await asyncio.sleep(0.1)
+                continue
+            dripping = None
+            if kind == "dribbler":
+                writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: soak\r\nX-Slow: ")
+                dripping = asyncio.get_running_loop().create_task(self._drip(writer))
+            try:
+                while await reader.read(65536):  # the 408, if any, then the gateway's close
+                    pass
+            except OSError:
+                pass
+            finally:
+                if dripping is not None:
+                    dripping.cancel()
+                writer.close()
+            self.closed[kind] += 1
+
+    @staticmethod
+    async def _drip(writer: asyncio.StreamWriter) -> None:
+        while not writer.is_closing():
+            writer.write(b"a")
+            await asyncio.sleep(0.2)
 
 
 class Traffic:
@@ -208,6 +273,8 @@ async def soak(opts: Options, gateway: Server, probe_out: Path) -> tuple[list[Wi
     await asyncio.sleep(2.5)  # the probe has written once
     before = process_state(pid, probe_out)
     traffic = Traffic(base, opts.seed)
+    slow = SlowClients(base, opts.slow_clients)
+    slow_task = asyncio.get_running_loop().create_task(slow.run())
     windows: list[Window] = []
     async with session_for(0) as session:
 
@@ -219,9 +286,10 @@ async def soak(opts: Options, gateway: Server, probe_out: Path) -> tuple[list[Wi
 
         print(f"warm-up {opts.warmup:.0f} s at {opts.rate:g} req/s", flush=True)
         traffic.take(await load(opts.warmup))
+        slow.take()
         for i in range(max(1, round(opts.minutes * 60 / opts.window))):
             cpu0 = cpu_seconds(pid)
-            measured = traffic.take(await load(opts.window))
+            measured = traffic.take(await load(opts.window)) | slow.take()
             cpu_ms = (cpu_seconds(pid) - cpu0) * 1000 / max(1, measured["requests"])
             stats = await asyncio.to_thread(get_json, base + "/admin/cache/stats", ADMIN)
             state = process_state(pid, probe_out)
@@ -232,6 +300,7 @@ async def soak(opts: Options, gateway: Server, probe_out: Path) -> tuple[list[Wi
             w.load = load_average()
             windows.append(w)
             print(row(w), flush=True)
+    slow_task.cancel()
     await asyncio.sleep(2.5)  # in-flight work settles; the probe writes once more
     errors = probe_out.with_name("probe.json.error")
     idle = {"before": before, **process_state(pid, probe_out)}
@@ -303,6 +372,10 @@ def verdict(windows: list[Window], idle: dict[str, Any], opts: Options) -> dict[
     checks["p50_drift"] = drift(first.p50_ms, last.p50_ms)
     checks["p99_drift"] = drift(first.p99_ms, last.p99_ms)
     checks["latency_stable"] = within(checks["p50_drift"], 1.5) and within(checks["p99_drift"], 2)
+    if opts.slow_clients:
+        closed = [(w.dribblers_closed, w.idle_closed) for w in windows]
+        checks["slow_and_idle_closed_per_window"] = closed
+        checks["slow_clients_bounded"] = all(d > 0 and i > 0 for d, i in closed)
     checks["errors"] = sum(w.errors for w in windows)
     checks["no_errors"] = checks["errors"] == 0
     # Every yes/no check is a target (tasks_stable is None when the probe did not report).
