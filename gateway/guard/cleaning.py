@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 from urllib.parse import unquote
 
@@ -166,22 +166,12 @@ class _Cleaner:
     def _clean_array(
         self, value: list[Any], schema: Schema, path: tuple[PathPart, ...], changes: list[Change]
     ) -> list[Any]:
-        prefix, items = schema.get("prefixItems"), schema.get("items")
-        if isinstance(items, list):  # drafts before 2020-12: `items` as a list is a tuple
-            prefix, items = items, schema.get("additionalItems")
-        if not isinstance(prefix, list):
-            prefix = []
-        out: list[Any] | None = None
-        for index, item in enumerate(value):
-            sub = prefix[index] if index < len(prefix) else items
+        def clean(item: Any, sub: Any, index: int) -> Any:
             if not isinstance(sub, Mapping):
-                continue
-            new = self.clean(item, sub, (*path, index), changes)
-            if new is not item:
-                if out is None:
-                    out = list(value)
-                out[index] = new
-        return value if out is None else out
+                return item
+            return self.clean(item, sub, (*path, index), changes)
+
+        return map_items(value, schema, clean)
 
     def _resolve(self, schema: Any) -> Schema | None:
         return resolve_local(schema, self._root)
@@ -328,3 +318,28 @@ def json_equal(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
     return type(a) is type(b) and bool(a == b)
+
+
+def map_items(
+    value: list[Any], schema: Schema, rebuild: Callable[[Any, Any, int], Any]
+) -> list[Any]:
+    """`value` with each item replaced by `rebuild(item, its schema, index)`, copied only when
+    one changes (the same list otherwise); an item the schema says nothing of stays as it is.
+    An item's schema is its `prefixItems` entry, else `items` (drafts before 2020-12: `items`
+    as a list is the tuple, `additionalItems` the rest)."""
+    prefix, items = schema.get("prefixItems"), schema.get("items")
+    if isinstance(items, list):
+        prefix, items = items, schema.get("additionalItems")
+    if not isinstance(prefix, list):
+        prefix = []
+    out: list[Any] | None = None
+    for index, item in enumerate(value):
+        sub = prefix[index] if index < len(prefix) else items
+        if sub is None:
+            continue
+        new = rebuild(item, sub, index)
+        if new is not item:
+            if out is None:
+                out = list(value)
+            out[index] = new
+    return value if out is None else out

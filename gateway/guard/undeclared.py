@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config.guard import UndeclaredPolicy
-from gateway.guard.cleaning import Change, Schema, resolve_local
+from gateway.guard.cleaning import Change, Schema, map_items, resolve_local
 from gateway.guard.problems import PathPart, argument_path
 from gateway.guard.schemas import search
 
@@ -168,22 +168,13 @@ class _Walker:
 
     def _array(self, value: list[Any], schema: Schema, path: tuple[PathPart, ...]) -> Any:
         schema = self._branch(schema) or schema  # its own alternatives are not followed
-        prefix, items = schema.get("prefixItems"), schema.get("items")
-        if isinstance(items, list):  # drafts before 2020-12: `items` as a list is a tuple
-            prefix, items = items, schema.get("additionalItems")
-        if not isinstance(prefix, list):
-            prefix = []
-        out: list[Any] | None = None
-        for index, item in enumerate(value):
-            sub = prefix[index] if index < len(prefix) else items
+
+        def walk(item: Any, sub: Any, index: int) -> Any:
             if not isinstance(sub, Mapping | bool):
-                continue
-            new = self.walk(item, sub, (*path, index))
-            if new is not item:
-                if out is None:
-                    out = list(value)
-                out[index] = new
-        return value if out is None else out
+                return item
+            return self.walk(item, sub, (*path, index))
+
+        return map_items(value, schema, walk)
 
     def _branch(self, schema: Schema) -> Schema | None:
         """The one `anyOf`/`oneOf` alternative that takes an array, when there is one."""
