@@ -152,6 +152,11 @@ class Metrics:
             ["phase"],
             registry=r,
         )
+        # Series that exist at 0 from the start: a panel shows "0", not "No data", until the
+        # first refusal or timeout.
+        self.connections_refused.labels("max_connections")
+        for phase in ("headers", "body"):
+            self.client_timeouts.labels(phase)
         self.cache_lookups = Counter(
             "gateway_cache_lookups",
             "Cache decisions: hit_exact, hit_semantic, miss, refresh, bypass.",
