@@ -84,7 +84,7 @@ class _Cleaner:
         branches = resolved.get("anyOf", resolved.get("oneOf"))
         if isinstance(branches, list) and branches:
             value = self._clean_branches(value, branches, path, changes)
-        types = _types(resolved)
+        types = declared_types(resolved)
         if isinstance(value, str):
             return self._clean_string(value, resolved, types, path, changes)
         if isinstance(value, dict) and _accepts(types, value):
@@ -124,7 +124,7 @@ class _Cleaner:
         known = [branch for branch in resolved if branch is not None]
         if len(known) != len(resolved):
             return value  # an alternative we cannot read: we cannot know the choice is clear
-        taking = [branch for branch in known if _accepts(_types(branch), value)]
+        taking = [branch for branch in known if _accepts(declared_types(branch), value)]
         if len(taking) == 1:
             return self.clean(value, taking[0], path, changes)
         if taking:
@@ -278,7 +278,8 @@ def _finite_float(literal: str) -> float:
     return number
 
 
-def _types(schema: Schema) -> frozenset[str] | None:
+def declared_types(schema: Schema) -> frozenset[str] | None:
+    """The JSON types a schema's `type` names; None when it names none (any type)."""
     declared = schema.get("type")
     if isinstance(declared, str):
         return frozenset((declared,))

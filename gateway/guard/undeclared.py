@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config.guard import UndeclaredPolicy
-from gateway.guard.cleaning import Change, Schema, map_items, resolve_local
+from gateway.guard.cleaning import Change, Schema, declared_types, map_items, resolve_local
 from gateway.guard.problems import PathPart, argument_path
 from gateway.guard.schemas import search
 
@@ -261,20 +261,11 @@ def _only(subs: Any) -> Any:
     return subs[0] if len(subs) == 1 else None
 
 
-def _types(schema: Schema) -> frozenset[str] | None:
-    declared = schema.get("type")
-    if isinstance(declared, str):
-        return frozenset((declared,))
-    if isinstance(declared, list):
-        return frozenset(t for t in declared if isinstance(t, str))
-    return None
-
-
 def _may_be_object(schema: Schema) -> bool:
-    types = _types(schema)
+    types = declared_types(schema)
     return types is None or "object" in types
 
 
 def _may_be_array(schema: Schema) -> bool:
-    types = _types(schema)
+    types = declared_types(schema)
     return types is not None and "array" in types
