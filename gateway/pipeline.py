@@ -22,11 +22,13 @@ knows HTTP: it takes wire types and a RequestContext and returns a Reply (JSON o
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from gateway import degradation, wire
 from gateway.cache.scope import last_user_text
 from gateway.cache.service import CacheHit, CachePlan, SemanticCache
+from gateway.cache.verify.judge import JudgeCall
 from gateway.config import ModelRoute, Settings
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest, ModelNotFound
@@ -84,7 +86,9 @@ class Pipeline:
         if self.cache and plan:
             hit = await self.cache.lookup(ctx, plan)
             if hit is not None:
-                return await self._from_cache(ctx, request, hit)
+                reply = await self._from_cache(ctx, request, hit)
+                self._verify_later(ctx, route, body, plan, hit)
+                return reply
         grounding = None
         if knowledge_base is not None and sheds(ctx, "retrieval"):
             grounding = self.knowledge.skipped(ctx, knowledge_base)
@@ -143,8 +147,46 @@ class Pipeline:
             if ctx.tool_guard not in _NOT_KEPT:
                 # Its level, knowledge base and route go with it: a hit replays them.
                 cache.keep(ctx, plan, {**completion, **extra}, answer_headers(ctx))
+            if plan.held_back is not None:  # would the held-back candidate have been right?
+                judge = self._judge_call(ctx, plan.policy.verify.judge_model)
+                cache.verifier.explore(plan.held_back, completion, judge)
 
         return OnComplete(keep)
+
+    def _verify_later(
+        self, ctx: RequestContext, route: ModelRoute, body: Json, plan: CachePlan, hit: CacheHit
+    ) -> None:
+        """A share of hits is asked again upstream, after the client has its answer, and the
+        two answers compared (cache/verify/): never while the model's breakers are not
+        closed, nor under overload shedding. The fresh answer is judged, never cached."""
+        assert self.cache is not None
+        verifier = self.cache.verifier
+        probe = self.cache.probe(plan, hit, ctx)
+        if probe is None:
+            return
+        if not self.executor.all_closed(route):
+            return verifier.skip(probe, "breaker_open")
+        if sheds(ctx, "verification"):
+            return verifier.skip(probe, "shed")
+        shadow_body = {k: v for k, v in body.items() if k not in _NOT_SHADOWED}
+
+        def fresh() -> Awaitable[Json]:
+            return self.executor.on_behalf(
+                ctx, route, shadow_body, "cache_verification", fallbacks=False
+            )
+
+        verifier.verify(probe, fresh, self._judge_call(ctx, plan.policy.verify.judge_model))
+
+    def _judge_call(self, ctx: RequestContext, judge_model: str | None) -> JudgeCall | None:
+        """The verification judge model as a call, when the policy names one it can reach."""
+        if judge_model is None:
+            return None
+        route = self.resolve(judge_model, "chat")
+
+        def ask(body: Json) -> Awaitable[Json]:
+            return self.executor.on_behalf(ctx, route, body, "cache_verification")
+
+        return ask
 
     def _for_level(
         self,
@@ -214,6 +256,9 @@ class Pipeline:
             param="model",
         )
 
+
+# A shadow call is one plain answer: never a stream, never several.
+_NOT_SHADOWED = frozenset({"stream", "stream_options", "n"})
 
 # Tool-guard outcomes whose answer is the guard's stand-in, or still wrong: never reused.
 _NOT_KEPT = frozenset({"stripped", "passed", "failed"})

@@ -24,6 +24,9 @@ from gateway.cache.bounds import INLINE_COMPARE_CHARS, INLINE_KEY_BYTES, exact_t
 from gateway.cache.scope import CacheKey, cache_key, last_user_text
 from gateway.cache.store import CacheEntry, CacheStore, LazyVectors
 from gateway.cache.two_stage import NO_MARGINS, Margins, TwoStageEmbedder
+from gateway.cache.verify.judge import AnswerJudge
+from gateway.cache.verify.ledger import Ledger
+from gateway.cache.verify.verifier import Probe, VerificationEvents, Verifier
 from gateway.config import CachePolicy, ModelRoute
 from gateway.context import RequestContext
 from gateway.observability.logthrottle import ThrottledWarnings
@@ -47,6 +50,7 @@ class CachePlan:
     policy: CachePolicy
     read: bool
     semantic: bool | None = None  # the semantic tier may judge this text (None: not decided)
+    held_back: Probe | None = None  # a candidate only the effective threshold kept back
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +61,17 @@ class CacheHit:
 
 
 class SemanticCache:
-    def __init__(self, store: CacheStore, embedder: Embedder | None) -> None:
+    def __init__(
+        self,
+        store: CacheStore,
+        embedder: Embedder | None,
+        ledger: Ledger | None = None,
+        events: VerificationEvents | None = None,
+    ) -> None:
         self.store = store
         self.embedder = embedder
+        # Verification of semantic hits (cache/verify/): off unless a policy samples hits.
+        self.verifier = Verifier(AnswerJudge(embedder), ledger, events)
         self._lazy = store if isinstance(store, LazyVectors) else None
         self.embedder_ready = False
         self.embedder_error: str | None = None
@@ -72,6 +84,7 @@ class SemanticCache:
         """Open the store now; load the embedder in the background. Until it is loaded the
         exact tier works and semantic lookups are skipped, so the gateway serves at once."""
         await self.store.open()
+        await self.verifier.start()
         loop = asyncio.get_running_loop()
         self._sweeper = loop.create_task(self._sweep())
         if self.embedder is not None:
@@ -86,6 +99,7 @@ class SemanticCache:
             if task is not None:
                 task.cancel()
         await self.flush()
+        await self.verifier.close()
         await self.store.close()
         # Embedders are shared by the process (factory.shared_embedder): not closed here.
 
@@ -258,11 +272,15 @@ class SemanticCache:
         found = await self.store.search(
             scope, ctx.embedding, name, _CANDIDATES, now, min_similarity=threshold - margins.below
         )
-        settled = await self._settle(ctx, plan.key.text, found, threshold + margins.above)
+        # Close calls are settled around the effective threshold, which verification may
+        # have raised above the configured one.
+        effective = self.verifier.threshold(plan.key.model, plan.policy)
+        settled = await self._settle(ctx, plan.key.text, found, effective + margins.above)
         if settled:
             ctx.cache_similarity = settled[0][1]
         else:
             ctx.cache_similarity = self.store.best_similarity(scope, ctx.embedding, name)
+        model, verifier = plan.key.model, self.verifier
         for entry, similarity in settled:
             if similarity < threshold:
                 break
@@ -271,9 +289,28 @@ class SemanticCache:
             inline = max(len(plan.key.text), len(entry.text)) <= INLINE_COMPARE_CHARS
             reason = await offload.run(inline, guards.near_miss, plan.key.text, entry.text)
             if reason is None:
+                reason = verifier.refusal(model, plan.policy, entry, similarity, ctx.embedding)
+            if reason is None:
                 return self._hit(ctx, CacheHit(entry, "hit-semantic", similarity))
             ctx.cache_near_miss = reason
+            if reason == "verified-threshold":  # the fresh answer will say if it was right
+                plan.held_back = verifier.held_back(
+                    model, plan.policy, entry, similarity, plan.key.text, ctx.embedding
+                )
+                break  # the rest are farther still
         return None
+
+    def probe(self, plan: CachePlan, hit: CacheHit, ctx: RequestContext) -> Probe | None:
+        """Whether this hit is also to be asked upstream and judged (the verifier draws)."""
+        return self.verifier.probe(
+            plan.key.model,
+            plan.policy,
+            hit.entry,
+            hit.similarity,
+            plan.key.text,
+            ctx.embedding,
+            exact=hit.kind == "hit-exact",
+        )
 
     async def _add_vectors(self, store: LazyVectors, plan: CachePlan, now: float) -> None:
         """Embed the scope's entries that were stored without a vector (their lookups had

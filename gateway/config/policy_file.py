@@ -19,7 +19,7 @@ from gateway.config.rate_limits import RateLimitConfig
 from gateway.config.routing import AliasConfig
 
 NO_KNOWLEDGE_BASE = "none"
-Work = Literal["retrieval", "compression"]
+Work = Literal["retrieval", "compression", "verification"]
 
 
 class PolicyMatch(Strict):
@@ -66,9 +66,9 @@ class OverloadConfig(Strict):
         None, ge=1, description="Requests in flight on this process above which to skip."
     )
     skip: list[Work] = Field(
-        default_factory=lambda: list[Work](["retrieval", "compression"]),
+        default_factory=lambda: list[Work](["retrieval", "compression", "verification"]),
         description="retrieval: answer ungrounded (with the disclaimer); compression: send "
-        "the history as it is.",
+        "the history as it is; verification: no shadow calls to verify cache hits.",
     )
 
 

@@ -142,7 +142,7 @@ class Resolved:
             return base
         found = self._cache_memo.get(id(base))
         if found is None or found[0] is not base:
-            found = self._cache_memo[id(base)] = (base, base.model_copy(update=changes))
+            found = self._cache_memo[id(base)] = (base, base.with_changes(changes))
         return found[1]
 
     def explain(self) -> Json:

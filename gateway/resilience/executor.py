@@ -30,7 +30,7 @@ from gateway.context import RequestContext
 from gateway.errors import GatewayError, InvalidRequest, InvalidUpstreamAnswer, UpstreamTimeout
 from gateway.reply.native import chat_usage
 from gateway.reply.stream import ChunkStream
-from gateway.resilience.breaker import BreakerOpen, Breakers
+from gateway.resilience.breaker import CLOSED, BreakerOpen, Breakers
 from gateway.resilience.retry import Backoff, Outcome, classify, failure_reason, retry_after_seconds
 from gateway.upstream import Upstreams
 from gateway.upstream.base import Provider
@@ -136,10 +136,17 @@ class UpstreamExecutor:
         return provider is not None and endpoint in provider.native
 
     async def on_behalf(
-        self, ctx: RequestContext, route: ModelRoute, body: Json, purpose: str
+        self,
+        ctx: RequestContext,
+        route: ModelRoute,
+        body: Json,
+        purpose: str,
+        *,
+        fallbacks: bool = True,
     ) -> Json:
-        """A plain call the gateway makes for a request (a summary, a repair): through the same
-        breakers, retries and fallbacks, on a context of its own so the request's record stays
+        """A plain call the gateway makes for a request (a summary, a repair, a cache
+        verification): through the same breakers and retries (and fallbacks, unless only the
+        model's own answer will do), on a context of its own so the request's record stays
         its own, its tokens accounted to the request as `purpose`."""
         sub = RequestContext(
             request_id=f"{ctx.request_id}-{purpose}",
@@ -148,7 +155,7 @@ class UpstreamExecutor:
             byok_key=ctx.byok_key,
             byok_providers=ctx.byok_providers,
         )
-        reply = await self._timed(sub, self._run(sub, route, body, _chat, fallbacks=True))
+        reply = await self._timed(sub, self._run(sub, route, body, _chat, fallbacks=fallbacks))
         ctx.add_guard_usage(purpose, route.name, sub.usage)
         return reply
 
@@ -246,6 +253,11 @@ class UpstreamExecutor:
         return any(
             self.breakers.get(d.key).may_try() for m in self._chain(route) for d in m.deployments
         )
+
+    def all_closed(self, route: ModelRoute) -> bool:
+        """Whether every deployment of the model has a closed breaker: optional calls (a cache
+        verification) stay away from an upstream in trouble and from a half-open trial."""
+        return all(self.breakers.get(d.key).state == CLOSED for d in route.deployments)
 
     def _chain(self, route: ModelRoute) -> Iterator[ModelRoute]:
         yield route
