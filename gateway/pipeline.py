@@ -29,6 +29,7 @@ from gateway import degradation, wire
 from gateway.cache.scope import last_user_text
 from gateway.cache.service import CacheHit, CachePlan, SemanticCache
 from gateway.cache.verify.judge import JudgeCall
+from gateway.cache.verify.verifier import NotComparable
 from gateway.config import ModelRoute, Settings
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest, ModelNotFound
@@ -87,7 +88,7 @@ class Pipeline:
             hit = await self.cache.lookup(ctx, plan)
             if hit is not None:
                 reply = await self._from_cache(ctx, request, hit)
-                self._verify_later(ctx, route, body, plan, hit)
+                self._verify_later(ctx, route, body, plan, hit, knowledge_base)
                 return reply
         grounding = None
         if knowledge_base is not None and sheds(ctx, "retrieval"):
@@ -154,11 +155,18 @@ class Pipeline:
         return OnComplete(keep)
 
     def _verify_later(
-        self, ctx: RequestContext, route: ModelRoute, body: Json, plan: CachePlan, hit: CacheHit
+        self,
+        ctx: RequestContext,
+        route: ModelRoute,
+        body: Json,
+        plan: CachePlan,
+        hit: CacheHit,
+        knowledge_base: str | None,
     ) -> None:
         """A share of hits is asked again upstream, after the client has its answer, and the
         two answers compared (cache/verify/): never while the model's breakers are not
-        closed, nor under overload shedding. The fresh answer is judged, never cached."""
+        closed, nor under overload shedding. The fresh answer is made as a miss would make
+        it (grounded in the same knowledge base), judged, and never cached."""
         assert self.cache is not None
         verifier = self.cache.verifier
         probe = self.cache.probe(plan, hit, ctx)
@@ -170,9 +178,15 @@ class Pipeline:
             return verifier.skip(probe, "shed")
         shadow_body = {k: v for k, v in body.items() if k not in _NOT_SHADOWED}
 
-        def fresh() -> Awaitable[Json]:
-            return self.executor.on_behalf(
-                ctx, route, shadow_body, "cache_verification", fallbacks=False
+        async def fresh() -> Json:
+            prompt = shadow_body
+            if knowledge_base is not None:
+                grounding = await self.knowledge.ground(ctx, knowledge_base, body)
+                if grounding is None or grounding.level != 1:
+                    raise NotComparable("retrieval did not ground the shadow call")
+                prompt = _prompt(shadow_body, grounding)
+            return await self.executor.on_behalf(
+                ctx, route, prompt, "cache_verification", fallbacks=False
             )
 
         verifier.verify(probe, fresh, self._judge_call(ctx, plan.policy.verify.judge_model))

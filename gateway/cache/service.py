@@ -345,10 +345,11 @@ class SemanticCache:
         """The candidates best first, each quick cosine under `clear_above` (too close to the
         threshold to call: two-stage embedders) replaced by the exact model's, so that every
         decision is the exact model's. A one-stage embedder's candidates are all clear."""
+        if not isinstance(self.embedder, TwoStageEmbedder):
+            return found
         close = [i for i, (_, similarity) in enumerate(found) if similarity < clear_above]
         if not close:
             return found
-        assert isinstance(self.embedder, TwoStageEmbedder)
         ctx.cache_exact_checks = len(close)
         exact = await self.embedder.exact_similarities(text, [found[i][0].text for i in close])
         settled = list(found)

@@ -81,7 +81,9 @@ def decide(
             return Decision(new, "over budget, no threshold proven within it", regions.at(new))
         return Decision(current, "held", here)
     if proven > current + 1e-9:
-        return Decision(proven, "over budget: rose to the lowest threshold within it", regions.at(proven))
+        return Decision(
+            proven, "over budget: rose to the lowest threshold within it", regions.at(proven)
+        )
     if proven < current - 1e-9:
         new = max(proven, _snap(current - FALL_STEP))
         return Decision(new, "within budget below: fell one step", regions.at(new))

@@ -24,7 +24,8 @@ MAX_MARKED_ENTRIES = 100_000
 @dataclass(frozen=True, slots=True)
 class Mark:
     """An entry found wrong for a question: never served again for that question, for one
-    as close to it as the threshold asks, or for one farther from the entry than it was."""
+    within the threshold of it and nearer to it than to the entry, or for one farther from
+    the entry than it was."""
 
     entry: str  # the entry's exact key
     vector: np.ndarray  # the question's (L2-normalized)

@@ -33,8 +33,15 @@ from gateway.observability.logthrottle import ThrottledWarnings
 log = logging.getLogger("gateway.cache.verify")
 
 Json = dict[str, Any]
-ShadowOutcome = Literal["answered", "failed", "rate_limited", "breaker_open", "shed"]
+ShadowOutcome = Literal[
+    "answered", "failed", "rate_limited", "breaker_open", "shed", "not_comparable"
+]
 REFRESH_SECONDS = 1.0  # how often verdicts recorded elsewhere (replicas) are reconsidered
+
+
+class NotComparable(Exception):
+    """The fresh answer could not be made as the cached one was (retrieval did not ground
+    it): no verdict, and no fault of the upstream."""
 
 
 class VerificationEvents(Protocol):
@@ -140,19 +147,21 @@ class Verifier:
         vector: np.ndarray | None,
     ) -> str | None:
         """Why a candidate that passed the guards is not served: "verified-threshold" (under
-        the effective threshold), "verified-wrong" (found wrong for this question, one close
-        to it, or one as far from the entry), or None."""
+        the effective threshold), "verified-wrong" (found wrong for this question, for one
+        nearer to that question than to the entry, or for one as far from the entry), or
+        None."""
         if not _adapts(policy):
             return None
         if similarity < self.threshold(model, policy):
             return "verified-threshold"
         for mark in self.ledger.marks(entry.exact_key):
             if similarity <= mark.similarity + 1e-6:
-                return "verified-wrong"
-            if vector is not None and float(np.dot(vector, mark.vector)) >= (
-                policy.similarity_threshold
-            ):
-                return "verified-wrong"
+                return "verified-wrong"  # no closer to the entry than a question it failed
+            # In the wrong question's neighbourhood, and nearer to it than to the entry.
+            if vector is not None:
+                to_wrong = float(np.dot(vector, mark.vector))
+                if to_wrong >= max(policy.similarity_threshold, similarity):
+                    return "verified-wrong"
         return None
 
     # --- hits ----------------------------------------------------------------------------
@@ -172,9 +181,7 @@ class Verifier:
         verify = policy.verify
         if verify.sample_rate <= 0 or (exact and not verify.exact_hits):
             return None
-        chance = self.sampler.probability(
-            model, verify, similarity, self.threshold(model, policy)
-        )
+        chance = self.sampler.probability(model, verify, similarity, self.threshold(model, policy))
         if not self.sampler.draw(chance):
             return None
         if not self.sampler.take(model, verify):
@@ -200,9 +207,15 @@ class Verifier:
     ) -> None:
         try:
             completion = await fresh()
+        except NotComparable as err:
+            self._shadow(probe.model, "not_comparable", None)
+            log.debug("cache verification skipped: %s", err)
+            return
         except Exception as err:  # an upstream failure costs the verdict, nothing else
             self._shadow(probe.model, "failed", None)
-            self._warnings.warning("cache verification call failed: %s: %s", type(err).__name__, err)
+            self._warnings.warning(
+                "cache verification call failed: %s: %s", type(err).__name__, err
+            )
             return
         self._shadow(probe.model, "answered", completion.get("usage"))
         await self._judge(probe, completion, judge)
