@@ -145,9 +145,10 @@ class Pipeline:
         extra = {"sources": sources_field(grounding.passages)} if grounding else {}
 
         def keep(completion: Json) -> None:
-            if ctx.tool_guard not in _NOT_KEPT:
-                # Its level, knowledge base and route go with it: a hit replays them.
-                cache.keep(ctx, plan, {**completion, **extra}, answer_headers(ctx))
+            if ctx.tool_guard in _NOT_KEPT:
+                return
+            # Its level, knowledge base and route go with it: a hit replays them.
+            cache.keep(ctx, plan, {**completion, **extra}, answer_headers(ctx))
             if plan.held_back is not None:  # would the held-back candidate have been right?
                 judge = self._judge_call(ctx, plan.policy.verify.judge_model)
                 cache.verifier.explore(plan.held_back, completion, judge)
@@ -193,9 +194,9 @@ class Pipeline:
 
     def _judge_call(self, ctx: RequestContext, judge_model: str | None) -> JudgeCall | None:
         """The verification judge model as a call, when the policy names one it can reach."""
-        if judge_model is None:
-            return None
-        route = self.resolve(judge_model, "chat")
+        route = self.settings.routes.get(judge_model) if judge_model else None
+        if route is None or route.kind != "chat" or route.disabled_reason is not None:
+            return None  # none named, or a policy's that is not served: the default judge
 
         def ask(body: Json) -> Awaitable[Json]:
             return self.executor.on_behalf(ctx, route, body, "cache_verification")

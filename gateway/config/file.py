@@ -99,12 +99,26 @@ class ConfigFile(Strict):
             tenants_by_env[key.env] = key.tenant
         self._check_attachments(kinds)
         self._check_routing(kinds)
+        self._check_judges(kinds)
         summarizer = self.guard.compression.summarizer_model
         if summarizer is not None and kinds.get(summarizer) != "chat":
             raise EntryProblem(
                 ("guard", "compression", "summarizer_model"), f"{summarizer!r} is not a chat model"
             )
         return self
+
+    def _check_judges(self, kinds: dict[str, str]) -> None:
+        """A verification judge model must be a chat model. (A policy naming one that is not
+        served gets the default judge: pipeline.py `_judge_call`.)"""
+        places = [(("cache", "defaults", "verify", "judge_model"), self.cache.defaults.verify)]
+        places += [
+            (("models", i, "cache", "verify", "judge_model"), model.cache.verify)
+            for i, model in enumerate(self.models)
+        ]
+        for at, verify in places:
+            judge = verify.judge_model if verify is not None else None
+            if judge is not None and kinds.get(judge) != "chat":
+                raise EntryProblem(at, f"{judge!r} is not a configured chat model")
 
     def _check_routing(self, kinds: dict[str, str]) -> None:
         for alias, config in self.routing.aliases.items():
