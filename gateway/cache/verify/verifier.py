@@ -314,12 +314,13 @@ class Verifier:
                     self._reconsider(model)
 
     def snapshot(self) -> dict[str, ModelVerification]:
+        """Each model that verifies (or has verdicts), as this process last saw its policy."""
         found = {}
         for model in sorted(set(self.ledger.models()) | set(self._policies)):
             policy = self._policies.get(model)
-            if policy is None:
-                continue
             observations = self.ledger.observations(model)
+            if policy is None or (policy.verify.sample_rate <= 0 and not observations):
+                continue  # not seen yet, or never verified
             explored = [o for o in observations if o.kind == "explored"]
             found[model] = ModelVerification(
                 model,
