@@ -157,8 +157,9 @@ class Verifier:
         for mark in self.ledger.marks(entry.exact_key):
             if similarity <= mark.similarity + 1e-6:
                 return "verified-wrong"  # no closer to the entry than a question it failed
-            # In the wrong question's neighbourhood, and nearer to it than to the entry.
-            if vector is not None:
+            # In the wrong question's neighbourhood, and nearer to it than to the entry. (A mark
+            # made by another embedder, before a config change, has no neighbourhood here.)
+            if vector is not None and vector.shape == mark.vector.shape:
                 to_wrong = float(np.dot(vector, mark.vector))
                 if to_wrong >= max(policy.similarity_threshold, similarity):
                     return "verified-wrong"
