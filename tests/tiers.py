@@ -95,6 +95,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/test_reload.py::test_sighup_reloads_a_running_gateway": ("process",),
     # redis-server started by the test itself
     "tests/cache/test_redis_store.py": ("redis",),
+    "tests/cache/verify/test_redis_ledger.py": ("redis",),
     "tests/responses/test_redis_store.py": ("redis",),
     "tests/resilience/test_shared_storage.py": ("redis",),
     "tests/test_ratelimit_redis.py": ("redis",),

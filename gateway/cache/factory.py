@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 from gateway.cache.embedded_store import EmbeddedStore
 from gateway.cache.service import SemanticCache
 from gateway.cache.store import CacheStore
+from gateway.cache.verify.ledger import Ledger
+from gateway.cache.verify.sqlite_ledger import SqliteLedger
 from gateway.config import CacheConfig, EmbedderConfig, ModelRoute, RedisTarget, Settings
 from gateway.config.cache import PACKAGED_MINILM
 from gateway.config.policy_set import Policy
@@ -33,8 +35,10 @@ def build_cache(
     if not enabled and not by_policy:
         return None
     store: CacheStore
+    ledger: Ledger | None = None  # type memory: this process's memory (MemoryLedger)
     if config.store.type == "redis":
         from gateway.cache.redis_store import RedisStore
+        from gateway.cache.verify.redis_ledger import RedisLedger
 
         if shared is None:
             raise ValueError("a redis cache store needs its Redis (ConfigFile.shared_redis)")
@@ -44,17 +48,22 @@ def build_cache(
             max_entries=config.store.max_entries,
             approximate_above=config.store.approximate_above,
         )
+        ledger = RedisLedger(shared.url, shared.namespace)  # verdicts shared like entries
     else:
         store = EmbeddedStore(
             None if config.store.type == "memory" else config.store.path,
             max_entries=config.store.max_entries,
             approximate_above=config.store.approximate_above,
         )
+        if config.store.type == "sqlite":  # verdicts and marks kept across restarts
+            ledger = SqliteLedger(config.store.path)
     default_semantic = config.defaults.semantic is not False
     semantic = any(policy.semantic for policy in enabled) or any(
         cache.get("semantic", default_semantic) for cache in by_policy
     )
-    return SemanticCache(store, shared_embedder(config.embedder) if semantic else None)
+    return SemanticCache(
+        store, shared_embedder(config.embedder) if semantic else None, ledger=ledger
+    )
 
 
 def cache_wanted(settings: Settings) -> bool:
