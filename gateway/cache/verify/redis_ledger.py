@@ -223,11 +223,14 @@ class RedisLedger(MemoryLedger):
 
     async def _catch_up(self) -> None:
         """Load the verdicts and marks written since the last event seen here (all of them on
-        start), up to the stream's newest event, which following continues from."""
+        start), up to the stream's newest event, which following continues from. Everything is
+        read before anything is kept: a catch-up cut short by Redis leaves memory as it was,
+        so the next one counts nothing twice."""
         redis = self._follower_redis
         newest = await redis.xrevrange(self._events, count=1)
         upper = _parse(newest[0][0]) if newest else None  # None: no stream (yet)
         seen, loaded = self._last, self._last
+        verdicts: list[tuple[str, Observation]] = []
         models = sorted(_text(m) for m in await redis.smembers(self._models_key))
         if models:
             async with redis.pipeline(transaction=False) as pipe:
@@ -238,15 +241,21 @@ class RedisLedger(MemoryLedger):
                 for event, payload in self._unseen(reversed(items), seen, upper):
                     observation = _observation(payload)
                     if observation is not None:
-                        self.remember(model, observation)
+                        verdicts.append((model, observation))
                     loaded = max(loaded, event)
-        now = time.time()
+        marks: list[Mark] = []
         async for entry, items in self._mark_lists(redis):
             for event, payload in self._unseen(reversed(items), seen, upper):
                 mark = _mark(entry, payload)
-                if mark is not None and mark.expires_at > now:
-                    self.remember_mark(mark)
+                if mark is not None:
+                    marks.append(mark)
                 loaded = max(loaded, event)
+        for model, observation in verdicts:
+            self.remember(model, observation)
+        now = time.time()
+        for mark in marks:
+            if mark.expires_at > now:
+                self.remember_mark(mark)
         self._last = upper if upper is not None else loaded
 
     def _unseen(
