@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -191,8 +192,9 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 async def test_redis_away_costs_nothing_and_sharing_resumes_when_it_is_back(
-    own_redis: RedisServer,
+    own_redis: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="gateway.cache.verify")
     a, b = RedisLedger(own_redis.url, "outage"), RedisLedger(own_redis.url, "outage")
     await a.open()
     await b.open()
@@ -209,12 +211,20 @@ async def test_redis_away_costs_nothing_and_sharing_resumes_when_it_is_back(
         assert _similarities(b, "m") == [0.95, 0.97]
         await _until(lambda: not a.synced and not b.synced)
         await a.record("m", _verdict(0.99))  # while the follower knows Redis is away
+        for n in range(20):  # queued, Redis not even tried: no warning per verdict
+            await b.record("burst", _verdict(n / 100))
+        warned = [r.getMessage() for r in caplog.records if r.name == "gateway.cache.verify"]
+        # 24 verdicts and a mark kept here: at most a "write failed" (before the follower
+        # noticed) and a "lost Redis" warning from each replica, throttled
+        assert 2 <= len(warned) <= 4
+        assert sum("lost Redis" in m for m in warned) == 2
         own_redis.start()  # empty: a Redis without persistence lost everything
         # what each kept meanwhile reaches the other once Redis is back
         await _until(lambda: len(b.observations("m")) == 4 and len(a.observations("m")) == 4)
         assert sorted(_similarities(b, "m")) == sorted(_similarities(a, "m"))
         assert sorted(_similarities(a, "m")) == [0.95, 0.96, 0.97, 0.99]
         await _until(lambda: bool(b.marks("s:1")))
+        await _until(lambda: len(a.observations("burst")) == 20)
         assert a.synced and b.synced
         await b.record("m", _verdict(0.5))
         await _until(lambda: len(a.observations("m")) == 5)
