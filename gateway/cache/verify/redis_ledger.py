@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 import orjson
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from gateway.cache.verify.estimate import Observation
 from gateway.cache.verify.ledger import WINDOW, Mark, MemoryLedger
@@ -147,6 +147,8 @@ class RedisLedger(MemoryLedger):
             return
         try:
             await self._send(self._redis, key, item)
+        except ResponseError as err:  # Redis refused it (a foreign key in the way): not retried
+            self._refused(op, key, err)
         except (RedisError, OSError) as err:
             self._queue.append((key, item))
             self._warnings.warning(
@@ -179,8 +181,20 @@ class RedisLedger(MemoryLedger):
         while self._queue:
             key, item = self._queue[0]
             if not (isinstance(item, Mark) and item.expires_at <= now):
-                await self._send(self._follower_redis, key, item)
+                try:
+                    await self._send(self._follower_redis, key, item)
+                except ResponseError as err:  # never accepted: dropped, the rest still go
+                    self._refused("queued", key, err)
             self._queue.popleft()
+
+    def _refused(self, what: str, key: str, err: ResponseError) -> None:
+        self._warnings.warning(
+            "cache verification: Redis refused a write (%s %r), kept in this process only: %s",
+            what,
+            key[:80],
+            err,
+            key="refused",
+        )
 
     def _script(self, client: Any, name: str, source: str) -> Any:
         cached = self._scripts.get(f"{id(client)}:{name}")
@@ -220,6 +234,10 @@ class RedisLedger(MemoryLedger):
                     key="follow",
                 )
                 await asyncio.sleep(RETRY_SECONDS)
+            except Exception as err:  # a bug must not end the sharing for good
+                self.synced = False
+                log.exception("cache verification: following Redis failed: %r; retrying", err)
+                await asyncio.sleep(RETRY_SECONDS)
 
     async def _catch_up(self) -> None:
         """Load the verdicts and marks written since the last event seen here (all of them on
@@ -231,13 +249,15 @@ class RedisLedger(MemoryLedger):
         upper = _parse(newest[0][0]) if newest else None  # None: no stream (yet)
         seen, loaded = self._last, self._last
         verdicts: list[tuple[str, Observation]] = []
-        models = sorted(_text(m) for m in await redis.smembers(self._models_key))
+        models = sorted(_text(m) for m in await _members(redis, self._models_key))
         if models:
             async with redis.pipeline(transaction=False) as pipe:
                 for model in models:
                     pipe.lrange(self._window_prefix + model, 0, WINDOW - 1)
-                windows = await pipe.execute()
+                windows = await pipe.execute(raise_on_error=False)
             for model, items in zip(models, windows, strict=True):
+                if isinstance(items, Exception):
+                    continue  # not a list (a foreign key of the same name): skipped
                 for event, payload in self._unseen(reversed(items), seen, upper):
                     observation = _observation(payload)
                     if observation is not None:
@@ -288,9 +308,10 @@ class RedisLedger(MemoryLedger):
                 async with redis.pipeline(transaction=False) as pipe:
                     for key in keys:
                         pipe.lrange(key, 0, MAX_MARKS_PER_ENTRY - 1)
-                    lists = await pipe.execute()
+                    lists = await pipe.execute(raise_on_error=False)
                 for key, items in zip(keys, lists, strict=True):
-                    yield _text(key)[cut:], items
+                    if not isinstance(items, Exception):
+                        yield _text(key)[cut:], items
             if cursor == 0:
                 return
 
@@ -349,6 +370,13 @@ def _parse(event_id: bytes | str) -> _StreamId:
 
 def _format(event_id: _StreamId) -> str:
     return f"{event_id[0]}-{event_id[1]}"
+
+
+async def _members(redis: Any, key: str) -> set[bytes]:
+    try:
+        return set(await redis.smembers(key))
+    except ResponseError:  # not a set (a foreign key of the same name)
+        return set()
 
 
 def _text(value: bytes | None) -> str:

@@ -184,6 +184,45 @@ async def test_marks_expire_with_their_entries(
     assert len(b.marks("s:short")) >= 1 and len(b.marks("s:long")) == 1
 
 
+async def test_foreign_or_damaged_data_under_the_keys_is_skipped(
+    redis_url: str, namespace: str, replicas: tuple[RedisLedger, RedisLedger]
+) -> None:
+    a, b = replicas
+    await a.record("m", _verdict(0.95))
+    client = aioredis.Redis.from_url(redis_url)
+    base = f"{namespace}:verify"
+    try:
+        await client.set(f"{base}:w:bad", "not a list")
+        await client.sadd(f"{base}:models", "bad")
+        await client.lpush(f"{base}:w:m", "junk", "1-1\nother\n[1, 2]", "9-9\nother\nnot json")
+        await client.set(f"{base}:m:s:bad", "not a list")
+        await client.lpush(f"{base}:m:s:short", "2-2\nother\nxx")  # too short for a mark
+        await client.xadd(f"{base}:events", {"op": "v", "origin": "x", "payload": "[0.5]"})
+        await client.xadd(
+            f"{base}:events", {"op": "m", "origin": "x", "entry": "e", "payload": "z"}
+        )
+        await client.xadd(f"{base}:events", {"op": "?"})
+    finally:
+        await client.aclose()
+    # the follower skips the damaged events and goes on
+    await a.record("m", _verdict(0.96))
+    await _until(lambda: _similarities(b, "m") == [0.95, 0.96])
+    # a write Redis refuses (a foreign key in the way) does not raise, is kept here, and is
+    # not retried forever: what comes after it is still shared
+    await b.record("bad", _verdict(0.7))
+    assert _similarities(b, "bad") == [0.7]
+    await b.record("m", _verdict(0.97))
+    await _until(lambda: _similarities(a, "m") == [0.95, 0.96, 0.97])
+    late = RedisLedger(redis_url, namespace)
+    await late.open()
+    try:
+        assert late.synced
+        assert sorted(_similarities(late, "m")) == [0.95, 0.96, 0.97]
+        assert late.marks("s:bad") == () and late.marks("s:short") == ()
+    finally:
+        await late.close()
+
+
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path).start()
