@@ -12,9 +12,9 @@ from gateway.config.cache import (
     CacheConfig,
     CachePolicy,
     CachePolicyOverride,
-    VerifyPolicy,
     CacheStoreConfig,
     EmbedderConfig,
+    VerifyPolicy,
     calibrated_threshold,
 )
 from gateway.config.degradation import DegradationConfig, UnavailableConfig
@@ -70,7 +70,6 @@ __all__ = [
     "CacheConfig",
     "CachePolicy",
     "CachePolicyOverride",
-    "VerifyPolicy",
     "CacheStoreConfig",
     "CompressionConfig",
     "ConfigError",
@@ -107,6 +106,7 @@ __all__ = [
     "ToolGuardConfig",
     "ToolRule",
     "UnavailableConfig",
+    "VerifyPolicy",
     "build_settings",
     "calibrated_threshold",
     "hash_key",

@@ -7,7 +7,7 @@ from pydantic import Field, model_validator
 
 from gateway.config.auth import AuthConfig
 from gateway.config.base import EntryProblem, Strict
-from gateway.config.cache import CacheConfig
+from gateway.config.cache import CacheConfig, VerifyOverride
 from gateway.config.degradation import DegradationConfig
 from gateway.config.guard import GuardConfig
 from gateway.config.knowledge_bases import KnowledgeBaseConfig
@@ -110,7 +110,9 @@ class ConfigFile(Strict):
     def _check_judges(self, kinds: dict[str, str]) -> None:
         """A verification judge model must be a chat model. (A policy naming one that is not
         served gets the default judge: pipeline.py `_judge_call`.)"""
-        places = [(("cache", "defaults", "verify", "judge_model"), self.cache.defaults.verify)]
+        places: list[tuple[tuple[str | int, ...], VerifyOverride | None]] = [
+            (("cache", "defaults", "verify", "judge_model"), self.cache.defaults.verify)
+        ]
         places += [
             (("models", i, "cache", "verify", "judge_model"), model.cache.verify)
             for i, model in enumerate(self.models)

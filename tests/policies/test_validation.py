@@ -212,7 +212,10 @@ BAD = [
     (
         "overload-skip-unknown",
         {"a.yaml": "overload: {skip: [everything]}\n"},
-        ["<dir>/a.yaml: overload.skip.0 (line 1): Input should be 'retrieval', 'compression' or 'verification'"],
+        [
+            "<dir>/a.yaml: overload.skip.0 (line 1): Input should be 'retrieval', "
+            "'compression' or 'verification'"
+        ],
     ),
     (
         "rate-limit-with-models",

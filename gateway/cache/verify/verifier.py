@@ -132,6 +132,9 @@ class Verifier:
     def threshold(self, model: str, policy: CachePolicy) -> float:
         """The similarity a hit needs now: the configured one, or higher where verification
         found the configured one over budget."""
+        if model not in self._policies:  # the first lookup: evidence loaded at start counts
+            self._policies[model] = policy
+            self._reconsider(model)
         self._policies[model] = policy
         base = policy.similarity_threshold
         if not _adapts(policy):
