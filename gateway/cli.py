@@ -65,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     cache = commands.add_parser("cache", help="look at the cache store")
     cache.add_argument("action", choices=["stats"])
     cache.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
+    cache.add_argument(
+        "--url",
+        help="ask a running gateway (e.g. http://127.0.0.1:8080) for its stats, verification "
+        "included, with the admin key from auth.admin_key_env",
+    )
 
     kb = commands.add_parser("kb", help="build embedded knowledge bases")
     kb_commands = kb.add_subparsers(dest="kb_command", required=True)
@@ -94,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         return _check(settings, require_env=args.require_env)
     if args.command == "cache":
-        return _cache_stats(settings)
+        return _cache_stats(settings, args.url)
     if args.command == "policy":
         resolved = settings.policies.resolve(args.tenant, args.model)
         print(json.dumps(resolved.explain(), indent=2, ensure_ascii=False))
@@ -251,15 +256,48 @@ def _route(settings: Settings, prompt: str, alias: str | None) -> int:
     return 0
 
 
-def _cache_stats(settings: Settings) -> int:
+def _cache_stats(settings: Settings, url: str | None) -> int:
     from gateway.cache.embedded_store import file_stats
 
+    if url is not None:
+        return _running_cache_stats(settings, url)
     store = settings.file.cache.store
     if store.type != "sqlite":
-        print("the cache store is in memory: ask the running gateway (GET /admin/cache/stats)")
+        print(
+            "the cache store is not a file: ask the running gateway (gateway cache stats --url, "
+            "or GET /admin/cache/stats)"
+        )
         return 1
     stats = file_stats(store.path, store.max_entries)
     print(json.dumps(asdict(stats), indent=2))
+    return 0
+
+
+def _running_cache_stats(settings: Settings, url: str) -> int:
+    """GET /admin/cache/stats of a running gateway: its entries, then verification per model."""
+    import os
+    import urllib.error
+    import urllib.request
+
+    from gateway.cache.stats_text import verification_lines
+
+    admin_env = settings.file.auth.admin_key_env
+    key = os.environ.get(admin_env) if admin_env else None
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    target = url.rstrip("/") + "/admin/cache/stats"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(target, headers=headers)) as resp:
+            stats = json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        body = err.read().decode(errors="replace")
+        print(f"gateway: {target} answered {err.code}: {body}", file=sys.stderr)
+        return 1
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        print(f"gateway: could not read {target}: {err}", file=sys.stderr)
+        return 1
+    verification = stats.pop("verification", {})
+    print(json.dumps(stats, indent=2))
+    print("\n".join(verification_lines(verification)))
     return 0
 
 

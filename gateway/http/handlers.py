@@ -261,7 +261,9 @@ def _policy_summary(policy: Policy) -> dict[str, Any]:
 async def admin_cache_stats(request: web.Request) -> web.StreamResponse:
     cache = _require_cache(request)
     stats = await cache.store.stats()
-    return render.json(request[CTX], {**asdict(stats), **_cache_state(cache)})
+    verification = {model: state.as_json() for model, state in cache.verifier.snapshot().items()}
+    body = {**asdict(stats), **_cache_state(cache), "verification": verification}
+    return render.json(request[CTX], body)
 
 
 async def admin_cache_purge(request: web.Request) -> web.StreamResponse:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import platform
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
@@ -38,6 +38,8 @@ from gateway.context import RequestContext
 from gateway.resilience.breaker import STATE_VALUES, Breaker
 
 if TYPE_CHECKING:
+    from gateway.cache.verify.estimate import Kind
+    from gateway.cache.verify.verifier import ShadowOutcome, Verifier
     from gateway.state.shared import SharedState
 
 # Millisecond resolution at the low end (cache hits, overhead), minutes at the top (long streams).
@@ -378,6 +380,36 @@ class Metrics:
             ["operation"],
             registry=r,
         )
+        self.cache_verifications = Counter(
+            "gateway_cache_verifications",
+            "Served cache hits verified by a shadow call, by verdict (agree, disagree).",
+            ["model", "result"],
+            registry=r,
+        )
+        self.cache_explorations = Counter(
+            "gateway_cache_explorations",
+            "Candidates the raised (effective) threshold held back, judged against the fresh "
+            "answer (no extra call), by verdict (agree, disagree).",
+            ["model", "result"],
+            registry=r,
+        )
+        self.cache_shadow_calls = Counter(
+            "gateway_cache_shadow_calls",
+            "Hits chosen for verification, by what became of the shadow call: answered, "
+            "failed, rate_limited (max_per_minute), breaker_open, shed, not_comparable "
+            "(retrieval did not ground it).",
+            ["model", "outcome"],
+            registry=r,
+        )
+        self.cache_verification_cost = Counter(
+            "gateway_cache_verification_cost",
+            "Upstream cost of the shadow calls that verify cache hits (price-table currency).",
+            ["model"],
+            registry=r,
+        )
+        # Read from the cache's verifier when scraped (watch_verification); empty without one.
+        self._verification = _VerificationStates()
+        r.register(self._verification)
         self.redis_up = Gauge(
             "gateway_redis_up",
             "1 while a part that shares state through Redis reaches it (the cache: also "
@@ -518,6 +550,25 @@ class Metrics:
         for component in shared.components():
             self.redis_up.labels(component).set_function(partial(_up, shared, component))
 
+    def verification_events(
+        self, pricing: Callable[[str], Pricing | None]
+    ) -> CacheVerificationEvents:
+        """What the cache's verifier reports to (its `events`); `pricing`: the current
+        config's price of a model, for the shadow calls' cost."""
+        return CacheVerificationEvents(self, pricing)
+
+    def watch_verification(self, verifier: Verifier, models: Iterable[str] = ()) -> None:
+        """Export, at scrape time, each verifying model's precision estimate, effective
+        threshold and budget; `models` (those configured to verify) get their counters at 0
+        from the start."""
+        for model in models:
+            for result in ("agree", "disagree"):
+                self._child(self.cache_verifications, model, result)
+                self._child(self.cache_explorations, model, result)
+            self._child(self.cache_shadow_calls, model, "answered")
+            self._child(self.cache_verification_cost, model)
+        self._verification.verifier = verifier
+
     def watch_breakers(self, breakers: Iterable[Breaker]) -> None:
         """Export each breaker's state at scrape time (0 closed, 1 half-open, 2 open)."""
         self.registry.register(_BreakerStates(breakers))
@@ -613,6 +664,74 @@ class _LoopMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         for metric in self._metrics:
             yield metric.family()
+
+
+class CacheVerificationEvents:
+    """The metrics' side of `VerificationEvents` (gateway/cache/verify/verifier.py)."""
+
+    def __init__(self, metrics: Metrics, pricing: Callable[[str], Pricing | None]) -> None:
+        self._metrics = metrics
+        self._pricing = pricing
+
+    def verified(self, model: str, kind: Kind, agree: bool) -> None:
+        m = self._metrics
+        counter = m.cache_verifications if kind == "served" else m.cache_explorations
+        m._child(counter, model, "agree" if agree else "disagree").inc()
+
+    def shadow_call(self, model: str, outcome: ShadowOutcome, usage: dict[str, Any] | None) -> None:
+        m = self._metrics
+        m._child(m.cache_shadow_calls, model, outcome).inc()
+        if not usage:
+            return
+        # The call runs after the request was recorded: its tokens are counted here.
+        for direction, key in (("input", "prompt_tokens"), ("output", "completion_tokens")):
+            m._child(m.guard_tokens, model, "cache_verification", direction).inc(
+                _count(usage.get(key))
+            )
+        pricing = self._pricing(model)
+        if pricing is not None:
+            m._child(m.cache_verification_cost, model).inc(_cost(usage, pricing))
+
+
+class _VerificationStates(Collector):
+    """Read from the verifier when scraped: it is the state, not a count of events."""
+
+    def __init__(self) -> None:
+        self.verifier: Verifier | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        estimate = GaugeMetricFamily(
+            "gateway_cache_precision_estimate",
+            "Estimated precision of served semantic hits, from the verified ones (weighted): "
+            "bound point or lower (95 % Wilson); only once a model has a verdict.",
+            labels=["model", "bound"],
+        )
+        threshold = GaugeMetricFamily(
+            "gateway_cache_effective_threshold",
+            "The similarity a semantic hit needs now: the configured threshold, or higher "
+            "where verification found it over the error budget.",
+            labels=["model"],
+        )
+        budget = GaugeMetricFamily(
+            "gateway_cache_error_budget",
+            "The share of wrong hits a model's cache may serve (cache.verify.max_error_rate).",
+            labels=["model"],
+        )
+        verified = GaugeMetricFamily(
+            "gateway_cache_verified_hits",
+            "Verdicts on served hits in the verification window (what the estimate rests on).",
+            labels=["model"],
+        )
+        states = self.verifier.snapshot() if self.verifier is not None else {}
+        for model, state in states.items():
+            served = state.served
+            if served.point is not None and served.lower is not None:
+                estimate.add_metric([model, "point"], served.point)
+                estimate.add_metric([model, "lower"], served.lower)
+            threshold.add_metric([model], state.effective_threshold)
+            budget.add_metric([model], state.max_error_rate)
+            verified.add_metric([model], served.verified)
+        yield from (estimate, threshold, budget, verified)
 
 
 class _BreakerStates(Collector):

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 from aiohttp import web
 
 from gateway.cache.factory import build_cache
-from gateway.config import Settings
+from gateway.config import Pricing, Settings
 from gateway.http import completions, handlers, malformed, responses
 from gateway.http.keys import (
     ACCESS_LOG,
@@ -99,6 +100,8 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     metrics.in_flight.set_function(lambda: ref.in_flight)  # read when scraped
     if cache is not None:
         metrics.cache_entries.set_function(lambda: len(cache.store))
+        cache.verifier.events = metrics.verification_events(partial(_pricing, ref))
+        metrics.watch_verification(cache.verifier, _verifying(settings))
     shared = app[SHARED_STATE] = SharedState.of(cache, breakers, limiter, responses)
     metrics.watch_shared_state(shared)
     app.cleanup_ctx.append(_cache_lifetime)
@@ -110,6 +113,21 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
         for verb in ("GET", "HEAD") if method == "GET" else (method,):  # as add_get does
             app.router.add_route(verb, path, handler, expect_handler=malformed.expect_handler)
     return app
+
+
+def _pricing(ref: RuntimeRef, model: str) -> Pricing | None:
+    """A model's price in the running config (reloads change it)."""
+    route = ref.current.settings.routes.get(model)
+    return route.pricing if route is not None else None
+
+
+def _verifying(settings: Settings) -> list[str]:
+    """The models whose cache verifies its hits, as configured at start."""
+    return sorted(
+        name
+        for name, route in settings.routes.items()
+        if route.cache.enabled and route.cache.verify.sample_rate > 0
+    )
 
 
 async def _cache_lifetime(app: web.Application) -> AsyncIterator[None]:
