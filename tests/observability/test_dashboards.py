@@ -100,6 +100,7 @@ def test_alert_rules_are_annotated() -> None:
         "GatewayHighErrorRatio",
         "GatewayHighLatencyP99",
         "GatewayCacheHitRateCollapse",
+        "GatewayCachePrecisionBelowBudget",
         "GatewayLevel4Degradation",
         "GatewayConfigReloadRefused",
         "GatewayConnectionsRefused",

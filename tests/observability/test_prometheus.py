@@ -95,8 +95,13 @@ def gateway_config(fake_url: str, retriever_url: str) -> Json:
             model(
                 "cheap",
                 pricing={"input_per_million": 0.15, "output_per_million": 0.6},
-                # near misses reach the guards
-                cache={"enabled": True, "similarity_threshold": 0.5},
+                # near misses reach the guards; every hit verified (exact ones too: the
+                # traffic's repeat is exact), so the verification panels have a verdict
+                cache={
+                    "enabled": True,
+                    "similarity_threshold": 0.5,
+                    "verify": {"sample_rate": 1.0, "exact_hits": True},
+                },
             ),
             model("strong", pricing={"input_per_million": 2.5, "output_per_million": 10}),
             model("flaky", fallbacks=["cheap"]),
@@ -354,4 +359,60 @@ def test_promtool_checks_the_test_config(tmp_path: Path) -> None:
     path = tmp_path / "prometheus.yml"
     path.write_text(yaml.safe_dump(scrape_config("127.0.0.1:8080", [str(ALERTS)])))
     done = _promtool("check", "config", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_promtool_the_cache_precision_alert_waits_for_enough_verdicts_and_15m(
+    tmp_path: Path,
+) -> None:
+    """Precision under budget fires after 15 minutes, only for a model with 100 verdicts or
+    more (a fresh model's wide interval does not page), never for one within budget."""
+    rule = next(r for r in alert_rules() if r["alert"] == "GatewayCachePrecisionBelowBudget")
+
+    def model(name: str, lower: float, verified: int) -> list[Json]:
+        labels = f'job="gateway",instance="a:8080",model="{name}"'
+        return [
+            {
+                "series": f'gateway_cache_precision_estimate{{{labels},bound="lower"}}',
+                "values": f"{lower}x40",
+            },
+            {"series": f"gateway_cache_error_budget{{{labels}}}", "values": "0.05x40"},
+            {"series": f"gateway_cache_verified_hits{{{labels}}}", "values": f"{verified}x40"},
+        ]
+
+    def annotations(name: str, value: str) -> Json:
+        return {
+            key: text.replace("{{ $labels.model }}", name).replace(
+                "{{ $value | humanizePercentage }}", value
+            )
+            for key, text in rule["annotations"].items()
+        }
+
+    firing = {
+        "exp_labels": {
+            "severity": "warning",
+            "model": "wrong",
+            "instance": "a:8080",
+            "job": "gateway",
+        },
+        "exp_annotations": annotations("wrong", "90%"),
+    }
+    series = model("wrong", 0.9, 150) + model("fresh", 0.5, 20) + model("good", 0.97, 500)
+    tests = {
+        "rule_files": [str(ALERTS)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": "10m", "alertname": rule["alert"], "exp_alerts": []},
+                    {"eval_time": "20m", "alertname": rule["alert"], "exp_alerts": [firing]},
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "cache_precision_test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    done = _promtool("test", "rules", str(path))
     assert done.returncode == 0, done.stdout + done.stderr
