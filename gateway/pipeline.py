@@ -22,7 +22,6 @@ knows HTTP: it takes wire types and a RequestContext and returns a Reply (JSON o
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable
 from typing import Any
 
 from gateway import degradation, wire
@@ -198,8 +197,11 @@ class Pipeline:
         if route is None or route.kind != "chat" or route.disabled_reason is not None:
             return None  # none named, or a policy's that is not served: the default judge
 
-        def ask(body: Json) -> Awaitable[Json]:
-            return self.executor.on_behalf(ctx, route, body, "cache_verification")
+        async def ask(body: Json) -> Json:
+            answer = await self.executor.on_behalf(ctx, route, body, "cache_verification")
+            if self.cache is not None:  # accounted as verification's (the request is done)
+                self.cache.verifier.judged(route.name, answer.get("usage"))
+            return answer
 
         return ask
 

@@ -397,7 +397,7 @@ class Metrics:
             "gateway_cache_shadow_calls",
             "Hits chosen for verification, by what became of the shadow call: answered, "
             "failed, rate_limited (max_per_minute), breaker_open, shed, not_comparable "
-            "(retrieval did not ground it).",
+            "(retrieval did not ground it); judged: a judge model's call (model: the judge).",
             ["model", "outcome"],
             registry=r,
         )

@@ -21,6 +21,7 @@ MIN_EVIDENCE = 20.0  # effective verdicts at or above a threshold before it is j
 RISE_STEP = 0.01  # over budget, and no threshold proven within it: rise this much
 FALL_STEP = 0.0025  # the most the threshold falls per decision
 CEILING = 0.995  # never higher: a cache that serves nothing is a cache turned off
+HALF_LIFE = 1000.0  # verdicts after which a verdict counts half (see Regions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,22 +42,29 @@ class Decision:
 
 
 class Regions:
-    """Weighted sums of the verdicts above each similarity, for quick questions per t."""
+    """Weighted sums of the verdicts above each similarity, for quick questions per t. Each
+    verdict's weight halves every HALF_LIFE newer verdicts: what a few early verdicts said
+    (at a weight of 1 / sample_rate each) fades as evidence accrues, and a change in the
+    traffic shows."""
 
     def __init__(self, observations: Sequence[Observation]) -> None:
-        ordered = sorted(observations, key=lambda o: o.similarity)
-        self._similarities = [o.similarity for o in ordered]
+        n = len(observations)
+        decayed = [
+            (o.similarity, o.weight * 0.5 ** ((n - 1 - i) / HALF_LIFE), o.agree)
+            for i, o in enumerate(observations)
+        ]
+        ordered = sorted(decayed, key=lambda o: o[0])
+        self._similarities = [similarity for similarity, _, _ in ordered]
         # suffix sums: from index i to the end
-        n = len(ordered)
         self._count = list(range(n, -1, -1))
         self._total = [0.0] * (n + 1)
         self._squares = [0.0] * (n + 1)
         self._wrong = [0.0] * (n + 1)
         for i in range(n - 1, -1, -1):
-            o = ordered[i]
-            self._total[i] = self._total[i + 1] + o.weight
-            self._squares[i] = self._squares[i + 1] + o.weight * o.weight
-            self._wrong[i] = self._wrong[i + 1] + (0.0 if o.agree else o.weight)
+            _, weight, agree = ordered[i]
+            self._total[i] = self._total[i + 1] + weight
+            self._squares[i] = self._squares[i + 1] + weight * weight
+            self._wrong[i] = self._wrong[i + 1] + (0.0 if agree else weight)
 
     def at(self, threshold: float) -> Region:
         i = bisect.bisect_left(self._similarities, threshold - 1e-9)

@@ -34,8 +34,9 @@ log = logging.getLogger("gateway.cache.verify")
 
 Json = dict[str, Any]
 ShadowOutcome = Literal[
-    "answered", "failed", "rate_limited", "breaker_open", "shed", "not_comparable"
+    "answered", "failed", "rate_limited", "breaker_open", "shed", "not_comparable", "judged"
 ]
+RECONSIDER_EVERY = 5  # new verdicts, at least, between two looks at the threshold
 REFRESH_SECONDS = 1.0  # how often verdicts recorded elsewhere (replicas) are reconsidered
 
 
@@ -193,6 +194,10 @@ class Verifier:
             return None
         return Probe(model, policy, entry, similarity, question, vector, 1.0 / chance, "served")
 
+    def judged(self, judge_model: str, usage: Json | None) -> None:
+        """A judge model's call, made for a verdict: counted and priced as the judge's."""
+        self._shadow(judge_model, "judged", usage)
+
     def skip(self, probe: Probe, outcome: ShadowOutcome) -> None:
         """A chosen hit not verified after all (its breaker is open, the process sheds)."""
         self._shadow(probe.model, outcome, None)
@@ -282,7 +287,7 @@ class Verifier:
         version = self.ledger.version(model)
         last = self._considered.get(model, 0)
         observations = self.ledger.observations(model)
-        if policy is None or version - last < max(1, len(observations) // 100):
+        if policy is None or version - last < max(RECONSIDER_EVERY, len(observations) // 100):
             return
         self._considered[model] = version
         if not _adapts(policy):
