@@ -103,6 +103,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     # slow: seconds each
     "tests/cache/traps/": ("slow",),
     "tests/e2e/test_cache.py::test_no_tenant_or_marker_ever_gets_another_ones_answer": ("slow",),
+    "tests/e2e/test_cache_verification.py": ("slow",),  # the real MiniLM, verdicts awaited
     "tests/observability/test_cardinality.py": ("slow",),
     "tests/server/test_connections.py": ("slow",),  # timeouts of a second or so, two loops
     "tests/routing/test_scorer.py::test_with_minilm_simple_prompts_score_below_hard_ones": (
