@@ -185,11 +185,7 @@ def _ask(gw: GatewayServer, model: str, text: str, stream: bool = False) -> tupl
             model=model, messages=messages, stream=True
         ) as raw:
             kind = raw.headers.get("x-gateway-cache", "")
-            parts = [
-                chunk.choices[0].delta.content or ""
-                for chunk in raw.parse()
-                if chunk.choices
-            ]
+            parts = [chunk.choices[0].delta.content or "" for chunk in raw.parse() if chunk.choices]
         return "".join(parts), kind
     response = client.chat.completions.with_raw_response.create(model=model, messages=messages)
     return response.parse().choices[0].message.content or "", response.headers.get(
@@ -287,8 +283,8 @@ def test_a_wrong_hit_found_is_not_served_again_for_its_question(
     fake_upstream: FakeUpstream,
     script: Script,
     pairs: list[Pair],
-    meanings: dict[str, int],
 ) -> None:
+    meanings = script.meanings
     for pair in (p for p in pairs if p.same):
         script.meanings[pair.second] = 20_000 + len(script.meanings)  # a hit on it is wrong
         _ask(vgw, "marking", pair.first)
@@ -330,7 +326,7 @@ def test_a_burst_of_wrong_hits_raises_the_effective_threshold(
     different = _diverge(script, pairs, every=2)
     meanings = script.meanings
     hits = wrong = 0
-    for pair in different:
+    for pair in (p for p in pairs if p.same):  # half of them answered otherwise upstream
         _ask(vgw, "adapting", pair.first)
         _settle(vgw, server_thread)
         content, kind = _ask(vgw, "adapting", pair.second)
@@ -338,20 +334,18 @@ def test_a_burst_of_wrong_hits_raises_the_effective_threshold(
             hits += 1
             wrong += content != answer_of(meanings[pair.second])
             _wait_verified(vgw, "adapting", hits)  # each verdict in before the next question
-    assert wrong >= 3, (hits, wrong)
+    assert wrong >= 10 and wrong / hits > 0.2, (hits, wrong)
     state = _verification(vgw, "adapting")
     assert state["effective_threshold"] > state["configured_threshold"], state
-    assert any("effective threshold" in r.getMessage() and "->" in r.getMessage()
-               for r in caplog.records), [r.getMessage() for r in caplog.records]
-    # Same-meaning traffic is still served from the cache under the raised threshold.
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("effective threshold" in m and "->" in m for m in messages), messages
+    # The right entries are still served under the raised threshold, and no wrong one.
     served = 0
-    for pair in (p for p in pairs if p.same and p not in different):
-        _ask(vgw, "adapting", pair.first)
-        _settle(vgw, server_thread)
+    for pair in (p for p in pairs if p.same):
         content, kind = _ask(vgw, "adapting", pair.second)
         if kind.startswith("hit"):
             served += 1
-            assert content == answer_of(meanings[pair.second])
+            assert content == answer_of(meanings[pair.second]), pair
     assert served >= 5, served
 
 
@@ -396,7 +390,7 @@ def test_no_shadow_call_while_the_breaker_is_open(
     fake_upstream: FakeUpstream,
     pairs: list[Pair],
 ) -> None:
-    pair = [p for p in pairs if p.same][1]
+    pair = [p for p in pairs if p.same][2]
     _, kind = _ask(vgw, "shadowed", pair.first)
     assert kind == "miss"
     _settle(vgw, server_thread)
@@ -433,7 +427,7 @@ def test_a_streamed_hit_is_verified_and_an_exact_hit_is_not(
     meanings: dict[str, int],
 ) -> None:
     same = [p for p in pairs if p.same]
-    first, second = same[2], same[3]
+    first, second = same[5], same[8]
     for pair in (first, second):
         _ask(vgw, "streamed", pair.first)
     _settle(vgw, server_thread)
