@@ -323,7 +323,7 @@ def test_a_burst_of_wrong_hits_raises_the_effective_threshold(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING)
-    different = _diverge(script, pairs, every=2)
+    _diverge(script, pairs, every=2)
     meanings = script.meanings
     hits = wrong = 0
     for pair in (p for p in pairs if p.same):  # half of them answered otherwise upstream
