@@ -4,11 +4,14 @@ falling through), and bad values refused naming the field."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gateway.config import ConfigError, parse_config
 from gateway.config.cache import VerifyPolicy
 from gateway.config.file import ConfigFile
+from gateway.config.loading import load_settings
 
 BASE = """
 providers: {d: {type: demo}}
@@ -70,3 +73,33 @@ def test_bad_values_are_refused_naming_the_field(verify: str, field: str) -> Non
     ):
         found = problems(where)
         assert any(field in problem and "verify" in problem for problem in found), found
+
+
+def test_a_policy_file_overrides_one_field_for_its_tenants(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text(
+        "auth:\n  keys: [{env: VERIFY_KEY, tenant: team-a}]\n"
+        "providers: {d: {type: demo}}\n"
+        "cache: {defaults: {enabled: true, verify: {sample_rate: 0.1, max_error_rate: 0.02}}}\n"
+        "models: [{name: a, provider: d, cache: {verify: {adapt: false}}}]\n"
+    )
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "p.yaml").write_text(
+        "match: {tenants: [team-a]}\ncache: {verify: {sample_rate: 0.9}}\n"
+    )
+    settings = load_settings(tmp_path / "config.yaml")
+    base = settings.routes["a"].cache
+    verify = settings.policies.resolve("team-a", "a").cache_for(base).verify
+    assert (verify.sample_rate, verify.max_error_rate, verify.adapt) == (0.9, 0.02, False)
+    other = settings.policies.resolve("team-b", "a").cache_for(base).verify
+    assert other.sample_rate == 0.1  # the policy's tenants only
+
+
+def test_a_policy_file_with_a_bad_value_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text(
+        "providers: {d: {type: demo}}\nmodels: [{name: a, provider: d}]\n"
+    )
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "p.yaml").write_text("cache: {verify: {sample_rate: 1.5}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(tmp_path / "config.yaml")
+    assert any("sample_rate" in p for p in info.value.problems), info.value.problems
