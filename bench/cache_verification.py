@@ -33,7 +33,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,9 @@ class Options:
     flush_every: int = option(1, "requests between awaits of the verdicts in flight (1: in order)")
     sections: tuple[str, ...] = option(SECTIONS, parse=listed(str))
     threshold: float = option(0.0, "the configured similarity threshold (0: the calibrated one)")
+    keep_store: bool = option(
+        False, "passes share the store (entries and their marks live on): repeats meet marks"
+    )
     scope: str = option(
         "shared",
         "shared: one scope, any question may hit any entry (truth: the clusters); pair: each "
@@ -436,12 +439,14 @@ async def run(
     served_truth: list[bool] = []
     last_hits = 0
     for n_pass in range(opts.passes):
-        cache = SemanticCache(EmbeddedStore(None, 1_000_000, 100_000), embedder)  # type: ignore[arg-type]
-        cache.verifier = verifier
-        await cache.store.open()
-        cache.embedder_ready = True
-        if isinstance(verifier.ledger, MemoryLedger):
-            verifier.ledger._marks.clear()  # the entries expired, and their marks with them
+        if n_pass == 0 or not opts.keep_store:
+            store = EmbeddedStore(None, 1_000_000, 100_000)
+            cache = SemanticCache(store, embedder)  # type: ignore[arg-type]
+            cache.verifier = verifier
+            await cache.store.open()
+            cache.embedder_ready = True
+            if isinstance(verifier.ledger, MemoryLedger):
+                verifier.ledger._marks.clear()  # the entries expired, and their marks with them
         before = (result.requests, result.semantic, result.wrong)
         for i, (pair, question) in enumerate(stream(traffic, opts.seed * 1000 + n_pass)):
             # scope "pair": each pair its own tenant, so a question meets only its partner
@@ -591,9 +596,11 @@ async def latency(on: Result, rate: float, rounds: int = 5) -> None:
     Embeddings are memoized, so the embedder's time (the same either way) is left out."""
     cache, route_on = on.cache, on.route
     assert cache is not None and route_on is not None
-    policy_off = replace(route_on.cache, verify=VerifyPolicy())
-    route_off = replace(route_on, cache=policy_off)
-    upstream_answer = chat_completion(MODEL, {"role": "assistant", "content": "x"}, "stop")
+    policy_off = route_on.cache.model_copy(update={"verify": VerifyPolicy()})
+    route_off = ModelRoute(MODEL, "p", MODEL, "chat", policy_off)
+    upstream_answer = chat_completion(
+        MODEL, {"role": "assistant", "content": "x"}, "stop", usage(1, 1)
+    )
     times: dict[str, list[float]] = {"off": [], "on": []}
     probed = 0
 
@@ -664,7 +671,7 @@ async def bench(dataset: str, opts: Options) -> None:
     print(
         f"\n## {dataset}: {len(traffic.pairs)} pairs, {len(traffic.cluster)} questions, "
         f"{clusters} clusters, embedder {embedder.name}, threshold {base}, {opts.passes} passes,"
-        f" scope {opts.scope}"
+        f" scope {opts.scope}{', one store for all passes' if opts.keep_store else ''}"
         f" (seed {opts.seed}; {traffic.collisions} key-text collisions)\n",
         flush=True,
     )
