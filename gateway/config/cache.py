@@ -50,7 +50,11 @@ class VerifyPolicy(Strict):
         "threshold is verified than a confident one; the mean rate stays `sample_rate`.",
     )
     explore_band: float = Field(0.02, ge=0.0, le=0.5)
-    exact_hits: bool = Field(False, description="Also verify exact hits (at the same rate).")
+    exact_hits: bool = Field(
+        False,
+        description="Also verify exact hits (at the same rate): controls whose answer is right "
+        "by construction, which measure and correct the judge's own false 'different'.",
+    )
 
 
 class VerifyOverride(Strict):

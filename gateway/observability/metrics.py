@@ -675,6 +675,8 @@ class CacheVerificationEvents:
 
     def verified(self, model: str, kind: Kind, agree: bool) -> None:
         m = self._metrics
+        if kind == "control":  # the judge's calibration: in the stats, not a hit's verdict
+            return
         counter = m.cache_verifications if kind == "served" else m.cache_explorations
         m._child(counter, model, "agree" if agree else "disagree").inc()
 

@@ -47,7 +47,7 @@ VERIFYING = {
     "embedder": {"type": "hash"},
     "defaults": {
         "enabled": True,
-        # every hit verified, exact ones too: each request below is a verdict
+        # every hit verified: each semantic hit below is a verdict
         "verify": {
             "sample_rate": 1.0,
             "exact_hits": True,
@@ -111,18 +111,19 @@ def _stats(gw: GatewayServer) -> Json:
 def _one_agreeing_one_disagreeing(
     gw: GatewayServer, server_thread: ServerThread, fake: FakeUpstream
 ) -> None:
-    """An exact hit the upstream answers the same again (agree), and one whose answer changed
-    after it was cached (disagree); each shadow call done before the upstream changes."""
+    """A semantic hit the upstream answers the same again (agree), and one whose answer
+    changed after it was cached (disagree); each shadow call done before the upstream
+    changes. (An exact hit's verdict is a control for the judge, not a hit's.)"""
     _ask(gw, "What is the boiling point of water at sea level?")
     fake.per_model["fake-model"] = Knobs(content="Paris has been the capital since 508 AD.")
     _ask(gw, "Which city is the capital of France?")
     _settle(gw, server_thread)
     fake.per_model.clear()
-    hit = _ask(gw, "What is the boiling point of water at sea level?")
-    assert hit["x-gateway-cache"] == "hit-exact"
+    hit = _ask(gw, "what is the boiling point of water at sea level")
+    assert hit["x-gateway-cache"] == "hit-semantic"
     _wait_for_shadow_calls(gw, server_thread, 1)
     fake.per_model["fake-model"] = Knobs(content="Lyon, the city of lights, without a doubt.")
-    assert _ask(gw, "Which city is the capital of France?")["x-gateway-cache"] == "hit-exact"
+    assert _ask(gw, "which city is the capital of France")["x-gateway-cache"] == "hit-semantic"
     _wait_for_shadow_calls(gw, server_thread, 2)
 
 

@@ -95,8 +95,8 @@ def gateway_config(fake_url: str, retriever_url: str) -> Json:
             model(
                 "cheap",
                 pricing={"input_per_million": 0.15, "output_per_million": 0.6},
-                # near misses reach the guards; every hit verified (exact ones too: the
-                # traffic's repeat is exact), so the verification panels have a verdict
+                # near misses reach the guards; every hit verified (a semantic one gives
+                # the verification panels a verdict; exact ones are the judge's controls)
                 cache={
                     "enabled": True,
                     "similarity_threshold": 0.5,
@@ -213,7 +213,12 @@ def traffic_round(gw: GatewayServer) -> list[int]:
             resp = await request("POST", gw.url + path, body=body, headers=auth)
             statuses.append(resp.status)
         await asyncio.sleep(0.3)  # the cache stores in the background
-        for text in ("What is a semantic cache?", "How far is it to the station, 50 km?"):
+        # an exact hit (a control for the judge), a semantic one (a verdict) and a near miss
+        for text in (
+            "What is a semantic cache?",
+            "what is a semantic cache",
+            "How far is it to the station, 50 km?",
+        ):
             body = _chat("cheap", text)
             resp = await request("POST", gw.url + "/v1/chat/completions", body=body, headers=auth)
             statuses.append(resp.status)

@@ -47,7 +47,10 @@ class Regions:
     (at a weight of 1 / sample_rate each) fades as evidence accrues, and a change in the
     traffic shows."""
 
-    def __init__(self, observations: Sequence[Observation]) -> None:
+    def __init__(self, observations: Sequence[Observation], judge_agrees: float = 1.0) -> None:
+        """`judge_agrees`: how often the judge agrees on a control (an answer right by
+        construction); each region's wrong share is corrected by it (estimate.corrected)."""
+        self._judge_agrees = judge_agrees
         n = len(observations)
         decayed = [
             (o.similarity, o.weight * 0.5 ** ((n - 1 - i) / HALF_LIFE), o.agree)
@@ -71,14 +74,21 @@ class Regions:
         total, squares = self._total[i], self._squares[i]
         if total <= 0:
             return Region(threshold, 0, None, 0.0)
-        return Region(threshold, self._count[i], self._wrong[i] / total, total * total / squares)
+        agreeing = 1.0 - self._wrong[i] / total
+        wrong = max(0.0, 1.0 - min(1.0, agreeing / self._judge_agrees))
+        return Region(threshold, self._count[i], wrong, total * total / squares)
 
 
 def decide(
-    current: float, base: float, budget: float, observations: Sequence[Observation]
+    current: float,
+    base: float,
+    budget: float,
+    observations: Sequence[Observation],
+    judge_agrees: float = 1.0,
 ) -> Decision:
-    """The next effective threshold for a model whose configured one is `base`."""
-    regions = Regions(observations)
+    """The next effective threshold for a model whose configured one is `base`, from its
+    served and explored verdicts (controls only correct them, through `judge_agrees`)."""
+    regions = Regions([o for o in observations if o.kind != "control"], judge_agrees)
     grid = _grid(base)
     proven = next((t for t in grid if _within(regions.at(t), budget)), None)
     here = regions.at(current)

@@ -15,13 +15,16 @@ from typing import Literal
 
 Z95 = 1.959963984540054
 
-Kind = Literal["served", "explored"]
+Kind = Literal["served", "explored", "control"]
+MIN_CONTROLS = 20  # control verdicts before the judge's own error is taken out
 
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """One verdict: a served hit that was verified, or a candidate the effective threshold
-    held back whose answer was compared with the fresh one (explored: no shadow call)."""
+    """One verdict: a served hit that was verified, a candidate the effective threshold held
+    back whose answer was compared with the fresh one (explored: no shadow call), or an exact
+    hit verified as a control (its answer is right by construction: a "different" there is
+    the judge's own error, the rewording a model does between two answers)."""
 
     similarity: float  # the query's cosine to the entry
     agree: bool
@@ -48,6 +51,31 @@ class Estimate:
             "upper": _round(self.upper),
             "effective_n": round(self.effective_n, 1),
         }
+
+
+def corrected(served: Estimate, judge: Estimate) -> Estimate:
+    """The served hits' precision with the judge's false "different" taken out: the judge
+    agrees on a right hit only as often as on a control, so precision = agreeing share /
+    the controls' agreeing share (assuming it does not call a wrong hit the same). The
+    interval is widened by the controls' own. Unchanged until MIN_CONTROLS controls."""
+    if (
+        served.point is None
+        or served.lower is None
+        or served.upper is None
+        or judge.verified < MIN_CONTROLS
+        or not judge.point
+        or not judge.lower
+        or not judge.upper
+    ):
+        return served
+    return Estimate(
+        served.verified,
+        served.disagreements,
+        min(1.0, served.point / judge.point),
+        min(1.0, served.lower / judge.upper),
+        min(1.0, served.upper / judge.lower),
+        served.effective_n,
+    )
 
 
 def precision(observations: Iterable[Observation]) -> Estimate:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -23,7 +23,14 @@ import numpy as np
 
 from gateway.cache.store import CacheEntry
 from gateway.cache.verify import boundary
-from gateway.cache.verify.estimate import Estimate, Kind, Observation, precision
+from gateway.cache.verify.estimate import (
+    MIN_CONTROLS,
+    Estimate,
+    Kind,
+    Observation,
+    corrected,
+    precision,
+)
 from gateway.cache.verify.judge import AnswerJudge, JudgeCall, Verdict
 from gateway.cache.verify.ledger import Ledger, Mark, MemoryLedger
 from gateway.cache.verify.sampler import Sampler
@@ -76,9 +83,10 @@ class ModelVerification:
     effective_threshold: float
     max_error_rate: float
     sample_rate: float
-    served: Estimate  # the precision of the hits served
+    served: Estimate  # the precision of the hits served (corrected by the controls)
     explored: int  # verdicts on held-back candidates
     explored_agreeing: int
+    judge: Estimate  # how often the judge agrees on controls (exact hits, exact_hits: true)
 
     def as_json(self) -> Json:
         return {
@@ -91,6 +99,7 @@ class ModelVerification:
             if self.served.lower is None
             else self.served.lower >= 1 - self.max_error_rate,
             "explored": {"verified": self.explored, "agreeing": self.explored_agreeing},
+            "judge_agreement_on_controls": self.judge.as_json(),
         }
 
 
@@ -192,7 +201,8 @@ class Verifier:
         if not self.sampler.take(model, verify):
             self._shadow(model, "rate_limited", None)
             return None
-        return Probe(model, policy, entry, similarity, question, vector, 1.0 / chance, "served")
+        kind: Kind = "control" if exact else "served"
+        return Probe(model, policy, entry, similarity, question, vector, 1.0 / chance, kind)
 
     def judged(self, judge_model: str, usage: Json | None) -> None:
         """A judge model's call, made for a verdict: counted and priced as the judge's."""
@@ -267,7 +277,8 @@ class Verifier:
         await self.ledger.record(probe.model, observation)
         if self.events is not None:
             self.events.verified(probe.model, probe.kind, verdict.agree)
-        if not verdict.agree and probe.policy.verify.adapt and probe.vector is not None:
+        wrong = not verdict.agree and probe.kind != "control"  # a control's is the judge's
+        if wrong and probe.policy.verify.adapt and probe.vector is not None:
             entry = probe.entry
             await self.ledger.mark(
                 Mark(entry.exact_key, probe.vector, probe.similarity, entry.expires_at)
@@ -295,7 +306,9 @@ class Verifier:
             return
         base, budget = policy.similarity_threshold, policy.verify.max_error_rate
         current = max(base, self._effective.get(model, base))
-        decision = boundary.decide(current, base, budget, observations)
+        judge = _judge_agreement(observations)
+        agrees = judge.point if judge.point and judge.verified >= MIN_CONTROLS else 1.0
+        decision = boundary.decide(current, base, budget, observations, agrees)
         self._effective[model] = decision.threshold
         if decision.threshold != current:
             region = decision.evidence
@@ -331,15 +344,18 @@ class Verifier:
             if policy is None or (policy.verify.sample_rate <= 0 and not observations):
                 continue  # not seen yet, or never verified
             explored = [o for o in observations if o.kind == "explored"]
+            judge = _judge_agreement(observations)
+            served = precision(o for o in observations if o.kind == "served")
             found[model] = ModelVerification(
                 model,
                 policy.similarity_threshold,
                 self.threshold(model, policy),
                 policy.verify.max_error_rate,
                 policy.verify.sample_rate,
-                precision(o for o in observations if o.kind == "served"),
+                corrected(served, judge),
                 len(explored),
                 sum(o.agree for o in explored),
+                judge,
             )
         return found
 
@@ -351,6 +367,10 @@ class Verifier:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _judge_agreement(observations: Sequence[Observation]) -> Estimate:
+    return precision(o for o in observations if o.kind == "control")
 
 
 def _adapts(policy: CachePolicy) -> bool:

@@ -70,3 +70,18 @@ def test_over_budget_everywhere_it_climbs_but_not_past_the_ceiling() -> None:
 def test_few_verdicts_do_not_move_it() -> None:
     verdicts = [Observation(0.95, False, 1.0, "served", 0.0)] * int(boundary.MIN_EVIDENCE - 1)
     assert boundary.decide(0.94, 0.94, 0.05, verdicts).threshold == 0.94
+
+
+def test_a_judge_that_errs_on_controls_does_not_raise_the_threshold_by_itself() -> None:
+    """Right hits everywhere, but the judge calls a fifth of them different: uncorrected the
+    threshold climbs; with the controls' agreement (0.8) it holds."""
+    rng = random.Random(5)
+    verdicts = [
+        Observation(rng.uniform(0.94, 1.0), rng.random() < 0.8, 1.0, "served", 0.0)
+        for _ in range(1000)
+    ]
+    controls = [Observation(1.0, rng.random() < 0.8, 1.0, "control", 0.0) for _ in range(200)]
+    assert boundary.decide(0.94, 0.94, 0.05, verdicts).threshold > 0.94
+    agrees = sum(o.agree for o in controls) / len(controls)
+    held = boundary.decide(0.94, 0.94, 0.05, verdicts + controls, agrees)
+    assert held.threshold == 0.94

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from gateway.cache.verify.estimate import Observation, precision, wilson
+from gateway.cache.verify.estimate import Observation, corrected, precision, wilson
 
 
 def _obs(agree: bool, weight: float = 1.0, similarity: float = 0.96) -> Observation:
@@ -68,3 +68,20 @@ def test_the_interval_covers_the_truth_about_95_percent_of_the_time(n: int) -> N
         assert estimate.lower is not None and estimate.upper is not None
         covered += estimate.lower <= truth <= estimate.upper
     assert covered / trials > 0.90
+
+
+def test_controls_take_the_judges_own_false_different_out() -> None:
+    """A judge that calls one right answer in four "different" (controls: exact hits) reads
+    precision 0.75 * true; corrected, the estimate is the true share again."""
+    rng = random.Random(11)
+    truth, judge_agrees = 0.9, 0.75
+    served = [_obs(rng.random() < truth and rng.random() < judge_agrees) for _ in range(4000)]
+    controls = [_obs(rng.random() < judge_agrees) for _ in range(1000)]
+    raw, judge = precision(served), precision(controls)
+    assert raw.point == pytest.approx(truth * judge_agrees, abs=0.02)
+    fixed = corrected(raw, judge)
+    assert fixed.point == pytest.approx(truth, abs=0.03)
+    assert fixed.lower is not None and fixed.upper is not None
+    assert fixed.lower < truth < fixed.upper
+    # too few controls: left as it is
+    assert corrected(raw, precision(controls[:10])) == raw
