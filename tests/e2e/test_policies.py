@@ -71,6 +71,8 @@ def config(fake_url: str, retriever_url: str) -> Json:
         "providers": {"fake": {"type": "openai", "base_url": fake_url}},
         "models": [
             model("cached", cache={"enabled": True}),
+            # every semantic hit verified: the shadow call is optional work, shed under load
+            model("verified", cache={"enabled": True, "verify": {"sample_rate": 1.0}}),
             model("small", pricing={"input_per_million": 1000, "output_per_million": 2000}),
             model("large"),
             model("helpdesk"),
@@ -442,6 +444,56 @@ def test_overload_sheds_retrieval_past_max_in_flight(
     fake_upstream.per_model.clear()
     alone = ask(pgw, "busy", RETURNS_QUESTION, model="helpdesk")
     assert "x-gateway-shed" not in alone.headers and alone.headers["x-gateway-level"] == "1"
+
+
+def test_overload_sheds_the_verification_of_a_cache_hit_not_the_hit(
+    pgw: GatewayServer, fake_upstream: FakeUpstream, server_thread: ServerThread
+) -> None:
+    stored, paraphrase = (
+        "Which city is the capital of France?",
+        "which city is the capital of France",
+    )
+
+    def shadow_calls(outcome: str) -> float:
+        text = metrics_text(pgw)
+        name = "gateway_cache_shadow_calls_total"
+        return metric_value(text, name, model="verified", outcome=outcome)
+
+    def asked(text: str) -> int:
+        return sum(
+            r["body"]["messages"][-1]["content"] == text
+            for r in upstream_requests(fake_upstream)
+            if r["body"].get("model") == "verified-up"
+        )
+
+    first = ask(pgw, "busy", stored, model="verified")
+    assert first.headers["x-gateway-cache"] == "miss"
+    settle(pgw, server_thread)
+    shed, answered = shadow_calls("shed"), shadow_calls("answered")
+    fake_upstream.per_model["small-up"] = Knobs(latency_ms=800)
+
+    def one(delay: float, text: str, model: str) -> Any:
+        time.sleep(delay)
+        return ask(pgw, "busy", text, model=model)
+
+    with ThreadPoolExecutor(2) as pool:
+        # A slow request is in flight when the hit arrives: past max_in_flight 1.
+        slow = pool.submit(one, 0.0, "slow one", "small")
+        hit = pool.submit(one, 0.3, paraphrase, "verified").result()
+        slow.result()
+    assert hit.headers["x-gateway-cache"] == "hit-semantic"
+    assert content(hit) == content(first)
+    assert shadow_calls("shed") == shed + 1 and shadow_calls("answered") == answered
+    settle(pgw, server_thread)
+    assert asked(paraphrase) == 0, "a shed verification made no upstream call"
+    # Alone again, the hit is verified: the shadow call goes upstream.
+    fake_upstream.per_model.clear()
+    again = ask(pgw, "busy", paraphrase, model="verified")
+    assert again.headers["x-gateway-cache"] == "hit-semantic"
+    cache = pgw.app[CACHE]
+    assert cache is not None
+    server_thread.call(cache.verifier.flush())
+    assert shadow_calls("answered") == answered + 1 and asked(paraphrase) == 1
 
 
 def test_concurrency_of_tenants_without_an_overload_policy_sheds_nothing(
