@@ -33,12 +33,14 @@ CACHE_HEADER = "x-gateway-cache"
 BodyFor = Callable[[str], bytes]  # a question's text -> the chat request's body
 
 
-def cached_config(upstream: str, model: str, store: Path) -> Json:
-    """`model` on an `openai` provider at `upstream` (a base URL ending in /v1), cache on."""
+def cached_config(upstream: str, model: str, store: Path, verify: Json | None = None) -> Json:
+    """`model` on an `openai` provider at `upstream` (a base URL ending in /v1), cache on
+    (`verify`: the model's cache verification, docs/CACHE.md)."""
+    cache: Json = {"enabled": True, **({"verify": verify} if verify else {})}
     return {
         "server": {"host": "127.0.0.1", "port": 0},
         "providers": {"fake": {"type": "openai", "base_url": upstream}},
-        "models": [{"name": model, "provider": "fake", "cache": {"enabled": True}}],
+        "models": [{"name": model, "provider": "fake", "cache": cache}],
         "cache": {"store": {"type": "sqlite", "path": str(store)}},
     }
 
@@ -51,9 +53,10 @@ def start_cached_gateway(
     name: str = "gateway-cache",
     root: Path = REPO_ROOT,
     timeout: float = 180.0,
+    verify: Json | None = None,
 ) -> Server:
     """The gateway process with the cache on, once its semantic tier is."""
-    config = cached_config(upstream, model, workdir / f"{name}.sqlite3")
+    config = cached_config(upstream, model, workdir / f"{name}.sqlite3", verify)
     server = start_gateway(
         workdir,
         write_config(workdir, config, name=f"{name}.yaml"),
