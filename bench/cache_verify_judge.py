@@ -22,7 +22,7 @@ from gateway.cache.verify.judge import AnswerJudge
 from gateway.config.cache import EmbedderConfig
 
 PAIRS = Path(__file__).resolve().parents[1] / "tests" / "cache" / "data" / "answer_pairs.jsonl"
-THRESHOLDS = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85)
+THRESHOLDS = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.88, 0.9, 0.92, 0.94)
 BANDS = ((0, 120, "<=120"), (121, 400, "121-400"), (401, 10**9, ">400"))
 
 

