@@ -88,6 +88,26 @@ class RequestContext:
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
+    def sibling(self, suffix: str) -> RequestContext:
+        """A context for more work of this request (another prompt, a verification after the
+        answer): who is asking and how, nothing decided, so that what the work decides stays
+        out of this request's headers, metrics and access log."""
+        return RequestContext(
+            request_id=f"{self.request_id}-{suffix}",
+            endpoint=self.endpoint,
+            started=self.started,
+            tenant=self.tenant,
+            requested_model=self.requested_model,
+            policy=self.policy,
+            in_flight=self.in_flight,
+            byok_key=self.byok_key,
+            byok_hash=self.byok_hash,
+            byok_providers=self.byok_providers,
+            cache_directive=self.cache_directive,
+            deadline_seconds=self.deadline_seconds,
+            knowledge_directive=self.knowledge_directive,
+        )
+
     def note_failure(self, deployment: str, reason: str) -> None:
         self.upstream_failures.append((deployment, reason))
 

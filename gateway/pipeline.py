@@ -149,7 +149,7 @@ class Pipeline:
             # Its level, knowledge base and route go with it: a hit replays them.
             cache.keep(ctx, plan, {**completion, **extra}, answer_headers(ctx))
             if plan.held_back is not None:  # would the held-back candidate have been right?
-                judge = self._judge_call(ctx, plan.policy.verify.judge_model)
+                judge = self._judge_call(_verifying(ctx), plan.policy.verify.judge_model)
                 cache.verifier.explore(plan.held_back, completion, judge)
 
         return OnComplete(keep)
@@ -177,19 +177,23 @@ class Pipeline:
         if sheds(ctx, "verification"):
             return verifier.skip(probe, "shed")
         shadow_body = {k: v for k, v in body.items() if k not in _NOT_SHADOWED}
+        # Runs while (and after) the hit is sent: on a context of its own, so its retrieval
+        # and tokens never reach the hit's headers, metrics or access log (verification
+        # accounts its calls itself).
+        shadow = _verifying(ctx)
 
         async def fresh() -> Json:
             prompt = shadow_body
             if knowledge_base is not None:
-                grounding = await self.knowledge.ground(ctx, knowledge_base, body)
+                grounding = await self.knowledge.ground(shadow, knowledge_base, body)
                 if grounding is None or grounding.level != 1:
                     raise NotComparable("retrieval did not ground the shadow call")
                 prompt = _prompt(shadow_body, grounding)
             return await self.executor.on_behalf(
-                ctx, route, prompt, "cache_verification", fallbacks=False
+                shadow, route, prompt, "cache_verification", fallbacks=False
             )
 
-        verifier.verify(probe, fresh, self._judge_call(ctx, plan.policy.verify.judge_model))
+        verifier.verify(probe, fresh, self._judge_call(shadow, plan.policy.verify.judge_model))
 
     def _judge_call(self, ctx: RequestContext, judge_model: str | None) -> JudgeCall | None:
         """The verification judge model as a call, when the policy names one it can reach."""
@@ -279,6 +283,14 @@ _NOT_SHADOWED = frozenset({"stream", "stream_options", "n"})
 
 # Tool-guard outcomes whose answer is the guard's stand-in, or still wrong: never reused.
 _NOT_KEPT = frozenset({"stripped", "passed", "failed"})
+
+
+def _verifying(ctx: RequestContext) -> RequestContext:
+    """The request's context for verification work, with the turn's embedding (retrieval for
+    the shadow call reuses it)."""
+    shadow = ctx.sibling("verify")
+    shadow.embedding = ctx.embedding
+    return shadow
 
 
 async def _replayed(ctx: RequestContext, request: ChatParams, completion: Json) -> Reply:

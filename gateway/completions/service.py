@@ -49,7 +49,7 @@ async def complete(
     # The first prompt runs on the request's own context; the others each on one of their
     # own, so that concurrent calls never read each other's decisions (a fallback's answer
     # must not be cached as the model's), merged into the request's record afterwards.
-    contexts = [ctx, *(_sibling(ctx, i) for i in range(1, len(prompts)))]
+    contexts = [ctx, *(ctx.sibling(str(i)) for i in range(1, len(prompts)))]
     calls = (
         _answer(c, pipeline, chat_body(body, p)) for c, p in zip(contexts, prompts, strict=True)
     )
@@ -65,25 +65,6 @@ async def _answer(ctx: RequestContext, pipeline: Pipeline, chat: Json) -> Json:
     reply = await pipeline.chat(ctx, chat_params(chat), chat)
     assert reply.completion is not None, "a plain request has a plain answer"
     return reply.completion
-
-
-def _sibling(ctx: RequestContext, index: int) -> RequestContext:
-    """A context for one more prompt of the request: who is asking and how, nothing decided."""
-    return RequestContext(
-        request_id=f"{ctx.request_id}-{index}",
-        endpoint=ctx.endpoint,
-        started=ctx.started,
-        tenant=ctx.tenant,
-        requested_model=ctx.requested_model,
-        policy=ctx.policy,
-        in_flight=ctx.in_flight,
-        byok_key=ctx.byok_key,
-        byok_hash=ctx.byok_hash,
-        byok_providers=ctx.byok_providers,
-        cache_directive=ctx.cache_directive,
-        deadline_seconds=ctx.deadline_seconds,
-        knowledge_directive=ctx.knowledge_directive,
-    )
 
 
 def _merge(ctx: RequestContext, sibling: RequestContext) -> None:
