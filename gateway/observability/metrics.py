@@ -513,10 +513,12 @@ class Metrics:
             if ctx.tool_repairs:
                 self._child(self.tool_repairs, model).inc(ctx.tool_repairs)
         for purpose, used_model, usage in ctx.guard_usage:
-            for direction, key in (("input", "prompt_tokens"), ("output", "completion_tokens")):
-                self._child(self.guard_tokens, used_model, purpose, direction).inc(
-                    _count(usage.get(key))
-                )
+            self.count_guard_tokens(used_model, purpose, usage)
+
+    def count_guard_tokens(self, model: str, purpose: str, usage: dict[str, Any]) -> None:
+        """Tokens the gateway spent on a request's behalf, as `purpose`."""
+        for direction, key in (("input", "prompt_tokens"), ("output", "completion_tokens")):
+            self._child(self.guard_tokens, model, purpose, direction).inc(_count(usage.get(key)))
 
     def _observe_resilience(self, ctx: RequestContext, model: str) -> None:
         for deployment, reason in ctx.upstream_failures:
@@ -686,10 +688,7 @@ class CacheVerificationEvents:
         if not usage:
             return
         # The call runs after the request was recorded: its tokens are counted here.
-        for direction, key in (("input", "prompt_tokens"), ("output", "completion_tokens")):
-            m._child(m.guard_tokens, model, "cache_verification", direction).inc(
-                _count(usage.get(key))
-            )
+        m.count_guard_tokens(model, "cache_verification", usage)
         pricing = self._pricing(model)
         if pricing is not None:
             m._child(m.cache_verification_cost, model).inc(_cost(usage, pricing))
