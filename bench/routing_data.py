@@ -34,6 +34,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # importable from anywhere
 
 from check_routing_dev import DEV, DEV_GENERAL, checked
+from routing_embeddings import CACHE_DIR as CACHE_DIR  # re-exported: the fitter's cache
+from routing_embeddings import EmbedStats as EmbedStats
+from routing_embeddings import embed_cached as embed_cached
 
 from gateway.cache.scope import last_user_text
 from gateway.routing.exemplars import load_exemplars
@@ -41,8 +44,8 @@ from gateway.testing.harness.stats import percentile
 
 REPO = Path(__file__).resolve().parents[1]
 ROUTING_DATA = REPO.parent / "shared" / "datasets" / "routing"
-GSM8K = ROUTING_DATA / "gsm8k_responses.csv"
-MMLU = ROUTING_DATA / "mmlu-dev"
+DEFAULT_GSM8K = ROUTING_DATA / "gsm8k_responses.csv"
+DEFAULT_MMLU = ROUTING_DATA / "mmlu-dev"
 CHEAP, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
 EXEMPLARS, WORD_PROBLEMS, GENERAL = "exemplars", "word problems", "general"  # load_team's groups
 TARGET_KEPT = 0.95
@@ -135,12 +138,13 @@ def task_text(request: dict[str, Any]) -> str | None:
 # ---------------------------------------------------------------- loaders
 
 
-def load_gsm8k(path: Path = GSM8K) -> Dataset:
-    return load_csv(path, CHEAP, STRONG, name="GSM8K", conversations=False)
+def load_gsm8k(path: Path = DEFAULT_GSM8K) -> Dataset:
+    """Named "gsm8k", every row in group "gsm8k"."""
+    return load_csv(path, CHEAP, STRONG, name="gsm8k", conversations=False)
 
 
-def load_mmlu(directory: Path = MMLU) -> Dataset:
-    """Every mmlu_*.csv in `directory`, pooled; each row's group is its subject."""
+def load_mmlu(directory: Path = DEFAULT_MMLU) -> Dataset:
+    """Every mmlu_*.csv in `directory`, pooled, named "mmlu"; each row's group is its subject."""
     if not directory.is_dir():
         raise DatasetError(f"{directory}: no such directory (MMLU subjects, mmlu_*.csv)")
     files = sorted(directory.glob("mmlu_*.csv"))
@@ -151,7 +155,7 @@ def load_mmlu(directory: Path = MMLU) -> Dataset:
         for f in files
     ]
     return Dataset(
-        "MMLU",
+        "mmlu",
         [p for d in parts for p in d.prompts],
         np.concatenate([np.full(len(d), d.name, dtype=object) for d in parts]).astype(str),
         np.concatenate([d.cheap for d in parts]),
@@ -218,7 +222,8 @@ def word_problem_difficulty(steps: int) -> float:
 
 
 def load_team() -> Dataset:
-    """The team's labelled prompts: exemplars, word problems, general prompts (the groups)."""
+    """The team's labelled prompts, named "team": exemplars, word problems, general prompts (the
+    groups)."""
     exemplars = load_exemplars()
     problems = checked(DEV)
     general = checked(DEV_GENERAL)
@@ -230,7 +235,7 @@ def load_team() -> Dataset:
     )
     groups = [EXEMPLARS] * len(exemplars) + [WORD_PROBLEMS] * len(problems)
     return Dataset(
-        "team sets",
+        "team",
         prompts,
         np.array(groups + [GENERAL] * len(general)),
         1.0 - difficulty,
