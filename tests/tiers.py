@@ -109,6 +109,8 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/routing/test_scorer.py::test_with_minilm_simple_prompts_score_below_hard_ones": (
         "slow",
     ),
+    "tests/routing/test_explain.py::"
+    "test_with_minilm_the_voters_are_the_nearest_exemplars_nearest_first": ("slow",),
     "tests/test_reload.py::test_no_request_fails_while_the_config_is_rewritten": ("slow",),
     "tests/test_reload.py::test_a_bad_edit_keeps_the_running_config": ("slow",),
     "tests/upstream/test_schema_instance.py::test_every_bfcl_function_gets_valid_arguments": (

@@ -165,3 +165,35 @@ def test_a_responses_request_is_routed_like_a_chat_one(
     assert route_header(raw)["model"] == "cheap"
     assert raw.parse().model == "cheap"  # the tier the alias routed to
     assert upstream_requests(fake_upstream)[-1]["body"]["model"] == "cheap-up"
+
+
+def drivers_of(route: dict[str, str]) -> list[tuple[str, float]]:
+    terms = [term.rsplit(":", 1) for term in route["drivers"].split(",")]
+    return [(name, float(value)) for name, value in terms]
+
+
+def test_the_header_says_the_loss_what_moved_it_and_the_nearest_exemplar(
+    rgw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    proof = "Prove step by step that the square root of 2 is irrational, then compare two proofs."
+    raw = {prompt: ask(rgw, [{"role": "user", "content": prompt}]) for prompt in (proof, "hi!")}
+    hard, simple = route_header(raw[proof]), route_header(raw["hi!"])
+    for route in (hard, simple):
+        assert route["reason"] == "score" and route["loss"] == route["score"]
+        drivers = drivers_of(route)
+        assert 1 <= len(drivers) <= 3 and "bias" not in dict(drivers)
+        assert [abs(v) for _, v in drivers] == sorted((abs(v) for _, v in drivers), reverse=True)
+        similarity, difficulty = (float(x) for x in route["nearest"].split("/"))
+        assert 0 < similarity <= 1 and 0 <= difficulty <= 1
+    assert (hard["model"], simple["model"]) == ("strong", "cheap")
+    assert float(hard["loss"]) > float(simple["loss"])
+    # Why: the proof's largest term pushes towards the strong tier, the greeting's towards the
+    # cheap one, and each one's nearest exemplar is of its kind.
+    assert drivers_of(hard)[0][1] > 0 > drivers_of(simple)[0][1]
+    assert float(hard["nearest"].split("/")[1]) > float(simple["nearest"].split("/")[1])
+
+
+def test_the_header_stays_ascii_for_a_prompt_that_is_not(rgw: GatewayServer, fake_upstream: Any):
+    raw = ask(rgw, [{"role": "user", "content": "请一步一步证明根号 2 是无理数，并比较两种证明。"}])  # noqa: RUF001
+    header = raw.headers["x-gateway-route"]
+    assert header.isascii() and "drivers=" in header and "nearest=" in header

@@ -3,8 +3,11 @@ disabled (an unset key variable), where a request would go instead or that it ge
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from gateway.config import Settings, build_settings, parse_config
 from gateway.routing.explain import explain
+from gateway.routing.features import extract
 
 CONFIG = """
 providers:
@@ -21,6 +24,7 @@ routing:
     keyed-only: {tiers: [{model: big, max_score: 0.5}, {model: big-too}]}
 """
 HARD = "Prove step by step, then analyse and compare and derive the general formula."
+ARITHMETIC = "What is 3 * 4 + 2?"
 
 
 def settings(environ: dict[str, str]) -> Settings:
@@ -46,3 +50,68 @@ async def test_an_alias_with_no_served_tier_says_it_is_a_404_and_names_the_serve
     assert last == (
         "  no tier of keyed-only is served: a request now gets a 404 (routed aliases served: mixed)"
     )
+
+
+def section(text: str, header: str, end: str) -> list[str]:
+    """The lines after the one starting with `header`, up to the one starting with `end`."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    stop = next(i for i in range(start + 1, len(lines)) if lines[i].startswith(end))
+    return lines[start + 1 : stop]
+
+
+async def test_the_loss_comes_first_with_what_it_means() -> None:
+    text = await explain(settings({}), HARD, "mixed")
+    first, meaning = text.splitlines()[0], " ".join(text.splitlines()[1:3])
+    assert first.startswith("score: ") and first.endswith(", the predicted quality loss:")
+    assert 0 <= float(first.split()[1].rstrip(",")) <= 1
+    assert "cheap model answers wrong where the strong one answers right" in meaning
+    assert "reference pair (Mixtral-8x7B cheap, GPT-4 strong)" in meaning
+
+
+async def test_terms_are_largest_first_signed_with_each_features_count() -> None:
+    prompt = HARD + " Then compute 3 * 4 + 12 / 6."
+    text = await explain(settings({}), prompt, "mixed")
+    terms = section(text, "terms (log-odds", "  sum ")
+    values = [abs(float(line.split()[1])) for line in terms]
+    assert values == sorted(values, reverse=True)
+    assert all(line.split()[1][0] in "+-" for line in terms)
+    counts = asdict(extract({"messages": [{"role": "user", "content": prompt}]}))
+    counted = [line.split() for line in terms if "count" in line]
+    assert counted, "some feature moved the score"
+    for name, _, word, count in counted:
+        assert word == "count" and int(count) == counts[name] > 0
+
+
+async def test_a_feature_the_model_gives_no_term_is_still_shown_with_its_count() -> None:
+    quiet = CONFIG + "  scoring: {weights: {math: 0}}\n"
+    text = await explain(build_settings(parse_config(quiet), "<t>", {}), ARITHMETIC, "mixed")
+    assert not any(line.split()[0] == "math" for line in section(text, "terms", "  sum "))
+    math = extract({"messages": [{"role": "user", "content": ARITHMETIC}]}).math
+    [unused] = [line for line in text.splitlines() if "counted, no term in this model: " in line]
+    assert math > 0 and f"math {math}" in unused.split(": ", 1)[1].split(", ")
+
+
+async def test_the_cuts_are_shown_before_the_tier() -> None:
+    lines = (await explain(settings({}), "hi", "mixed")).splitlines()
+    assert lines[-2:] == [
+        "cuts: tier 0 (small) up to 0.500; tier 1 (big) the rest",
+        "mixed -> tier 0: small",
+    ]
+
+
+MINILM = CONFIG.replace("cache: {embedder: {type: hash}}", "cache: {embedder: {type: minilm}}")
+PROOF = "Prove that the square root of 2 is irrational, then compare two different proofs."
+
+
+async def test_with_minilm_the_voters_are_the_nearest_exemplars_nearest_first() -> None:
+    minilm = build_settings(parse_config(MINILM), "<t>", {"EXPLAIN_TEST_KEY": "sk-1"})
+    text = await explain(minilm, PROOF, "mixed")
+    assert "scored by: minilm" in text
+    voters = section(text, "nearest exemplars, the voters", "cuts: ")
+    similarities = [float(line.split()[0]) for line in voters]
+    assert len(voters) > 1 and similarities == sorted(similarities, reverse=True)
+    assert all(0 <= float(line.split()[1]) <= 1 for line in voters)
+    assert "square root of 2 is irrational" in voters[0], "the shipped proof exemplar is nearest"
+    simple = await explain(minilm, "hi!", "mixed")
+    assert text.endswith("mixed -> tier 1: big") and simple.endswith("mixed -> tier 0: small")
