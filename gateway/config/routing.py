@@ -6,14 +6,68 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from gateway.config.base import Strict
+from gateway.config.base import EntryProblem, Strict
+
+
+THRESHOLDS = ("max_score", "keep_quality", "cheap_share")  # how a tier's cut is set
 
 
 class TierConfig(Strict):
+    """A tier takes the scores up to its cut (the last tier the rest). The cut is set in one of
+    three ways: a raw score, or in user terms that the scorer's calibration turns into one."""
+
     model: str = Field(description="A configured chat model.")
     max_score: float | None = Field(
-        None, ge=0, le=1, description="Scores up to this go here; the last tier takes the rest."
+        None,
+        ge=0,
+        le=1,
+        description=(
+            "The cut as a score: requests whose predicted quality loss (the chance the cheap "
+            "model of the reference pair answers wrong where the strong one is right) is at "
+            "most this go here. One of max_score, keep_quality, cheap_share on every tier but "
+            "the last."
+        ),
     )
+    keep_quality: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description=(
+            "The cut in quality kept: route here as long as the calibration says at least this "
+            "share of the strongest tier's quality is kept (0.95: the biggest cheap share that "
+            "keeps 95 %, measured on the calibration's reference data). `gateway route "
+            "--explain-alias` prints the cut and share it gives."
+        ),
+    )
+    cheap_share: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description=(
+            "The cut in traffic: this tier and the cheaper ones take this share of requests "
+            "(the share of the calibration's reference prompts), so at most 1 - cheap_share "
+            "goes to stronger tiers."
+        ),
+    )
+
+    @property
+    def threshold(self) -> tuple[str, float] | None:
+        """(which field, its value), or None when the tier sets none."""
+        for name in THRESHOLDS:
+            value = getattr(self, name)
+            if value is not None:
+                return name, value
+        return None
+
+    @model_validator(mode="after")
+    def _one_threshold(self) -> TierConfig:
+        given = [name for name in THRESHOLDS if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise EntryProblem(
+                (given[1],),
+                f"set only one of {', '.join(given)}: each is a way to set the cut",
+            )
+        return self
 
 
 class EscalationConfig(Strict):
@@ -38,11 +92,7 @@ class AliasConfig(Strict):
 
     @model_validator(mode="after")
     def _ordered(self) -> AliasConfig:
-        bounds = [t.max_score for t in self.tiers[:-1]]
-        if any(b is None for b in bounds):
-            raise ValueError("every tier but the last needs max_score")
-        if bounds != sorted(bounds):  # type: ignore[type-var]
-            raise ValueError("tiers must go from cheap to strong: max_score increasing")
+        self._check_thresholds()
         highest = len(self.tiers) - 1
         escalate = self.escalate
         floors = [escalate.tools, escalate.images, *escalate.tenants.values()]
@@ -51,6 +101,32 @@ class AliasConfig(Strict):
         if any(floor is not None and floor > highest for floor in floors):
             raise ValueError(f"escalate: a tier above the highest ({highest})")
         return self
+
+    def _check_thresholds(self) -> None:
+        """Each tier but the last sets its cut, the last none; cuts of one kind must go from
+        cheap to strong. (Cuts of different kinds are compared once the calibration has
+        turned them into scores: gateway.routing.thresholds.)"""
+        last = len(self.tiers) - 1
+        for n, tier in enumerate(self.tiers[:-1]):
+            if tier.threshold is None:
+                raise EntryProblem(
+                    ("tiers", n),
+                    "every tier but the last needs its cut: max_score, keep_quality or cheap_share",
+                )
+        final = self.tiers[last].threshold
+        if final is not None:
+            raise EntryProblem(
+                ("tiers", last, final[0]), "the last tier takes the rest: it sets no cut"
+            )
+        for name, ascending in (
+            ("max_score", True),
+            ("cheap_share", True),
+            ("keep_quality", False),
+        ):
+            values = [getattr(t, name) for t in self.tiers[:-1] if getattr(t, name) is not None]
+            if values != sorted(values, reverse=not ascending):
+                how = "increasing" if ascending else "decreasing"
+                raise ValueError(f"tiers must go from cheap to strong: {name} {how}")
 
 
 ProfileName = Literal["general", "word-problems"]  # the keys of gateway.routing.scorer.PROFILES

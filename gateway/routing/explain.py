@@ -13,6 +13,7 @@ from gateway.config import AliasConfig, Settings
 from gateway.routing.features import SCORED, Features, extract
 from gateway.routing.router import available_tier, tier_for
 from gateway.routing.scorer import ComplexityScorer, Score
+from gateway.routing.thresholds import Thresholds
 
 MEANING = (
     "  the chance that the cheap model answers wrong where the strong one answers right, "
@@ -42,7 +43,7 @@ async def explain(settings: Settings, prompt: str, alias: str) -> str:
         score = scorer.score(features, await embedder.embed(prompt))
     finally:
         await embedder.close()
-    tier = tier_for(config, score.value)
+    tier = tier_for(config, score, Thresholds(getattr(scorer, "calibration", None)))
     lines = [f"score: {score.value:.3f}, the predicted quality loss:", MEANING]
     lines += _variant(score)
     lines += _terms(score, features)

@@ -22,7 +22,8 @@ from gateway.context import RequestContext
 from gateway.errors import ModelNotFound
 from gateway.routing.decision import RouteDecision
 from gateway.routing.features import Features, extract
-from gateway.routing.scorer import ComplexityScorer
+from gateway.routing.scorer import ComplexityScorer, Score
+from gateway.routing.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from gateway.cache.embedder import Embedder
@@ -41,6 +42,9 @@ class Router:
     ) -> None:
         self.settings = settings
         self.scorer = ComplexityScorer(settings.routing.scoring)
+        # TODO(thresholds): self.scorer.calibration / .variants once the learned scorer lands
+        self.thresholds = Thresholds(getattr(self.scorer, "calibration", None))
+        self.thresholds.check(settings.routing.aliases, getattr(self.scorer, "variants", ()))
         self._embedder = embedder
         self._can_answer = can_answer
         self._ready = False
@@ -86,7 +90,7 @@ class Router:
         config = self.settings.policies.of(ctx).routing.aliases[alias]
         features = extract(body)
         score = self.scorer.score(features, await self._vector(ctx, body))
-        tier = tier_for(config, score.value)
+        tier = tier_for(config, score, self.thresholds)
         reason = "score"
         floor, why = self._floor(config, features, ctx.tenant)
         if floor > tier:
@@ -190,10 +194,13 @@ def unserved(alias: str, config: AliasConfig, settings: Settings) -> str:
     return message
 
 
-def tier_for(config: AliasConfig, score: float) -> int:
-    """The first tier whose range holds `score`; the last takes the rest."""
-    for index, tier in enumerate(config.tiers[:-1]):
-        if tier.max_score is not None and score <= tier.max_score:
+def tier_for(config: AliasConfig, score: Score, thresholds: Thresholds) -> int:
+    """The first tier whose cut holds the score, its cut as resolved for the variant that
+    scored it (keep_quality and cheap_share mean a different cut for each); the last takes
+    the rest."""
+    variant = str(getattr(score, "variant", "features"))  # TODO(thresholds): score.variant
+    for index, cut in enumerate(thresholds.cuts(config, variant)):
+        if score.value <= cut:
             return index
     return len(config.tiers) - 1
 

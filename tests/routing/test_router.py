@@ -9,7 +9,7 @@ import pytest
 from gateway.config import ConfigError, ModelRoute, build_settings, parse_config
 from gateway.context import RequestContext
 from gateway.routing.router import Router, tier_for
-from gateway.routing.scorer import PROFILES
+from gateway.routing.scorer import PROFILES, Score
 
 CONFIG = """
 providers: {d: {type: demo}}
@@ -55,7 +55,9 @@ def body(text: str, **extra: Any) -> dict[str, Any]:
 
 def test_tier_for_uses_the_score_ranges() -> None:
     config = SETTINGS.routing.aliases["auto"]
-    assert [tier_for(config, s) for s in (0.0, 0.3, 0.31, 0.6, 0.61, 1.0)] == [0, 0, 1, 1, 2, 2]
+    thresholds = router().thresholds
+    tiers = [tier_for(config, Score(s, {}), thresholds) for s in (0.0, 0.3, 0.31, 0.6, 0.61, 1.0)]
+    assert tiers == [0, 0, 1, 1, 2, 2]
 
 
 async def test_simple_and_hard_prompts() -> None:
