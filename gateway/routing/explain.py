@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict
 
 from gateway.config import AliasConfig, Settings
+from gateway.routing.calibration import EVERYTHING, NOTHING, Calibration
 from gateway.routing.features import SCORED, Features, extract
 from gateway.routing.router import available_tier, tier_for
 from gateway.routing.scorer import ComplexityScorer, Score
@@ -43,20 +44,28 @@ async def explain(settings: Settings, prompt: str, alias: str) -> str:
         score = scorer.score(features, await embedder.embed(prompt))
     finally:
         await embedder.close()
-    tier = tier_for(config, score, Thresholds(getattr(scorer, "calibration", None)))
+    thresholds = Thresholds(getattr(scorer, "calibration", None))
+    variant = str(getattr(score, "variant", "features" if not score.neighbours else "minilm"))
+    tier = tier_for(config, score, thresholds)
     lines = [f"score: {score.value:.3f}, the predicted quality loss:", MEANING]
-    lines += _variant(score)
+    lines += _rank(score.value, thresholds.calibration(variant))
+    lines.append(f"scored by: {variant}, {VARIANTS.get(variant, 'a fitted model')}")
     lines += _terms(score, features)
     lines += _voters(score)
-    lines.append(_cuts(config))
+    lines.append(_cuts(config, thresholds.cuts(config, variant), variant))
     lines.append(f"{alias} -> tier {tier}: {config.tiers[tier].model}")
     lines += _served(settings, alias, tier)
     return "\n".join(lines)
 
 
-def _variant(score: Score) -> list[str]:
-    variant = str(getattr(score, "variant", "features" if not score.neighbours else "minilm"))
-    return [f"scored by: {variant}, {VARIANTS.get(variant, 'a fitted model')}"]
+def _rank(value: float, calibration: Calibration | None) -> list[str]:
+    """Where the loss falls among the reference prompts the variant was calibrated on."""
+    if calibration is None:
+        return []
+    share, _ = calibration.at(value)
+    return [
+        f"  {share:.0%} of the reference prompts score at or below it ({calibration.reference})"
+    ]
 
 
 def _terms(score: Score, features: Features) -> list[str]:
@@ -95,15 +104,18 @@ def _shortened(text: str) -> str:
     return flat if len(flat) <= TEXT else flat[: TEXT - 3] + "..."
 
 
-def _cuts(config: AliasConfig) -> str:
-    """Which losses each tier takes: the first tier whose cut holds the score."""
-    ranges = [
-        f"tier {index} ({tier.model}) up to {tier.max_score:.3f}"
-        for index, tier in enumerate(config.tiers[:-1])
-        if tier.max_score is not None
-    ]
+def _cuts(config: AliasConfig, cuts: tuple[float, ...], variant: str) -> str:
+    """Which losses each tier takes (a request goes to the first whose cut holds its score),
+    and how a cut set in user terms came out for the variant that scored it."""
+    ranges = []
+    for index, (tier, cut) in enumerate(zip(config.tiers, cuts, strict=False)):
+        takes = {NOTHING: "takes nothing", EVERYTHING: "takes every score"}.get(cut)
+        said = f"{tier.threshold[0]} {tier.threshold[1]:g}" if tier.threshold else ""
+        how = f" ({said} for {variant})" if said and not said.startswith("max_score") else ""
+        ranges.append(f"tier {index} ({tier.model}) {takes or f'up to {cut:.3f}'}{how}")
     last = len(config.tiers) - 1
-    return f"cuts: {'; '.join([*ranges, f'tier {last} ({config.tiers[last].model}) the rest'])}"
+    ranges.append(f"tier {last} ({config.tiers[last].model}) the rest")
+    return f"cuts: {'; '.join(ranges)}"
 
 
 def _logistic(x: float) -> float:
