@@ -117,6 +117,7 @@ PLACES: dict[str, tuple[str, ...]] = {
         "slow",
     ),
     "tests/guard/test_bfcl_ground_truth.py": ("slow",),  # compiles every BFCL schema, twice
+    "tests/bench/test_routing_quality.py": ("slow",),  # scores ~600 prompts, bootstraps, times
     "tests/reliability/test_security.py::"
     "test_admin_routes_refuse_every_bad_credential_with_an_openai_401": ("slow",),
     # slow: half a second or more each on a quiet machine, mostly waiting by design (timeouts,
