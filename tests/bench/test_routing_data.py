@@ -115,6 +115,10 @@ def test_a_csv_with_judge_scores_and_conversations() -> None:
     assert d.cheap.min() >= 1 and d.strong.max() <= 10
     depths = [len(b["messages"]) for b in d.bodies]
     assert set(depths) == {1, 2, 3}  # plain text, system + user, two user turns
+    by_note = load_csv(DATA / "conversations.csv", "cheap", "strong", group_column="note")
+    assert set(by_note.groups) == {"easy", "hard", "ends on the assistant's prefill"}
+    with pytest.raises(DatasetError, match="no column 'category'"):
+        load_csv(DATA / "conversations.csv", "cheap", "strong", group_column="category")
 
 
 def test_gsm8k_and_mmlu_shaped_files_load_with_subjects_as_groups() -> None:

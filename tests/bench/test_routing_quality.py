@@ -78,6 +78,7 @@ def test_the_held_out_scores_get_their_own_rows_and_columns() -> None:
     scores = {ROUTER: np.zeros(len(data)), LENGTH: np.arange(len(data.prompts)) * 1.0}
     report = evaluate(data, scores | {HELD_OUT: oracle}, rounds=5)
     assert report["scorers"][HELD_OUT]["above_random_every_5pct"]
+    assert report["scorers"][HELD_OUT]["above_random_every_10pct"]
     assert report["scorers"][HELD_OUT]["apgr"] > report["scorers"][ROUTER]["apgr"]
     assert "kept: held-out" in dataset_section(report)
 
