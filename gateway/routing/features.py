@@ -144,6 +144,16 @@ _SIMPLE = re.compile(
     r"|[^，。？！\n]{1,12}是什么(?:意思)?[？?]?$)",  # noqa: RUF001
     re.IGNORECASE,
 )
+# Labelled claims a task asks to judge together ("Statement 1 | ...", "Scenario 2", roman-numbered
+# lines, "(ii)", "①", "陈述二"): every one must be judged right, where small models lose most.
+_STATEMENTS = re.compile(
+    r"\b(?:statement|scenario|claim|assertion|premise|proposition)\s*(?:[0-9]+|[ivx]+)\b"
+    r"|(?m:^[ \t]*\(?(?:i{1,3}|iv|vi{0,3})[.)][ \t])"
+    r"|(?m:^[ \t]*\(?(?:I{1,3}|IV|VI{0,3})[.)][ \t])"
+    r"|[①②③④⑤⑥⑦⑧⑨⑩]"
+    r"|(?:陈述|说法|命题|观点|情景|场景)[一二三四五六七八九十0-9]",
+    re.IGNORECASE,
+)
 _IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
 
 
@@ -163,6 +173,7 @@ class Features:
     multi_step: int  # first/then/finally, list items, 首先/然后/最后, ...
     questions: int  # question marks
     constraints: int  # must, at least, without, format, 必须, 至少, ...
+    statements: int  # distinct labelled claims to judge together: Statement 1, (ii), III., ①
     simple: int  # 1 when the task opens like chit-chat, a lookup or a rewrite
     tools: int  # declared tools (and legacy functions)
     depth: int  # messages (not system) before the last user turn
@@ -229,6 +240,9 @@ def _read_task(task: str, *, other_tokens: int, tools: int, depth: int, images: 
         multi_step=lexicon(_MULTI_STEP) + len(_LIST_ITEM.findall(task)) + zh_steps,
         questions=task.count("?") + task.count("？"),  # noqa: RUF001
         constraints=lexicon(_CONSTRAINTS),
+        statements=len(
+            {" ".join(m.lower().split()).strip("( \t") for m in _STATEMENTS.findall(task)}
+        ),
         simple=1 if _SIMPLE.match(task) else 0,
         tools=tools,
         depth=depth,

@@ -26,10 +26,11 @@ def test_the_shipped_set_loads_and_is_valid() -> None:
         assert max(e.difficulty for e in group) >= 0.9
 
 
-def test_the_shipped_file_is_package_data() -> None:
-    assert resources.files("gateway.routing").joinpath("exemplars.yaml").is_file()
+def test_the_shipped_files_are_package_data() -> None:
+    for name in ("exemplars.yaml", "model.json"):
+        assert resources.files("gateway.routing").joinpath(name).is_file()
     pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
-    assert '"gateway.routing" = ["exemplars.yaml"]' in pyproject
+    assert '"gateway.routing" = ["exemplars.yaml", "model.json"]' in pyproject
 
 
 def test_a_file_of_your_own(tmp_path: Path) -> None:

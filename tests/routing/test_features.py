@@ -71,6 +71,19 @@ def test_questions_constraints_and_relations() -> None:
     assert ask("每个盒子装的是剩下的两倍").relations == 3  # 每, 剩下, 倍
 
 
+def test_statements_to_judge_together_are_counted_once_each() -> None:
+    paired = "Statement 1 | Every group of order 4 is cyclic. Statement 2 | Every field is a ring."
+    assert ask(paired + "\nA. True, True\nB. False, False").statements == 2
+    scenarios = "Scenario 1 | I kept the wallet I found. Scenario 2 | I returned it. Scenario 1?"
+    assert ask(scenarios).statements == 2  # "Scenario 1" twice is one claim
+    assert ask("Which hold?\nI. cats\nII. dogs\nIII. birds\nA. I only\nB. I and II").statements == 3
+    assert ask("(i) the first claim\n(ii) the second claim").statements == 2
+    assert ask("下列说法正确的是：① 地球是圆的 ② 太阳绕地球转 ③ 水是湿的").statements == 3
+    assert ask("陈述一：甲。陈述二：乙。").statements == 2
+    for plain in ("I think I am fine. I guess.", "Is it true?", "Part 2 of the story", "hi"):
+        assert ask(plain).statements == 0, plain
+
+
 def test_simple_openers() -> None:
     for text in ("Hello! How are you?", "What is the capital of Peru?", "translate this", "你好",
                  "翻译：早上好", "光合作用是什么？"):  # fmt: skip

@@ -8,8 +8,9 @@ import pytest
 
 from gateway.config import ConfigError, ModelRoute, build_settings, parse_config
 from gateway.context import RequestContext
+from gateway.routing.model import shipped_model
 from gateway.routing.router import Router, tier_for
-from gateway.routing.scorer import PROFILES, Score
+from gateway.routing.scorer import Score
 
 CONFIG = """
 providers: {d: {type: demo}}
@@ -20,7 +21,7 @@ models:
 routing:
   aliases:
     auto:
-      tiers: [{model: small, max_score: 0.3}, {model: medium, max_score: 0.6}, {model: large}]
+      tiers: [{model: small, max_score: 0.02}, {model: medium, max_score: 0.05}, {model: large}]
       escalate:
         tools: 1
         images: 2
@@ -28,12 +29,14 @@ routing:
         long_context_tier: 2
         tenants: {vip: 2}
     down:
-      tiers: [{model: small, max_score: 0.3}, {model: medium, max_score: 0.6}, {model: large}]
+      tiers: [{model: small, max_score: 0.02}, {model: medium, max_score: 0.05}, {model: large}]
       when_open: down
     forgetful:
-      tiers: [{model: small, max_score: 0.3}, {model: large}]
+      tiers: [{model: small, max_score: 0.02}, {model: large}]
       sticky: false
 """
+# Cuts for the features-only variant (no embedder here): "hi" predicts a loss under 0.01, HARD
+# about 0.07.
 SETTINGS = build_settings(parse_config(CONFIG), "<t>", {})
 HARD = "Prove step by step, then analyse and compare and derive the general formula."
 
@@ -56,7 +59,8 @@ def body(text: str, **extra: Any) -> dict[str, Any]:
 def test_tier_for_uses_the_score_ranges() -> None:
     config = SETTINGS.routing.aliases["auto"]
     thresholds = router().thresholds
-    tiers = [tier_for(config, Score(s, {}), thresholds) for s in (0.0, 0.3, 0.31, 0.6, 0.61, 1.0)]
+    scores = (0.0, 0.02, 0.021, 0.05, 0.051, 1.0)
+    tiers = [tier_for(config, Score(s, {}), thresholds) for s in scores]
     assert tiers == [0, 0, 1, 1, 2, 2]
 
 
@@ -88,7 +92,19 @@ async def test_simple_and_hard_prompts() -> None:
             2,
             "images",
         ),
-        (body("word " * 300), "t", 2, "long_context"),
+        (  # a long conversation whose last turn is simple: the context escalates it
+            {
+                "model": "auto",
+                "messages": [
+                    {"role": "user", "content": "word " * 300},
+                    {"role": "assistant", "content": "ok"},
+                    {"role": "user", "content": "hi"},
+                ],
+            },
+            "t",
+            2,
+            "long_context",
+        ),
         (body("hi"), "vip", 2, "tenant"),
     ],
     ids=["tools", "images", "long-context", "tenant"],
@@ -150,13 +166,18 @@ def test_weights_come_from_policy() -> None:
 
 
 def test_the_scoring_profile_comes_from_config() -> None:
-    text = CONFIG + "  scoring: {profile: word-problems, weights: {reasoning: 0}}\n"
+    text = CONFIG + "  scoring: {profile: learned, weights: {reasoning: 0}, neighbours: 4}\n"
     scorer = Router(build_settings(parse_config(text), "<t>", {}), None, lambda _: True).scorer
-    word = PROFILES["word-problems"]
-    assert scorer.weights == {**word.weights, "reasoning": 0}
-    assert (scorer.exemplar_weight, scorer.neighbours) == (word.exemplar_weight, word.neighbours)
-    general = router().scorer
-    assert general.profile == "general" and general.weights == dict(PROFILES["general"].weights)
-    bad = CONFIG + "  scoring: {profile: maths}\n"
-    with pytest.raises(ConfigError, match=r"routing\.scoring\.profile \(line 23\).*'general'"):
-        build_settings(parse_config(bad), "<t>", {})
+    features_only = shipped_model().variants["features"]
+    assert scorer.weights == {
+        "bias": features_only.bias,
+        **features_only.weights,
+        "exemplars": 0.0,
+        "embedding": 0.0,
+        "reasoning": 0,
+    }
+    assert scorer.neighbours == 4 and router().scorer.profile == "learned"
+    for bad in ("maths", "general", "word-problems"):  # the old profiles were replaced
+        text = CONFIG + f"  scoring: {{profile: {bad}}}\n"
+        with pytest.raises(ConfigError, match=r"routing\.scoring\.profile \(line 23\).*'learned'"):
+            build_settings(parse_config(text), "<t>", {})
