@@ -1,4 +1,4 @@
-"""Check the routing development sets (the data bench/fit_routing_weights.py fits on).
+"""Check the routing development sets (the data bench/routing_fit.py fits on).
 
 bench/data/routing_dev.yaml, math word problems: each entry has `text`, `language` (en or zh),
 `steps` (items like "12 * 3 = 36": one operation on two numbers, + - * / or **) and `answer`.
