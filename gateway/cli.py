@@ -81,12 +81,29 @@ def main(argv: list[str] | None = None) -> int:
     kb_ingest.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
     kb_ingest.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    route = commands.add_parser("route", help="explain how a prompt would be routed")
-    route.add_argument("prompt")
+    route = commands.add_parser(
+        "route", help="explain how a prompt would be routed, or what an alias's thresholds mean"
+    )
+    route.add_argument("prompt", nargs="?", help="the prompt to explain")
     route.add_argument("--alias", help="a routing alias (default: the first configured)")
+    route.add_argument(
+        "--explain-alias",
+        metavar="ALIAS",
+        help="instead of a prompt: each tier's score cut per scoring variant, with the share "
+        "and quality kept it gives on the calibration's reference data",
+    )
+    route.add_argument(
+        "--prompts",
+        type=Path,
+        metavar="FILE",
+        help="with --explain-alias: the share of these prompts each tier takes (one a line, "
+        'or JSON Lines with a "prompt" field), scored with the configured embedder',
+    )
     route.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
 
     args = parser.parse_args(argv)
+    if args.command == "route":
+        _check_route_arguments(route, args)
     if args.command == "schema":
         return _write_schemas(args.out)
     try:
@@ -104,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         resolved = settings.policies.resolve(args.tenant, args.model)
         print(json.dumps(resolved.explain(), indent=2, ensure_ascii=False))
         return 0
+    if args.command == "route" and args.explain_alias is not None:
+        return _explain_alias(settings, args.explain_alias, args.prompts)
     if args.command == "route":
         return _route(settings, args.prompt, args.alias)
     if args.command == "kb":
@@ -200,11 +219,17 @@ def _check_routing(settings: Settings) -> int:
     if not settings.routing.aliases:
         return 0
     from gateway.routing.scorer import ComplexityScorer
+    from gateway.routing.thresholds import Thresholds
 
     try:
-        ComplexityScorer(settings.routing.scoring)
+        scorer = ComplexityScorer(settings.routing.scoring)
     except (ValueError, ConfigError) as exc:
         print(f"  error: routing.scoring: {exc}", file=sys.stderr)
+        return 1
+    try:  # keep_quality and cheap_share through each variant's calibration: still in order?
+        Thresholds(scorer.calibration).check(settings.routing.aliases, scorer.model.variants)
+    except ValueError as exc:
+        print(f"  error: {exc}", file=sys.stderr)
         return 1
     return 0
 
@@ -241,6 +266,34 @@ def _check_knowledge_bases(settings: Settings) -> None:
                 f"  note: knowledge base '{name}' is not ingested yet (its requests are answered "
                 f"at level 3 until it is): run {reingest_hint(name)}"
             )
+
+
+def _check_route_arguments(route: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.explain_alias is None and args.prompt is None:
+        route.error("give a prompt, or --explain-alias ALIAS")
+    if args.explain_alias is not None and (args.prompt is not None or args.alias is not None):
+        route.error("--explain-alias takes no prompt and no --alias (--prompts FILE instead)")
+    if args.prompts is not None and args.explain_alias is None:
+        route.error("--prompts goes with --explain-alias ALIAS")
+
+
+def _explain_alias(settings: Settings, alias: str, prompts: Path | None) -> int:
+    from gateway.routing.alias_report import PromptsError, explain_alias
+
+    aliases = settings.routing.aliases
+    if alias not in aliases:
+        known = ", ".join(aliases) or "none configured (routing.aliases)"
+        print(f"unknown routing alias {alias!r}; aliases: {known}", file=sys.stderr)
+        return 2
+    try:
+        print(asyncio.run(explain_alias(settings, alias, prompts)))
+    except PromptsError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"  error: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _route(settings: Settings, prompt: str, alias: str | None) -> int:

@@ -79,6 +79,9 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/policies/test_validation.py::"
     "test_fixed_validation_of_a_multi_tenant_policy_is_deterministic": ("process",),
     "tests/rag/test_kb_cli.py": ("process",),
+    "tests/routing/test_explain_alias_cli.py": ("process",),  # gateway route --explain-alias
+    "tests/routing/test_explain_alias_cli.py::"
+    "test_prompts_scored_by_minilm_split_between_the_tiers": ("slow",),
     "tests/reliability/test_durability.py": ("process",),
     "tests/server/test_shutdown.py": ("process", "slow"),  # gateway processes, SIGTERM
     "tests/reliability/test_fuzz_answers.py": ("process", "fuzz"),

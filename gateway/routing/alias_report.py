@@ -154,10 +154,9 @@ def _about(calibrations: Mapping[str, Calibration]) -> list[str]:
     if not references:
         return ["no calibration: keep_quality and cheap_share cannot be resolved"]
     lines = [
-        "takes: the share of the reference prompts a tier gets; kept: the quality kept relative "
-        "to always-strong",
-        f"  when those at or below the cut go cheap, for the reference pair ({PAIR}): an "
-        "estimate for your models.",
+        "takes: the share of the reference prompts a tier gets; kept: the quality kept relative",
+        "  to always-strong when those at or below the cut go cheap. Both are measured for the",
+        f"  reference pair ({PAIR}): for your models, an estimate.",
     ]
-    lines += [f"  reference: {reference}" for reference in references]
+    lines += [f"reference: {reference}" for reference in references]
     return lines

@@ -42,9 +42,8 @@ class Router:
     ) -> None:
         self.settings = settings
         self.scorer = ComplexityScorer(settings.routing.scoring)
-        # TODO(thresholds): self.scorer.calibration / .variants once the learned scorer lands
-        self.thresholds = Thresholds(getattr(self.scorer, "calibration", None))
-        self.thresholds.check(settings.routing.aliases, getattr(self.scorer, "variants", ()))
+        self.thresholds = Thresholds(self.scorer.calibration)
+        self.thresholds.check(settings.routing.aliases, self.scorer.model.variants)
         self._embedder = embedder
         self._can_answer = can_answer
         self._ready = False
@@ -198,8 +197,7 @@ def tier_for(config: AliasConfig, score: Score, thresholds: Thresholds) -> int:
     """The first tier whose cut holds the score, its cut as resolved for the variant that
     scored it (keep_quality and cheap_share mean a different cut for each); the last takes
     the rest."""
-    variant = str(getattr(score, "variant", "features"))  # TODO(thresholds): score.variant
-    for index, cut in enumerate(thresholds.cuts(config, variant)):
+    for index, cut in enumerate(thresholds.cuts(config, score.variant)):
         if score.value <= cut:
             return index
     return len(config.tiers) - 1

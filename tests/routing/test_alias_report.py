@@ -42,7 +42,7 @@ def test_each_tier_shows_its_setting_and_each_variants_cut_share_and_kept() -> N
     assert "takes  25.0%" in minilm and "kept  95.0%" in minilm
     assert "  tier 1 strong: the rest" in lines
     assert text.count("takes  75.0%") == 2, "the strongest tier takes the rest, per variant"
-    assert "reference pair (Mixtral-8x7B cheap, GPT-4 strong): an estimate" in text
+    assert "reference pair (Mixtral-8x7B cheap, GPT-4 strong): for your models, an estimate" in text
     assert "reference: 20 MMLU subjects" in text
 
 

@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
-from gateway.config import AliasConfig
+from gateway.config import AliasConfig, build_settings, parse_config
 from gateway.routing.calibration import EVERYTHING, NOTHING, Calibration
-from gateway.routing.router import tier_for
+from gateway.routing.router import Router, tier_for
 from gateway.routing.scorer import Score
 from gateway.routing.thresholds import Thresholds, describe_cut, resolve_cuts
 
@@ -109,3 +109,33 @@ def test_tier_for_takes_the_first_tier_whose_cut_holds_the_score() -> None:
     # features curve: cuts 0.3 and 0.5
     tiers = [tier_for(config, Score(v, {}), thresholds) for v in (0.1, 0.3, 0.31, 0.5, 0.51)]
     assert tiers == [0, 0, 1, 1, 2]
+
+
+ROUTED = """
+providers: {d: {type: demo}}
+models: [{name: small, provider: d}, {name: medium, provider: d}, {name: large, provider: d}]
+routing:
+  aliases:
+    auto: {tiers: [TIERS]}
+"""
+
+
+def routed(tiers: str) -> Router:
+    text = ROUTED.replace("TIERS", tiers)
+    return Router(build_settings(parse_config(text), "<t>", {}), None, lambda _: True)
+
+
+def test_a_router_resolves_keep_quality_through_the_shipped_calibrations() -> None:
+    router = routed("{model: small, keep_quality: 0.95}, {model: large}")
+    config = router.settings.routing.aliases["auto"]
+    for variant in router.scorer.model.variants:
+        [cut] = router.thresholds.cuts(config, variant)
+        share, kept = router.scorer.calibration(variant).at(cut)
+        assert 0 < cut < 1 and 0 < share < 1 and kept == pytest.approx(0.95, abs=1e-6), variant
+
+
+def test_a_router_refuses_tiers_whose_resolved_cuts_are_out_of_order() -> None:
+    # keeping 50 % of quality sends everything cheap: above the next tier's max_score
+    tiers = "{model: small, keep_quality: 0.5}, {model: medium, max_score: 0.1}, {model: large}"
+    with pytest.raises(ValueError, match=r"routing\.aliases\.auto \(scored by the .* tier 0"):
+        routed(tiers)
