@@ -23,7 +23,7 @@ HARD = (
     "Prove step by step that the square root of 2 is irrational, then analyse and compare two "
     "different proofs, and derive a general rule for square roots of non-square integers."
 )
-TIERS = [{"model": "cheap", "max_score": 0.5}, {"model": "strong"}]
+TIERS = [{"model": "cheap", "keep_quality": 0.95}, {"model": "strong"}]
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
 
 
@@ -82,8 +82,10 @@ def test_a_hard_request_goes_to_the_strong_tier(
     rgw: GatewayServer, fake_upstream: FakeUpstream, prompt: str
 ) -> None:
     raw = ask(rgw, [{"role": "user", "content": prompt}])
-    assert route_header(raw)["model"] == "strong"
-    assert float(route_header(raw)["score"]) > 0.5
+    route = route_header(raw)
+    router = rgw.app[RUNTIME_REF].current.router
+    [cut] = router.thresholds.cuts(router.settings.routing.aliases["auto"], router.scorer.variant)
+    assert route["model"] == "strong" and float(route["score"]) > cut
     assert upstream_requests(fake_upstream)[-1]["body"]["model"] == "strong-up"
 
 
