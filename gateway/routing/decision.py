@@ -9,9 +9,7 @@ from urllib.parse import quote
 
 from gateway.config import Pricing
 
-# Score parts that are not a term a request moved: the constant, and the features' squashed
-# sum (a probability, not a log-odds term) when the scorer reports one.
-NOT_DRIVERS = frozenset({"bias", "features"})
+NOT_DRIVERS = frozenset({"bias"})  # the constant: every request has it
 DRIVERS = 3
 _NOT_TOKEN = re.compile(r"[^A-Za-z0-9_.-]")
 

@@ -26,8 +26,6 @@ VARIANTS = {
     "features": "the features-only model (no embedding: no embedder, none fitted for it, or "
     "exemplars not embedded yet)",
 }
-# Parts that are not log-odds terms (the features' squashed sum, when the scorer reports it).
-NOT_TERMS = frozenset({"features"})
 TEXT = 70  # characters of an exemplar's text shown
 
 
@@ -44,11 +42,11 @@ async def explain(settings: Settings, prompt: str, alias: str) -> str:
         score = scorer.score(features, await embedder.embed(prompt))
     finally:
         await embedder.close()
-    thresholds = Thresholds(getattr(scorer, "calibration", None))
-    variant = str(getattr(score, "variant", "features" if not score.neighbours else "minilm"))
+    thresholds = Thresholds(scorer.calibration)
+    variant = score.variant
     tier = tier_for(config, score, thresholds)
     lines = [f"score: {score.value:.3f}, the predicted quality loss:", MEANING]
-    lines += _rank(score.value, thresholds.calibration(variant))
+    lines += _rank(score.value, scorer.calibration(variant))
     lines.append(f"scored by: {variant}, {VARIANTS.get(variant, 'a fitted model')}")
     lines += _terms(score, features)
     lines += _voters(score)
@@ -58,13 +56,12 @@ async def explain(settings: Settings, prompt: str, alias: str) -> str:
     return "\n".join(lines)
 
 
-def _rank(value: float, calibration: Calibration | None) -> list[str]:
+def _rank(value: float, calibration: Calibration) -> list[str]:
     """Where the loss falls among the reference prompts the variant was calibrated on."""
-    if calibration is None:
-        return []
     share, _ = calibration.at(value)
     return [
-        f"  {share:.0%} of the reference prompts score at or below it ({calibration.reference})"
+        f"  {share:.0%} of the reference prompts score at or below it; they are",
+        f"  {calibration.reference}",
     ]
 
 
@@ -73,9 +70,7 @@ def _terms(score: Score, features: Features) -> list[str]:
     first, the feature's count beside it; then what the logistic makes of their sum, and the
     features counted that this model gives no term."""
     counts = {name: count for name, count in asdict(features).items() if name in SCORED}
-    terms = sorted(
-        ((n, v) for n, v in score.parts.items() if n not in NOT_TERMS), key=lambda t: -abs(t[1])
-    )
+    terms = sorted(score.parts.items(), key=lambda term: -abs(term[1]))
     width = max((len(name) for name, _ in terms), default=0)
     lines = ["terms (log-odds; + pushes towards the strong tier, - towards the cheap one):"]
     for name, value in terms:

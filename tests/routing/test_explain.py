@@ -3,11 +3,14 @@ disabled (an unset key variable), where a request would go instead or that it ge
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 
 from gateway.config import Settings, build_settings, parse_config
+from gateway.config.routing import ScoringConfig
 from gateway.routing.explain import explain
 from gateway.routing.features import extract
+from gateway.routing.scorer import ComplexityScorer
 
 CONFIG = """
 providers:
@@ -20,10 +23,16 @@ models:
 cache: {embedder: {type: hash}}
 routing:
   aliases:
-    mixed: {tiers: [{model: small, max_score: 0.5}, {model: big}]}
-    keyed-only: {tiers: [{model: big, max_score: 0.5}, {model: big-too}]}
+    mixed: {tiers: [{model: small, keep_quality: 0.95}, {model: big}]}
+    keyed-only: {tiers: [{model: big, keep_quality: 0.95}, {model: big-too}]}
 """
-HARD = "Prove step by step, then analyse and compare and derive the general formula."
+# Hard for the features-only model (the hash embedder has no fitted head): long, with numbers
+# and relations between them, as the word problems where the cheap model loses are.
+HARD = (
+    "A train leaves at 3 pm travelling 60 km/h; a second leaves the same station at 4 pm at "
+    "80 km/h. Each stops for 10 minutes every 100 km. When and where does the second catch the "
+    "first? Prove your answer step by step, then derive the general formula for n trains."
+)
 ARITHMETIC = "What is 3 * 4 + 2?"
 
 
@@ -94,8 +103,10 @@ async def test_a_feature_the_model_gives_no_term_is_still_shown_with_its_count()
 
 async def test_the_cuts_are_shown_before_the_tier() -> None:
     lines = (await explain(settings({}), "hi", "mixed")).splitlines()
+    cut = ComplexityScorer(ScoringConfig()).calibration("features").cut_for_kept(0.95)
     assert lines[-2:] == [
-        "cuts: tier 0 (small) up to 0.500; tier 1 (big) the rest",
+        f"cuts: tier 0 (small) up to {cut:.3f} (keep_quality 0.95 for features); "
+        "tier 1 (big) the rest",
         "mixed -> tier 0: small",
     ]
 
@@ -115,3 +126,15 @@ async def test_with_minilm_the_voters_are_the_nearest_exemplars_nearest_first() 
     assert "square root of 2 is irrational" in voters[0], "the shipped proof exemplar is nearest"
     simple = await explain(minilm, "hi!", "mixed")
     assert text.endswith("mixed -> tier 1: big") and simple.endswith("mixed -> tier 0: small")
+
+
+async def test_the_terms_add_up_to_the_loss_and_its_rank_among_the_reference_prompts() -> None:
+    text = await explain(settings({}), HARD, "mixed")
+    loss = float(text.splitlines()[0].split()[1].rstrip(","))
+    terms = section(text, "terms (log-odds", "  sum ")
+    total = sum(float(line.split()[1]) for line in terms)
+    [line] = [line for line in text.splitlines() if line.startswith("  sum ")]
+    assert line.split()[-1] == f"{loss:.3f}" and abs(1 / (1 + math.exp(-total)) - loss) < 0.005
+    share, _ = ComplexityScorer(ScoringConfig()).calibration("features").at(loss)
+    [rank] = [line for line in text.splitlines() if "of the reference prompts score at" in line]
+    assert abs(int(rank.split("%")[0]) - 100 * share) <= 1.5  # the loss shown is rounded
