@@ -437,6 +437,8 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
 
     configure_logging()
     limit_blas_threads()
+    if _check_routing(settings):  # unknown weights, cuts out of order: a line, not a traceback
+        return 1
     listen_port = settings.server.port if port is None else port
     try:
         with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=_loop) as runner:

@@ -109,7 +109,7 @@ def test_bad_arguments_and_files_are_refused(tmp_path: Path) -> None:
     assert refused.returncode == 2 and 'line 2: no "prompt" string' in refused.stderr
 
 
-def test_mixed_kinds_out_of_order_fail_check_and_the_report(tmp_path: Path) -> None:
+def test_mixed_kinds_out_of_order_fail_check_serve_and_the_report(tmp_path: Path) -> None:
     # keeping 50 % of quality is everything cheap: above the next tier's max_score 0.2
     tiers = [
         {"model": "small", "keep_quality": 0.5},
@@ -123,3 +123,6 @@ def test_mixed_kinds_out_of_order_fail_check_and_the_report(tmp_path: Path) -> N
     assert "tier 0 (keep_quality 0.5) gives the cut all" in check.stderr
     report = run_gateway_cli("route", "--explain-alias", "auto", "--config", path)
     assert report.returncode == 1 and "tiers must go from cheap to strong" in report.stderr
+    serve = run_gateway_cli("serve", "--config", path, "--port", "0", timeout=30)
+    assert serve.returncode == 1 and "error: routing.aliases.auto (scored by" in serve.stderr
+    assert "Traceback" not in serve.stderr
