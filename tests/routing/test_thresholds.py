@@ -5,10 +5,12 @@ order are refused at start-up, and routed on (cuts made to ascend) when only a p
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
-from gateway.config import AliasConfig, build_settings, parse_config
+from gateway.config import AliasConfig, build_settings, load_settings, parse_config
+from gateway.context import RequestContext
 from gateway.routing.calibration import EVERYTHING, NOTHING, Calibration
 from gateway.routing.router import Router, tier_for
 from gateway.routing.scorer import Score
@@ -139,3 +141,28 @@ def test_a_router_refuses_tiers_whose_resolved_cuts_are_out_of_order() -> None:
     tiers = "{model: small, keep_quality: 0.5}, {model: medium, max_score: 0.1}, {model: large}"
     with pytest.raises(ValueError, match=r"routing\.aliases\.auto \(scored by the .* tier 0"):
         routed(tiers)
+
+
+async def test_a_policys_own_thresholds_apply_to_its_tenants_requests(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text(
+        ROUTED.replace("TIERS", "{model: small, keep_quality: 0.95}, {model: large}")
+    )
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    for tenant, share in (("frugal", 1), ("careful", 0)):
+        (policies / f"{tenant}.yaml").write_text(
+            f"match: {{tenants: [{tenant}]}}\n"
+            f"routing: {{aliases: {{auto: {{tiers: [{{model: small, cheap_share: {share}}}, "
+            "{model: large}]}}}\n"
+        )
+    router = Router(load_settings(tmp_path / "config.yaml"), None, lambda _: True)
+
+    async def tier(tenant: str, text: str) -> int:
+        ctx = RequestContext(request_id="r", endpoint="chat", tenant=tenant)
+        body = {"model": "auto", "messages": [{"role": "user", "content": text}]}
+        return (await router.decide(ctx, "auto", body)).tier
+
+    hard = "Prove step by step that the square root of 2 is irrational, then compare two proofs."
+    assert await tier("anyone", "hi") == 0
+    assert [await tier("frugal", t) for t in ("hi", hard)] == [0, 0], "cheap_share 1: all cheap"
+    assert [await tier("careful", t) for t in ("hi", hard)] == [1, 1], "cheap_share 0: none"
