@@ -123,7 +123,7 @@ async def explain_alias(settings: Settings, alias: str, prompts_path: Path | Non
     embedder = new_embedder(settings.file.cache.embedder)
     try:
         in_use = scorer.model.variant_for(embedder.name).name
-        lines = describe_alias(alias, config, calibrations, in_use)
+        lines = describe_alias(alias, config, calibrations, in_use) + _unserved(settings, config)
         if prompts is None:
             return "\n".join(lines)
         await scorer.prepare(embedder)
@@ -139,6 +139,16 @@ async def explain_alias(settings: Settings, alias: str, prompts_path: Path | Non
     return "\n".join(
         [*lines, "", *describe_prompts(config, tiers, scorer.variant, str(prompts_path))]
     )
+
+
+def _unserved(settings: Settings, config: AliasConfig) -> list[str]:
+    """Tiers a request would not reach today (their provider disabled, as for an unset key)."""
+    lines = []
+    for n, tier in enumerate(config.tiers):
+        reason = settings.routes[tier.model].disabled_reason
+        if reason is not None:
+            lines.append(f"note: tier {n} {tier.model} is not served now: its {reason}")
+    return lines
 
 
 def _cuts(thresholds: Thresholds, config: AliasConfig, variant: str) -> tuple[float, ...]:

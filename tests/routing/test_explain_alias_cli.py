@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway.testing.harness.configs import write_config
 from gateway.testing.harness.starters import run_gateway_cli
 
@@ -46,6 +48,17 @@ def test_the_shipped_demo_auto_keeps_95_percent() -> None:
         taken = float(re.search(r"takes +([\d.]+)%", line).group(1))  # type: ignore[union-attr]
         assert kept >= 95.0 - 0.05 and 0 < taken < 100, line
     assert "Mixtral-8x7B cheap, GPT-4 strong" in out and "reference: " in out
+    assert "not served" not in out
+
+
+def test_the_shipped_auto_says_its_tiers_are_not_served_without_a_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    result = run_gateway_cli("route", "--explain-alias", "auto")
+    assert result.returncode == 0, result.stderr
+    assert "  tier 0 gpt-4o-mini: keep_quality 0.95" in result.stdout
+    assert "note: tier 0 gpt-4o-mini is not served now: its provider 'openai'" in result.stdout
 
 
 def test_tiers_set_in_quality_and_in_share(tmp_path: Path) -> None:
