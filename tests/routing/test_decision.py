@@ -20,13 +20,16 @@ def fields(header: str) -> dict[str, str]:
 
 
 def test_todays_fields_come_first_then_loss_drivers_and_nearest() -> None:
-    decision = RouteDecision("auto", "cheap", 0, 0.12345, "score", PARTS, nearest=(0.812, 0.9))
+    decision = RouteDecision(
+        "auto", "cheap", 0, 0.12345, "score", PARTS, nearest=(0.812, 0.9), variant="minilm"
+    )
     header = decision.header()
     assert header.startswith("alias=auto; model=cheap; tier=0; score=0.123; reason=score; ")
     got = fields(header)
     assert got["loss"] == got["score"] == "0.123"
     assert got["drivers"] == "last_user_tokens:+0.61,math:+0.33,embedding:-0.20"
     assert got["nearest"] == "0.81/0.90"
+    assert got["variant"] == "minilm"  # which fitted model scored it
 
 
 def test_the_bias_is_never_a_driver_however_large() -> None:
