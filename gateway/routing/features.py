@@ -146,13 +146,17 @@ _SIMPLE = re.compile(
 )
 # Labelled claims a task asks to judge together ("Statement 1 | ...", "Scenario 2", roman-numbered
 # lines, "(ii)", "①", "陈述二"): every one must be judged right, where small models lose most.
-_STATEMENTS = re.compile(
-    r"\b(?:statement|scenario|claim|assertion|premise|proposition)\s*(?:[0-9]+|[ivx]+)\b"
-    r"|(?m:^[ \t]*\(?(?:i{1,3}|iv|vi{0,3})[.)][ \t])"
-    r"|(?m:^[ \t]*\(?(?:I{1,3}|IV|VI{0,3})[.)][ \t])"
-    r"|[①②③④⑤⑥⑦⑧⑨⑩]"
-    r"|(?:陈述|说法|命题|观点|情景|场景)[一二三四五六七八九十0-9]",
+# Each pattern starts with a literal or runs only when a cheaper test passes (see _statements):
+# a pattern with no literal prefix is tried at every position of a 100 kB paste.
+_STATEMENT_WORDS = ("statement", "scenario", "claim", "assertion", "premise", "proposition")
+_LABELLED = re.compile(
+    r"\b(?:statement|scenario|claim|assertion|premise|proposition)\s*(?:[0-9]+|[ivx]+)\b",
     re.IGNORECASE,
+)
+_NUMBERED_LINE = re.compile(r"\n[ \t]*\(?(?:i{1,3}|iv|vi{0,3}|I{1,3}|IV|VI{0,3})[.)][ \t]")
+_BRACKETED = re.compile(r"\((?:i{1,3}|iv|vi{0,3})\)")  # (i) (ii) within a line
+_CIRCLED_OR_ZH = re.compile(
+    "[①②③④⑤⑥⑦⑧⑨⑩]|(?:陈述|说法|命题|观点|情景|场景)[一二三四五六七八九十0-9]"
 )
 _IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
 
@@ -240,15 +244,28 @@ def _read_task(task: str, *, other_tokens: int, tools: int, depth: int, images: 
         multi_step=lexicon(_MULTI_STEP) + len(_LIST_ITEM.findall(task)) + zh_steps,
         questions=task.count("?") + task.count("？"),  # noqa: RUF001
         constraints=lexicon(_CONSTRAINTS),
-        statements=len(
-            {" ".join(m.lower().split()).strip("( \t") for m in _STATEMENTS.findall(task)}
-        ),
+        statements=_statements(task, counts),
         simple=1 if _SIMPLE.match(task) else 0,
         tools=tools,
         depth=depth,
         images=images,
         language="zh" if han and han >= len(words) else ("en" if words else "other"),
     )
+
+
+def _statements(task: str, counts: Counter[str]) -> int:
+    """Distinct labelled claims (`Statement 1` twice is one)."""
+    found: set[str] = set()
+    if any(word in counts for word in _STATEMENT_WORDS):
+        found.update(" ".join(m.lower().split()) for m in _LABELLED.findall(task))
+    if "\n" in task or task[:1] in "iIV(":
+        text = task if task.startswith("\n") else f"\n{task}"
+        found.update(m.strip(" \t\n().").lower() for m in _NUMBERED_LINE.findall(text))
+    if "(" in task:  # "(ii)" in a line and "(ii)" opening one are the same label
+        found.update(m.strip("()").lower() for m in _BRACKETED.findall(task))
+    if not task.isascii():
+        found.update(_CIRCLED_OR_ZH.findall(task))
+    return len(found)
 
 
 def _last_user_index(messages: list[dict[str, Any]]) -> int | None:
