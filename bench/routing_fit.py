@@ -74,7 +74,7 @@ FEATURE_PENALTY = 1e-4
 LENGTH = "last_user_tokens"
 PRIOR_STRENGTH = 1.0
 # (embedding head penalty, the length weight's prior): chosen by the held-out folds.
-CANDIDATES = [(e, m) for e in (3e-4, 1e-3, 3e-3) for m in (0.0, 2.0, 4.0, 6.0)]
+CANDIDATES = [(e, m) for e in (1e-4, 3e-4, 1e-3, 3e-3) for m in (0.0, 2.0, 4.0, 6.0)]
 SIGNS = {"simple": (None, 0.0)}  # the one feature that marks an easier prompt
 # Not told apart by single-turn data (the whole prompt is the task): held at 0.
 PINNED = ("total_tokens",)
