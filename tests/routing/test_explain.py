@@ -10,6 +10,7 @@ from gateway.config import Settings, build_settings, parse_config
 from gateway.config.routing import ScoringConfig
 from gateway.routing.explain import explain
 from gateway.routing.features import extract
+from gateway.routing.model import VOTE_ONLY
 from gateway.routing.scorer import ComplexityScorer
 
 CONFIG = """
@@ -26,7 +27,7 @@ routing:
     mixed: {tiers: [{model: small, keep_quality: 0.95}, {model: big}]}
     keyed-only: {tiers: [{model: big, keep_quality: 0.95}, {model: big-too}]}
 """
-# Hard for the features-only model (the hash embedder has no fitted head): long, with numbers
+# Hard for the vote-only model (the hash embedder has no fitted head): long, with numbers
 # and relations between them, as the word problems where the cheap model loses are.
 HARD = (
     "A train leaves at 3 pm travelling 60 km/h; a second leaves the same station at 4 pm at "
@@ -103,9 +104,9 @@ async def test_a_feature_the_model_gives_no_term_is_still_shown_with_its_count()
 
 async def test_the_cuts_are_shown_before_the_tier() -> None:
     lines = (await explain(settings({}), "hi", "mixed")).splitlines()
-    cut = ComplexityScorer(ScoringConfig()).calibration("features").cut_for_kept(0.95)
+    cut = ComplexityScorer(ScoringConfig()).calibration(VOTE_ONLY).cut_for_kept(0.95)
     assert lines[-2:] == [
-        f"cuts: tier 0 (small) up to {cut:.3f} (keep_quality 0.95 for features); "
+        f"cuts: tier 0 (small) up to {cut:.3f} (keep_quality 0.95 for vote); "
         "tier 1 (big) the rest",
         "mixed -> tier 0: small",
     ]
@@ -135,6 +136,6 @@ async def test_the_terms_add_up_to_the_loss_and_its_rank_among_the_reference_pro
     total = sum(float(line.split()[1]) for line in terms)
     [line] = [line for line in text.splitlines() if line.startswith("  sum ")]
     assert line.split()[-1] == f"{loss:.3f}" and abs(1 / (1 + math.exp(-total)) - loss) < 0.005
-    share, _ = ComplexityScorer(ScoringConfig()).calibration("features").at(loss)
+    share, _ = ComplexityScorer(ScoringConfig()).calibration(VOTE_ONLY).at(loss)
     [rank] = [line for line in text.splitlines() if "of the reference prompts score at" in line]
     assert abs(int(rank.split("%")[0]) - 100 * share) <= 1.5  # the loss shown is rounded

