@@ -106,8 +106,7 @@ async def test_the_cuts_are_shown_before_the_tier() -> None:
     lines = (await explain(settings({}), "hi", "mixed")).splitlines()
     cut = ComplexityScorer(ScoringConfig()).calibration(VOTE_ONLY).cut_for_kept(0.95)
     assert lines[-2:] == [
-        f"cuts: tier 0 (small) up to {cut:.3f} (keep_quality 0.95 for vote); "
-        "tier 1 (big) the rest",
+        f"cuts: tier 0 (small) up to {cut:.3f} (keep_quality 0.95 for vote); tier 1 (big) the rest",
         "mixed -> tier 0: small",
     ]
 
