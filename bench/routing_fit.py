@@ -56,6 +56,7 @@ from routing_data import (
     load_gsm8k,
     load_mmlu,
     load_team,
+    spearman,
 )
 
 from gateway.cache.factory import new_embedder
@@ -284,13 +285,11 @@ def nested(
 def held_out_summary(
     designs: Sequence[Design], scores: dict[str, np.ndarray]
 ) -> dict[str, dict[str, float]]:
-    from scipy.stats import spearmanr
-
     out = {}
     for d in designs:
         s = scores[d.name]
         if d.name == "team":
-            out[d.name] = {"spearman": float(spearmanr(s, d.target).statistic)}
+            out[d.name] = {"spearman": spearman(s, d.target)}
             continue
         curve = kept_curve(s, d.cheap, d.strong)
         out[d.name] = {"share_at_95": best_share(curve), "apgr": apgr(curve, d.cheap, d.strong)}
@@ -387,10 +386,10 @@ async def designs_for(
     embedder = "minilm" if kind == VOTE_ONLY else kind
     exemplar_texts = [e.text for e in load_exemplars()]
     matrix = await vectors_for(embedder, exemplar_texts, cache_dir)
+    own = {text: j for j, text in enumerate(exemplar_texts)}
     out = []
     for d in datasets:
         vectors = await vectors_for(embedder, list(d.prompts), cache_dir)
-        own = {text: j for j, text in enumerate(exemplar_texts)}
         self_rows = {i: own[p] for i, p in enumerate(d.prompts) if d.name == "team" and p in own}
         made = design(d, vectors, matrix, self_rows)
         out.append(replace(made, vectors=None) if kind == VOTE_ONLY else made)

@@ -40,7 +40,7 @@ def describe_alias(
         "(<-: the variant of the configured embedder).",
     ]
     thresholds = Thresholds(calibrations.__getitem__)
-    cuts = {variant: _cuts(thresholds, config, variant) for variant in calibrations}
+    cuts = {variant: thresholds.cuts(config, variant) for variant in calibrations}
     width = max((len(v) for v in calibrations), default=0)
     for n, tier in enumerate(config.tiers):
         threshold = tier.threshold
@@ -119,7 +119,8 @@ async def explain_alias(settings: Settings, alias: str, prompts_path: Path | Non
     prompts = read_prompts(prompts_path) if prompts_path is not None else None
     scorer = ComplexityScorer(settings.routing.scoring)
     calibrations = {name: scorer.calibration(name) for name in scorer.model.variants}
-    Thresholds(scorer.calibration).check({alias: config}, calibrations)
+    thresholds = Thresholds(scorer.calibration)
+    thresholds.check({alias: config}, calibrations)
     embedder = new_embedder(settings.file.cache.embedder)
     try:
         in_use = scorer.model.variant_for(embedder.name).name
@@ -130,7 +131,6 @@ async def explain_alias(settings: Settings, alias: str, prompts_path: Path | Non
         vectors = await embedder.embed_many(prompts) if scorer.prepared else None
     finally:
         await embedder.close()
-    thresholds = Thresholds(scorer.calibration)
     tiers = []
     for n, prompt in enumerate(prompts):
         body = {"model": alias, "messages": [{"role": "user", "content": prompt}]}
@@ -149,10 +149,6 @@ def _unserved(settings: Settings, config: AliasConfig) -> list[str]:
         if reason is not None:
             lines.append(f"note: tier {n} {tier.model} is not served now: its {reason}")
     return lines
-
-
-def _cuts(thresholds: Thresholds, config: AliasConfig, variant: str) -> tuple[float, ...]:
-    return thresholds.cuts(config, variant)
 
 
 def _mark(variant: str, in_use: str | None) -> str:

@@ -6,13 +6,12 @@ since a request would not go there either."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict
 
 from gateway.config import AliasConfig, Settings
 from gateway.routing.calibration import EVERYTHING, NOTHING, Calibration
 from gateway.routing.features import SCORED, Features, extract
-from gateway.routing.model import FEATURES_ONLY, VOTE_ONLY
+from gateway.routing.model import FEATURES_ONLY, VOTE_ONLY, logistic
 from gateway.routing.router import available_tier, tier_for
 from gateway.routing.scorer import ComplexityScorer, Score
 from gateway.routing.thresholds import Thresholds
@@ -22,8 +21,7 @@ MEANING = (
     "for the\n  reference pair (Mixtral-8x7B cheap, GPT-4 strong): an estimate for your models"
 )
 FEATURES_ONLY_TEXT = (
-    "the features-only model (no embedding: no embedder, none fitted for this one, or the "
-    "exemplars not embedded yet)"
+    "the features-only model (no embedding: no embedder, or the exemplars not embedded yet)"
 )
 TEXT = 70  # characters of an exemplar's text shown
 
@@ -84,7 +82,7 @@ def _terms(score: Score, features: Features) -> list[str]:
         count = f"   count {counts[name]}" if name in counts else ""
         lines.append(f"  {name:<{width}}  {value:+.3f}{count}")
     total = sum(value for _, value in terms)
-    lines.append(f"  {'sum':<{width}}  {total:+.3f} -> logistic {_logistic(total):.3f}")
+    lines.append(f"  {'sum':<{width}}  {total:+.3f} -> logistic {logistic(total):.3f}")
     unused = [f"{name} {n}" for name, n in counts.items() if n and name not in score.parts]
     if unused:
         lines.append(f"  counted, no term in this model: {', '.join(unused)}")
@@ -118,10 +116,6 @@ def _cuts(config: AliasConfig, cuts: tuple[float, ...], variant: str) -> str:
     last = len(config.tiers) - 1
     ranges.append(f"tier {last} ({config.tiers[last].model}) the rest")
     return f"cuts: {'; '.join(ranges)}"
-
-
-def _logistic(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x)) if x > -700 else 0.0
 
 
 def _served(settings: Settings, alias: str, tier: int) -> list[str]:

@@ -21,6 +21,7 @@ that keeps.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -125,19 +126,28 @@ SATURATION: Mapping[str, float] = MappingProxyType(
         "images": 2,
     }
 )
-_LOG_SATURATION = tuple(np.log1p(SATURATION[name]) for name in SCORED)
+_LOG_SATURATION: Mapping[str, float] = MappingProxyType(
+    {name: math.log1p(limit) for name, limit in SATURATION.items()}
+)
 
 
 def feature_input(name: str, count: float) -> float:
-    """A feature's count as the model reads it: log(1 + count) / log(1 + saturation), <= 1."""
-    return min(1.0, float(np.log1p(count) / np.log1p(SATURATION[name])))
+    """A feature's count as the model reads it: log(1 + count) / log(1 + saturation), <= 1.
+    The one definition: the scorer weighs it per request, bench/routing_fit.py fits on it."""
+    return min(1.0, math.log1p(count) / _LOG_SATURATION[name])
 
 
 def feature_inputs(features: Features) -> np.ndarray:
     """Every scored feature's input, in SCORED order (what bench/routing_fit.py fits on)."""
-    counts = np.array([getattr(features, name) for name in SCORED], dtype=np.float64)
-    inputs: np.ndarray = np.minimum(1.0, np.log1p(counts) / _LOG_SATURATION)
-    return inputs
+    return np.array([feature_input(name, getattr(features, name)) for name in SCORED])
+
+
+def logistic(x: float) -> float:
+    """1 / (1 + e^-x), without overflow for any x (a policy may set a weight far out)."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    z = math.exp(x)
+    return z / (1.0 + z)
 
 
 def vote(similarities: np.ndarray, difficulty: np.ndarray, k: int) -> tuple[float, np.ndarray]:

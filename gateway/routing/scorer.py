@@ -23,7 +23,6 @@ exemplars are embedded). `Score.variant` says which.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -36,9 +35,10 @@ from gateway.routing.exemplars import Exemplar, load_exemplars
 from gateway.routing.features import SCORED, Features
 from gateway.routing.model import (
     FEATURES_ONLY,
-    SATURATION,
     RoutingModel,
     Variant,
+    feature_input,
+    logistic,
     shipped_model,
     vote,
 )
@@ -78,7 +78,7 @@ class _Terms:
 
     name: str
     bias: float
-    features: tuple[tuple[str, float, float], ...]  # (name, weight, log(1 + saturation))
+    features: tuple[tuple[str, float], ...]  # (name, weight) of the features with a term
     head: np.ndarray | None  # scaled by the `embedding` factor
     embedding_mean: float
     exemplars: float
@@ -101,11 +101,7 @@ def _terms(variant: Variant, overrides: Mapping[str, float]) -> _Terms:
     return _Terms(
         name=variant.name,
         bias=overrides.get(BIAS, variant.bias),
-        features=tuple(
-            (name, weights[name], math.log1p(SATURATION[name]))
-            for name in SCORED
-            if weights.get(name, 0.0) != 0
-        ),
+        features=tuple((name, weights[name]) for name in SCORED if weights.get(name, 0.0) != 0),
         head=head,
         embedding_mean=variant.embedding_mean * factor,
         exemplars=overrides.get(EXEMPLARS, variant.exemplars),
@@ -152,11 +148,6 @@ class ComplexityScorer:
             **self.overrides,
         }
 
-    @property
-    def variants(self) -> tuple[str, ...]:
-        """The fitted variants, each with its calibration."""
-        return tuple(self.model.variants)
-
     def calibration(self, variant: str) -> Calibration:
         """What a score cut means for `variant`: the share sent cheap and the quality kept."""
         if variant not in self._calibrations:
@@ -180,10 +171,10 @@ class ComplexityScorer:
         terms = self._features_only if vector is None else (self._embedded or self._features_only)
         parts = {BIAS: terms.bias}
         raw = terms.bias
-        for name, weight, log_saturation in terms.features:
+        for name, weight in terms.features:
             count = getattr(features, name)
             if count > 0:
-                part = weight * min(1.0, math.log1p(count) / log_saturation)
+                part = weight * feature_input(name, count)
                 parts[name] = part
                 raw += part
         neighbours: tuple[Neighbour, ...] = ()
@@ -196,7 +187,7 @@ class ComplexityScorer:
                 value, neighbours = self._vote(vector)
                 parts[EXEMPLARS] = terms.exemplars * (value - terms.vote_mean)
                 raw += parts[EXEMPLARS]
-        return Score(1.0 / (1.0 + math.exp(-raw)), parts, neighbours, terms.name)
+        return Score(logistic(raw), parts, neighbours, terms.name)
 
     def _checked(self, vector: np.ndarray) -> np.ndarray:
         assert self._matrix is not None

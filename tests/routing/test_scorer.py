@@ -140,6 +140,12 @@ def test_overrides_change_only_what_they_name() -> None:
         assert a.parts[name] == pytest.approx(b.parts[name])
 
 
+def test_a_weight_set_far_out_saturates_the_score_instead_of_failing() -> None:
+    low = ComplexityScorer(ScoringConfig(weights={"bias": -1000.0})).score(features(PROOF))
+    high = ComplexityScorer(ScoringConfig(weights={"bias": 1000.0})).score(features(PROOF))
+    assert low.value == pytest.approx(0.0) and high.value == pytest.approx(1.0)
+
+
 def test_unknown_weight_names_are_rejected_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown routing weight\(s\) lenght, maths; known: .*"):
         ComplexityScorer(ScoringConfig(weights={"lenght": 1, "maths": 1}))
