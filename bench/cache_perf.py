@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cache_perf_hit import section_hit
 from cache_perf_lookup import section_lookup
 
-from gateway.cache.batching import BatchStats
-from gateway.cache.embedder import (
+from gateway.embedding.batching import BatchStats
+from gateway.embedding.embedder import (
     E5Embedder,
     Embedder,
     SentenceTransformerEmbedder,

@@ -1,11 +1,11 @@
-"""Two-stage embedding (gateway/cache/two_stage.py): does it keep every decision fp32's, how
+"""Two-stage embedding (gateway/embedding/two_stage.py): does it keep every decision fp32's, how
 often does it need the fp32 look, and what does each stage cost?
 
     python bench/cache_two_stage.py [--dataset qqp|simclue|all] [--cached-only]
 
 For each paraphrase dataset: both texts of every pair embedded by the quick stage (MiniLM on
 ONNX Runtime, every MatMul int8) and by the exact one (the same model in fp32): the files
-shipped in gateway/cache/models/, through the gateway's own `OnnxRunner` (length-sorted
+shipped in gateway/embedding/models/, through the gateway's own `OnnxRunner` (length-sorted
 chunks, as the gateway batches). Then:
   - the margins the data shows: how far below and above its fp32 cosine a pair's quick cosine
     falls, among pairs whose fp32 cosine is >= 0.85 (the neighbourhood of any threshold in
@@ -26,10 +26,10 @@ import cache_quality
 import numpy as np
 from cache_quality import EMBEDDERS, Encode, embed_cached, load_pairs
 
-from gateway.cache.onnx_export import Precision
-from gateway.cache.onnx_runner import OnnxRunner
-from gateway.cache.shipped import MINILM_SEQ_LENGTH, minilm_graph
-from gateway.cache.two_stage import CALIBRATED_MARGINS
+from gateway.embedding.onnx_export import Precision
+from gateway.embedding.onnx_runner import OnnxRunner
+from gateway.embedding.shipped import MINILM_SEQ_LENGTH, minilm_graph
+from gateway.embedding.two_stage import CALIBRATED_MARGINS
 from gateway.testing.harness.options import option, parse_options
 from gateway.testing.harness.procstat import machine_line
 from gateway.testing.harness.tables import markdown_table

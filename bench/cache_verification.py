@@ -43,7 +43,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from gateway.cache.bounds import exact_text
 from gateway.cache.embedded_store import EmbeddedStore
-from gateway.cache.embedder import build_embedder
 from gateway.cache.service import SemanticCache
 from gateway.cache.store import CacheEntry
 from gateway.cache.verify.judge import AnswerJudge, JudgeCall, Verdict
@@ -53,6 +52,7 @@ from gateway.cache.verify.verifier import Verifier
 from gateway.config import CALIBRATED_THRESHOLDS, CachePolicy, ModelRoute
 from gateway.config.cache import VerifyPolicy
 from gateway.context import RequestContext
+from gateway.embedding.embedder import build_embedder
 from gateway.testing.harness.options import listed, option, parse_options
 from gateway.testing.harness.tables import markdown_table
 from gateway.wire import chat_completion, usage

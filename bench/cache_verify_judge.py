@@ -16,10 +16,10 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from gateway.cache.embedder import Embedder
 from gateway.cache.factory import new_embedder
 from gateway.cache.verify.judge import AnswerJudge
 from gateway.config.cache import EmbedderConfig
+from gateway.embedding.embedder import Embedder
 
 PAIRS = Path(__file__).resolve().parents[1] / "tests" / "cache" / "data" / "answer_pairs.jsonl"
 THRESHOLDS = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.88, 0.9, 0.92, 0.94)

@@ -38,9 +38,9 @@ from routing_embeddings import CACHE_DIR as CACHE_DIR  # re-exported: the fitter
 from routing_embeddings import EmbedStats as EmbedStats
 from routing_embeddings import embed_cached as embed_cached
 
-from gateway.cache.scope import last_user_text
 from gateway.routing.exemplars import load_exemplars
 from gateway.testing.harness.stats import percentile
+from gateway.wire import last_user_text
 
 REPO = Path(__file__).resolve().parents[1]
 ROUTING_DATA = REPO.parent / "shared" / "datasets" / "routing"

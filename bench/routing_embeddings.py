@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gateway.cache.embedder import Embedder
+from gateway.embedding.embedder import Embedder
 
 CACHE_DIR = Path.home() / ".cache" / "gateway-bench"
 CHUNK = 256  # texts per embed_many call: bounds the memory of one batch of long prompts

@@ -75,10 +75,10 @@ from routing_report import (
     overview,
 )
 
-from gateway.cache.embedder import Embedder
 from gateway.cache.factory import new_embedder
 from gateway.config import EmbedderConfig
 from gateway.config.routing import ProfileName, ScoringConfig
+from gateway.embedding.embedder import Embedder
 from gateway.routing.features import extract
 from gateway.routing.scorer import ComplexityScorer
 from gateway.testing.harness.stats import Summary

@@ -25,7 +25,6 @@ import time
 from typing import Any
 
 from gateway import degradation, wire
-from gateway.cache.scope import last_user_text
 from gateway.cache.service import CacheHit, CachePlan, SemanticCache
 from gateway.cache.verify.judge import JudgeCall
 from gateway.cache.verify.verifier import NotComparable
@@ -46,7 +45,7 @@ from gateway.resilience.executor import AllUpstreamsUnavailable, UpstreamExecuto
 from gateway.routing.router import Router
 from gateway.server.overload import sheds
 from gateway.util.tokens import estimate_prompt_tokens
-from gateway.wire import ChatParams, EmbeddingRequest
+from gateway.wire import ChatParams, EmbeddingRequest, last_user_text
 
 Json = dict[str, Any]
 

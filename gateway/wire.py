@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.errors import InvalidRequest
+from gateway.util.tokens import message_text
 
 
 class _Open(BaseModel):
@@ -167,6 +168,22 @@ def _plain_chat(data: Any) -> bool:
         if value is not None and (type(value) is not float or not 0.0 <= value <= top):
             return False
     return True
+
+
+def last_user_text(body: dict[str, Any]) -> str | None:
+    """The text of the last turn when it is a user's text turn; None when it is not (a tool
+    result, an image, an assistant prefill), which makes the request uncacheable."""
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else None
+    if not isinstance(last, dict) or last.get("role") != "user":
+        return None
+    content = last.get("content")
+    if isinstance(content, list) and any(
+        not isinstance(part, dict) or part.get("type") != "text" for part in content
+    ):
+        return None
+    text = message_text(last)
+    return text if text.strip() else None
 
 
 MAX_EMBEDDING_DIMENSIONS = 16_384

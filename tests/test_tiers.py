@@ -65,7 +65,7 @@ def _a_plain_test() -> None:
         (_item("tests/e2e/test_sdk.py::test_x[sync]"), {"e2e"}),
         (_item("tests/scaleout/test_cache.py::test_x"), {"process", "redis"}),
         (_item("tests/test_ratelimit.py::test_x", ("redis_url",)), {"redis"}),
-        (_item("tests/cache/test_embedder.py::test_x", ("minilm",)), {"unit", "slow"}),
+        (_item("tests/embedding/test_embedder.py::test_x", ("minilm",)), {"unit", "slow"}),
         (_item("tests/guard/test_rules.py::test_x", obj=_a_hypothesis_test), {"fuzz"}),
         (
             _item("tests/test_reload.py::test_sighup_reloads_a_running_gateway[a]"),

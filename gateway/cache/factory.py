@@ -15,7 +15,7 @@ from gateway.config.cache import PACKAGED_MINILM
 from gateway.config.policy_set import Policy
 
 if TYPE_CHECKING:
-    from gateway.cache.embedder import Embedder
+    from gateway.embedding.embedder import Embedder
 
 _shared: dict[EmbedderConfig, Embedder] = {}
 
@@ -89,7 +89,7 @@ def shared_embedder(config: EmbedderConfig) -> Embedder:
 def missing_package(config: EmbedderConfig) -> str | None:
     """What the configured embedder lacks, with how to install it; None when nothing is
     missing (the shipped MiniLM and the hash embedder need only the default install)."""
-    from gateway.cache.embedder import install_hint
+    from gateway.embedding.embedder import install_hint
 
     if config.runs_shipped_minilm or config.type == "hash":
         return None
@@ -111,9 +111,9 @@ def _importable(module: str) -> bool:
 
 def new_embedder(config: EmbedderConfig) -> Embedder:
     """An embedder of its own, for one-shot work on its own event loop (`gateway kb ingest`)."""
-    from gateway.cache.embedder import build_embedder
-    from gateway.cache.shipped import MINILM
-    from gateway.cache.two_stage import CALIBRATED_MARGINS, TwoStageEmbedder
+    from gateway.embedding.embedder import build_embedder
+    from gateway.embedding.shipped import MINILM
+    from gateway.embedding.two_stage import CALIBRATED_MARGINS, TwoStageEmbedder
 
     options: dict[str, object] = {
         "max_batch": config.max_batch,

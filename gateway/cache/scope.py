@@ -34,7 +34,7 @@ class CacheKey:
 def cache_key(
     tenant: str, model: str, body: dict[str, Any], normalized: str, context: str | None = None
 ) -> CacheKey:
-    """Build the key of a request whose last message is a user turn (see `last_user_text`).
+    """Build the key of a request whose last message is a user turn (see `wire.last_user_text`).
     `context`: what else the answer depends on (a knowledge base name), if anything."""
     messages = body["messages"]
     params = {k: v for k, v in body.items() if k not in _NOT_SCOPE}
@@ -49,22 +49,6 @@ def cache_key(
     scope = _digest(orjson.dumps(scope_doc, option=orjson.OPT_SORT_KEYS))
     exact = _digest(scope.encode() + b"\x00" + normalized.encode())
     return CacheKey(tenant, model, scope, exact, message_text(messages[-1]))
-
-
-def last_user_text(body: dict[str, Any]) -> str | None:
-    """The text of the last turn when it is a user's text turn; None when it is not (a tool
-    result, an image, an assistant prefill), which makes the request uncacheable."""
-    messages = body.get("messages") or []
-    last = messages[-1] if messages else None
-    if not isinstance(last, dict) or last.get("role") != "user":
-        return None
-    content = last.get("content")
-    if isinstance(content, list) and any(
-        not isinstance(part, dict) or part.get("type") != "text" for part in content
-    ):
-        return None
-    text = message_text(last)
-    return text if text.strip() else None
 
 
 def _digest(data: bytes) -> str:

@@ -21,19 +21,20 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.cache import guards
 from gateway.cache.bounds import INLINE_COMPARE_CHARS, INLINE_KEY_BYTES, exact_text
-from gateway.cache.scope import CacheKey, cache_key, last_user_text
+from gateway.cache.scope import CacheKey, cache_key
 from gateway.cache.store import CacheEntry, CacheStore, LazyVectors
-from gateway.cache.two_stage import NO_MARGINS, Margins, TwoStageEmbedder
 from gateway.cache.verify.judge import AnswerJudge
 from gateway.cache.verify.ledger import Ledger
 from gateway.cache.verify.verifier import Probe, VerificationEvents, Verifier
 from gateway.config import CachePolicy, ModelRoute
 from gateway.context import RequestContext
+from gateway.embedding.two_stage import NO_MARGINS, Margins, TwoStageEmbedder
 from gateway.observability.logthrottle import ThrottledWarnings
 from gateway.util import offload
+from gateway.wire import last_user_text
 
 if TYPE_CHECKING:
-    from gateway.cache.embedder import Embedder
+    from gateway.embedding.embedder import Embedder
 
 log = logging.getLogger("gateway.cache")
 

@@ -14,8 +14,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from gateway.cache.service import Directive, SemanticCache
-from gateway.cache.two_stage import TwoStageEmbedder
 from gateway.config.policy_set import Policy
+from gateway.embedding.two_stage import TwoStageEmbedder
 from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound
 from gateway.http import render
 from gateway.http.body import read_body, too_large

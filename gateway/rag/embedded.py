@@ -34,8 +34,8 @@ import orjson
 from gateway.rag.base import Passage, RetrievalFailed
 
 if TYPE_CHECKING:
-    from gateway.cache.embedder import Embedder
     from gateway.config.knowledge_bases import KnowledgeBaseConfig
+    from gateway.embedding.embedder import Embedder
 
 log = logging.getLogger("gateway.rag.embedded")
 

@@ -38,8 +38,8 @@ from gateway.rag.embedded import (
 from gateway.rag.loaders import SUPPORTED, LoadError, load
 
 if TYPE_CHECKING:
-    from gateway.cache.embedder import Embedder
     from gateway.config.knowledge_bases import KnowledgeBaseConfig
+    from gateway.embedding.embedder import Embedder
 
 log = logging.getLogger("gateway.rag.ingest")
 

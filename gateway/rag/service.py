@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.cache.scope import last_user_text
 from gateway.config import KnowledgeBaseConfig, ModelRoute, Settings
 from gateway.config.policy_file import NO_KNOWLEDGE_BASE
 from gateway.context import RequestContext
@@ -26,6 +25,7 @@ from gateway.errors import InvalidRequest
 from gateway.observability.logthrottle import ThrottledWarnings
 from gateway.rag.base import KnowledgeBase, Passage, RetrievalFailed
 from gateway.resilience.breaker import Breakers
+from gateway.wire import last_user_text
 
 log = logging.getLogger("gateway.rag")
 Json = dict[str, Any]

@@ -37,7 +37,7 @@ FEATURES_ONLY = "features"
 # Features and the exemplar vote, no head: for an embedder no head was fitted on (the exemplars
 # are embedded by the same embedder as the request, so the vote works with any).
 VOTE_ONLY = "vote"
-# Embedder names (gateway.cache.embedder's `name`, before any ":variant") -> the variant fitted
+# Embedder names (gateway.embedding.embedder's `name`, before any ":variant") -> the variant fitted
 # on their vectors. Every name of all-MiniLM-L6-v2 gives the same vectors.
 EMBEDDER_VARIANTS: Mapping[str, str] = MappingProxyType(
     {

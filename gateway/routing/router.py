@@ -16,7 +16,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from gateway.cache.scope import last_user_text
 from gateway.config import AliasConfig, ModelRoute, Settings
 from gateway.context import RequestContext
 from gateway.errors import ModelNotFound
@@ -24,9 +23,10 @@ from gateway.routing.decision import RouteDecision
 from gateway.routing.features import Features, extract
 from gateway.routing.scorer import ComplexityScorer, Score
 from gateway.routing.thresholds import Thresholds
+from gateway.wire import last_user_text
 
 if TYPE_CHECKING:
-    from gateway.cache.embedder import Embedder
+    from gateway.embedding.embedder import Embedder
 
 log = logging.getLogger("gateway.routing")
 Json = dict[str, Any]

@@ -44,7 +44,7 @@ from gateway.routing.model import (
 )
 
 if TYPE_CHECKING:
-    from gateway.cache.embedder import Embedder
+    from gateway.embedding.embedder import Embedder
 
 BIAS = "bias"
 EMBEDDING = "embedding"

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 from routing_embeddings import EmbedStats, embed_cached
 
-from gateway.cache.embedder import HashEmbedder
+from gateway.embedding.embedder import HashEmbedder
 
 
 async def test_a_second_call_reads_the_vectors_back(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@ from typing import Any
 
 import pytest
 
-from gateway.cache.scope import cache_key, last_user_text
+from gateway.cache.scope import cache_key
+from gateway.wire import last_user_text
 
 BASE: dict[str, Any] = {
     "model": "m",

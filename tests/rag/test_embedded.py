@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway.cache.embedder import HashEmbedder
 from gateway.config import KnowledgeBaseConfig
+from gateway.embedding.embedder import HashEmbedder
 from gateway.rag import embedded
 from gateway.rag.base import KnowledgeBase, Passage, RetrievalFailed
 from gateway.rag.embedded import CURRENT, EmbeddedKnowledgeBase, kb_path, read_current

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway.cache.embedder import HashEmbedder
 from gateway.config import KnowledgeBaseConfig
+from gateway.embedding.embedder import HashEmbedder
 from gateway.rag import embedded
 from gateway.rag import ingest as ingest_module
 from gateway.rag.embedded import CURRENT, load_version, read_current

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from gateway.cache.embedder import Embedder, HashEmbedder
 from gateway.cache.factory import new_embedder
 from gateway.config import EmbedderConfig
 from gateway.config.routing import ScoringConfig
+from gateway.embedding.embedder import Embedder, HashEmbedder
 from gateway.routing.features import SCORED, Features, extract
 from gateway.routing.model import (
     FEATURES_ONLY,

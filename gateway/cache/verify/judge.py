@@ -21,7 +21,7 @@ import numpy as np
 from gateway.cache import guards
 
 if TYPE_CHECKING:
-    from gateway.cache.embedder import Embedder
+    from gateway.embedding.embedder import Embedder
 
 Json = dict[str, Any]
 JudgeCall = Callable[[Json], Awaitable[Json]]  # a chat body -> a completion (the judge model)

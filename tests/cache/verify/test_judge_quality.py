@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest_asyncio
 
-from gateway.cache.embedder import Embedder
 from gateway.cache.factory import new_embedder
 from gateway.cache.verify.judge import AnswerJudge
 from gateway.config.cache import EmbedderConfig
+from gateway.embedding.embedder import Embedder
 
 PAIRS = Path(__file__).parents[1] / "data" / "answer_pairs.jsonl"
 # Measured on the held-out half (32 same, 32 wrong-hit pairs): 0 false agrees, 22 false

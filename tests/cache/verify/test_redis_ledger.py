@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.cache.embedder import HashEmbedder
 from gateway.cache.redis_store import RedisStore
 from gateway.cache.service import SemanticCache
 from gateway.cache.verify import ledger as memory_ledger
@@ -27,6 +26,7 @@ from gateway.cache.verify.verifier import Probe
 from gateway.config import CachePolicy, ModelRoute
 from gateway.config.cache import VerifyPolicy
 from gateway.context import RequestContext
+from gateway.embedding.embedder import HashEmbedder
 from gateway.testing.harness.redis_server import RedisServer
 from gateway.wire import chat_completion, usage
 from tests.cache.entries import vector

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from gateway.cache.embedded_store import EmbeddedStore
-from gateway.cache.embedder import HashEmbedder
 from gateway.cache.factory import build_cache
 from gateway.cache.service import SemanticCache
 from gateway.cache.verify import ledger as memory_ledger
@@ -25,6 +24,7 @@ from gateway.cache.verify.verifier import Probe
 from gateway.config import CacheConfig, CachePolicy, ModelRoute, RedisTarget
 from gateway.config.cache import CachePolicyOverride, VerifyPolicy
 from gateway.context import RequestContext
+from gateway.embedding.embedder import HashEmbedder
 from gateway.wire import chat_completion, usage
 from tests.cache.entries import vector
 

@@ -1,5 +1,5 @@
-"""The MiniLM files shipped in gateway/cache/models/: intact, equal to sentence-transformers, and
-all the default install needs (no torch, transformers or onnx in the process)."""
+"""The MiniLM files shipped in gateway/embedding/models/: intact, equal to sentence-transformers,
+and all the default install needs (no torch, transformers or onnx in the process)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway.cache.embedder import MiniLMEmbedder, SentenceTransformerEmbedder
-from gateway.cache.shipped import MANIFEST, MINILM_DIR, MINILM_GRAPHS, MINILM_SEQ_LENGTH
+from gateway.embedding.embedder import MiniLMEmbedder, SentenceTransformerEmbedder
+from gateway.embedding.shipped import MANIFEST, MINILM_DIR, MINILM_GRAPHS, MINILM_SEQ_LENGTH
 from gateway.testing.harness.gateways import embedder_loaded
 from gateway.testing.harness.process import pythonpath
 from gateway.testing.harness.starters import REPO_ROOT, start_gateway
@@ -171,8 +171,8 @@ def test_a_gateway_on_the_shipped_config_reaches_the_semantic_tier_without_torch
 def test_a_non_editable_install_carries_the_files() -> None:
     # pip install . (the Docker image) copies package data only where pyproject lists it.
     data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
-    globs = data["tool"]["setuptools"]["package-data"]["gateway.cache"]
-    package = REPO_ROOT / "gateway" / "cache"
+    globs = data["tool"]["setuptools"]["package-data"]["gateway.embedding"]
+    package = REPO_ROOT / "gateway" / "embedding"
     for path in MINILM_DIR.iterdir():
         relative = path.relative_to(package).as_posix()
         assert any(fnmatch.fnmatch(relative, glob) for glob in globs), relative

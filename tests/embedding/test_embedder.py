@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from gateway.cache.batching import BatcherClosed, MicroBatcher
-from gateway.cache.embedder import (
+from gateway.cache.factory import new_embedder
+from gateway.config import EmbedderConfig
+from gateway.embedding.batching import BatcherClosed, MicroBatcher
+from gateway.embedding.embedder import (
     PACKAGED_MINILM,
     Embedder,
     HashEmbedder,
@@ -24,9 +26,7 @@ from gateway.cache.embedder import (
     build_embedder,
     normalize_text,
 )
-from gateway.cache.factory import new_embedder
-from gateway.cache.two_stage import CALIBRATED_MARGINS, Margins, TwoStageEmbedder
-from gateway.config import EmbedderConfig
+from gateway.embedding.two_stage import CALIBRATED_MARGINS, Margins, TwoStageEmbedder
 
 
 class FakeModel:

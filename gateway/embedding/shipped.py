@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.cache.onnx_export import Precision
+from gateway.embedding.onnx_export import Precision
 
 # The store's name for MiniLM's vectors. It is the packaged model's, whose vectors these equal
 # (within 1e-4), so entries stored by the sentence-transformers backend stay comparable.

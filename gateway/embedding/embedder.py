@@ -20,9 +20,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from gateway.cache.batching import MicroBatcher, Policy
-from gateway.cache.onnx_export import Precision
-from gateway.cache.shipped import MINILM, MINILM_SEQ_LENGTH, minilm_graph
+from gateway.embedding.batching import MicroBatcher, Policy
+from gateway.embedding.onnx_export import Precision
+from gateway.embedding.shipped import MINILM, MINILM_SEQ_LENGTH, minilm_graph
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class _BatchedEmbedder(ABC):
 
     def _run_onnx(self, graph: Path, max_seq_length: int, threads: int) -> EncodeFn:
         """An ONNX graph beside its tokenizer.json as the encode function (for `_load`)."""
-        from gateway.cache.onnx_runner import OnnxRunner
+        from gateway.embedding.onnx_runner import OnnxRunner
 
         runner = OnnxRunner(graph, max_seq_length=max_seq_length, threads=threads)
         self._count_tokens = _token_counter(runner.tokenizer)
@@ -366,7 +366,7 @@ class SentenceTransformerEmbedder(_BatchedEmbedder):
         import onnx  # noqa: F401  (needed by the export and quantization steps)
         import onnxruntime  # noqa: F401
 
-        from gateway.cache.onnx_export import default_cache_dir, ensure_onnx
+        from gateway.embedding.onnx_export import default_cache_dir, ensure_onnx
 
         precision = self.precision
         graph = ensure_onnx(self.model, path, self.cache_dir or default_cache_dir(), precision)
@@ -382,7 +382,7 @@ class SentenceTransformerEmbedder(_BatchedEmbedder):
         import torch
         from sentence_transformers import SentenceTransformer
 
-        from gateway.cache.onnx_export import st_dim, st_preprocess
+        from gateway.embedding.onnx_export import st_dim, st_preprocess
 
         torch.set_num_threads(self.threads)  # process-wide, like the model: one per process
         with warnings.catch_warnings():

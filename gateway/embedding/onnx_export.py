@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gateway.cache.onnx_runner import OnnxRunner
+from gateway.embedding.onnx_runner import OnnxRunner
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ import pytest
 
 from gateway.cache.embedded_store import EmbeddedStore
 from gateway.cache.service import SemanticCache
-from gateway.cache.two_stage import Margins, TwoStageEmbedder
 from gateway.config import CachePolicy, ModelRoute
 from gateway.context import RequestContext
+from gateway.embedding.two_stage import Margins, TwoStageEmbedder
 from gateway.wire import chat_completion, usage
 
 DIM = 4

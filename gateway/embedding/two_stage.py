@@ -26,7 +26,7 @@ from typing import Literal
 
 import numpy as np
 
-from gateway.cache.embedder import Embedder, normalize_text
+from gateway.embedding.embedder import Embedder, normalize_text
 
 log = logging.getLogger(__name__)
 
