@@ -78,6 +78,13 @@ class Options:
         "also ablate at these bars (comma-separated); always: the shipped one and a lower one",
         parse=listed(float),
     )
+    judge: Path | None = option(
+        None,
+        "the pair judge study instead (a model folder, e.g. gateway/matching/models/"
+        "judge-minilm): curves of cosine, today's rules, the judge alone and with vetoes, rule "
+        "by rule, on QQP, the team's held-out clusters and the held-back traps",
+        parse=Path,
+    )
 
 
 @dataclass(frozen=True)
@@ -471,6 +478,10 @@ def main(argv: list[str] | None = None) -> int:
     global CACHED_ONLY
     opts = parse_options(Options, argv, __doc__)
     CACHED_ONLY = opts.cached_only
+    if opts.judge is not None:
+        from cache_judge import judge_study
+
+        return judge_study(opts.judge, opts.quick)
     if not (DATASETS / "paraphrase").is_dir():
         progress(
             f"cache_quality: no evaluation data at {DATASETS}/paraphrase "

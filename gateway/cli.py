@@ -1,4 +1,4 @@
-"""`gateway serve | check | schema | policy | cache stats | kb ingest | route` (also
+"""`gateway serve | check | schema | policy | cache stats | cache explain | kb ingest | route` (also
 `python -m gateway`)."""
 
 from __future__ import annotations
@@ -62,8 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     policy.add_argument("--model", default="", help="as clients send it (default: none)")
     policy.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
 
-    cache = commands.add_parser("cache", help="look at the cache store")
-    cache.add_argument("action", choices=["stats"])
+    cache = commands.add_parser(
+        "cache", help="look at the cache store, or explain the hit decision for two texts"
+    )
+    cache.add_argument("action", choices=["stats", "explain"])
+    cache.add_argument(
+        "texts",
+        nargs="*",
+        metavar="TEXT",
+        help="explain: the stored question, then the asked one",
+    )
     cache.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
     cache.add_argument(
         "--url",
@@ -115,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.command == "check":
         return _check(settings, require_env=args.require_env)
+    if args.command == "cache" and args.action == "explain":
+        return _cache_explain(cache, settings, args.texts)
     if args.command == "cache":
         return _cache_stats(settings, args.url)
     if args.command == "policy":
@@ -306,6 +316,17 @@ def _route(settings: Settings, prompt: str, alias: str | None) -> int:
         print(f"unknown routing alias {alias!r}; aliases: {known}", file=sys.stderr)
         return 2
     print(asyncio.run(explain(settings, prompt, name)))
+    return 0
+
+
+def _cache_explain(parser: argparse.ArgumentParser, settings: Settings, texts: list[str]) -> int:
+    """The hit decision for a stored and an asked text: cosine, vetoes, judge, verdict."""
+    if len(texts) != 2:
+        parser.error("cache explain takes two texts: the stored question, then the asked one")
+    from gateway.matching.explain import explain
+
+    for line in explain(settings.file.cache, texts[0], texts[1]).lines():
+        print(line)
     return 0
 
 

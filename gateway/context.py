@@ -43,6 +43,7 @@ class RequestContext:
     cache_directive: Literal["default", "refresh", "bypass"] = "default"  # from headers
     cache_result: str | None = None  # hit-exact, hit-semantic, miss, refresh, bypass
     cache_similarity: float | None = None
+    cache_judge: float | None = None  # the pair judge's score: the hit's, or a miss's best
     cache_near_miss: str | None = None  # why a close candidate was refused
     cache_exact_checks: int = 0  # close calls the exact model settled (two-stage embedding)
     cache_exact_only: str | None = None  # why the semantic tier was not asked ("long-text")

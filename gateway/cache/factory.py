@@ -10,14 +10,24 @@ from gateway.cache.service import SemanticCache
 from gateway.cache.store import CacheStore
 from gateway.cache.verify.ledger import Ledger
 from gateway.cache.verify.sqlite_ledger import SqliteLedger
-from gateway.config import CacheConfig, EmbedderConfig, ModelRoute, RedisTarget, Settings
+from gateway.config import (
+    CacheConfig,
+    EmbedderConfig,
+    JudgeConfig,
+    ModelRoute,
+    RedisTarget,
+    Settings,
+)
 from gateway.config.cache import PACKAGED_MINILM
 from gateway.config.policy_set import Policy
+from gateway.matching.decision import HitDecision
+from gateway.matching.judge import PairJudge
 
 if TYPE_CHECKING:
     from gateway.embedding.embedder import Embedder
 
 _shared: dict[EmbedderConfig, Embedder] = {}
+_judges: dict[JudgeConfig, PairJudge] = {}
 
 
 def build_cache(
@@ -61,9 +71,23 @@ def build_cache(
     semantic = any(policy.semantic for policy in enabled) or any(
         cache.get("semantic", default_semantic) for cache in by_policy
     )
+    if not semantic:
+        return SemanticCache(store, None, ledger=ledger)
+    judge = shared_judge(config.judge) if config.judge.on(config.embedder) else None
     return SemanticCache(
-        store, shared_embedder(config.embedder) if semantic else None, ledger=ledger
+        store, shared_embedder(config.embedder), ledger=ledger, decision=HitDecision(judge)
     )
+
+
+def shared_judge(config: JudgeConfig) -> PairJudge:
+    """The serving process's pair judge (a model loads once; configs that differ only in
+    its batching share the first one's)."""
+    judge = _judges.get(config)
+    if judge is None or judge.closed:
+        judge = _judges[config] = PairJudge(
+            max_batch=config.max_batch, window_ms=config.batch_window_ms
+        )
+    return judge
 
 
 def cache_wanted(settings: Settings) -> bool:

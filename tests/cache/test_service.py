@@ -261,16 +261,16 @@ async def test_texts_longer_than_the_window_use_the_exact_tier_only() -> None:
 async def test_near_miss_guards_never_compare_past_the_cap(
     cache: SemanticCache, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gateway.cache import guards
+    from gateway.matching import decision
 
     compared: list[int] = []
-    real = guards.near_miss
+    real = decision.refusal
 
-    def recording(query: str, cached: str) -> str | None:
+    def recording(query: str, cached: str, *, judged: bool) -> str | None:
         compared.append(max(len(query), len(cached)))
-        return real(query, cached)
+        return real(query, cached, judged=judged)
 
-    monkeypatch.setattr(guards, "near_miss", recording)
+    monkeypatch.setattr(decision, "refusal", recording)
     ctx = _ctx()
     plan = cache.plan(ctx, _route(), _body("How can I reset my password?"), "default")
     assert plan is not None
@@ -309,21 +309,22 @@ async def test_long_work_runs_off_the_event_loop(
 ) -> None:
     import threading
 
-    from gateway.cache import guards, service
+    from gateway.cache import service
+    from gateway.matching import decision
 
     threads: dict[str, set[str]] = {"key": set(), "near_miss": set()}
-    real_text, real_near_miss = service.exact_text, guards.near_miss
+    real_text, real_refusal = service.exact_text, decision.refusal
 
     def exact_text(text: str) -> str:
         threads["key"].add(threading.current_thread().name)
         return real_text(text)
 
-    def near_miss(query: str, cached: str) -> str | None:
+    def refusal(query: str, cached: str, *, judged: bool) -> str | None:
         threads["near_miss"].add(threading.current_thread().name)
-        return real_near_miss(query, cached)
+        return real_refusal(query, cached, judged=judged)
 
     monkeypatch.setattr(service, "exact_text", exact_text)
-    monkeypatch.setattr(guards, "near_miss", near_miss)
+    monkeypatch.setattr(decision, "refusal", refusal)
     stored = "How do I reset my password? " + "Please explain every step. " * 10
     asked = "How can I reset my password? " + "Please explain every step. " * 10
     EMBEDDER.vectors |= {stored: BASE, asked: CLOSE}

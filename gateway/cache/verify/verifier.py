@@ -67,7 +67,7 @@ class Probe:
     model: str
     policy: CachePolicy
     entry: CacheEntry
-    similarity: float
+    similarity: float  # the hit's score: the judge's probability, or without one the cosine
     question: str
     vector: np.ndarray | None  # the question's, for marking its neighbourhood
     weight: float  # 1 / the chance it had of being chosen
@@ -110,8 +110,13 @@ class Verifier:
         ledger: Ledger | None = None,
         events: VerificationEvents | None = None,
         sampler: Sampler | None = None,
+        *,
+        judged: bool = False,
     ) -> None:
+        """`judged`: hits are scored by the pair judge (its probability, against the policy's
+        `judge_threshold`); otherwise by their cosine (against `similarity_threshold`)."""
         self.judge = judge
+        self.by_judge = judged
         self.ledger: Ledger = ledger or MemoryLedger()
         self.events = events
         self.sampler = sampler or Sampler()
@@ -146,35 +151,43 @@ class Verifier:
             self._policies[model] = policy
             self._reconsider(model)
         self._policies[model] = policy
-        base = policy.similarity_threshold
+        base = self.base(policy)
         if not _adapts(policy):
             return base
         return max(base, self._effective.get(model, base))
+
+    def base(self, policy: CachePolicy) -> float:
+        """The configured threshold of the score hits are decided by."""
+        return policy.judge_threshold if self.by_judge else policy.similarity_threshold
 
     def refusal(
         self,
         model: str,
         policy: CachePolicy,
         entry: CacheEntry,
-        similarity: float,
+        score: float,
         vector: np.ndarray | None,
+        similarity: float | None = None,
     ) -> str | None:
-        """Why a candidate that passed the guards is not served: "verified-threshold" (under
-        the effective threshold), "verified-wrong" (found wrong for this question, for one
-        nearer to that question than to the entry, or for one as far from the entry), or
-        None."""
+        """Why a candidate that passed the guards (and the judge) is not served:
+        "verified-threshold" (its score under the effective threshold), "verified-wrong"
+        (found wrong for this question, for one nearer to that question than to the entry,
+        or for one that scores no better with the entry), or None. `score` is the judge's
+        probability or, without a judge, the cosine; `similarity` the cosine (default:
+        `score`)."""
         if not _adapts(policy):
             return None
-        if similarity < self.threshold(model, policy):
+        if score < self.threshold(model, policy):
             return "verified-threshold"
+        cosine = score if similarity is None else similarity
         for mark in self.ledger.marks(entry.exact_key):
-            if similarity <= mark.similarity + 1e-6:
+            if score <= mark.similarity + 1e-6:
                 return "verified-wrong"  # no closer to the entry than a question it failed
             # In the wrong question's neighbourhood, and nearer to it than to the entry. (A mark
             # made by another embedder, before a config change, has no neighbourhood here.)
             if vector is not None and vector.shape == mark.vector.shape:
                 to_wrong = float(np.dot(vector, mark.vector))
-                if to_wrong >= max(policy.similarity_threshold, similarity):
+                if to_wrong >= max(policy.similarity_threshold, cosine):
                     return "verified-wrong"
         return None
 
@@ -304,7 +317,7 @@ class Verifier:
         if not _adapts(policy):
             self._effective.pop(model, None)
             return
-        base, budget = policy.similarity_threshold, policy.verify.max_error_rate
+        base, budget = self.base(policy), policy.verify.max_error_rate
         current = max(base, self._effective.get(model, base))
         judge = _judge_agreement(observations)
         agrees = judge.point if judge.point and judge.verified >= MIN_CONTROLS else 1.0
@@ -348,7 +361,7 @@ class Verifier:
             served = precision(o for o in observations if o.kind == "served")
             found[model] = ModelVerification(
                 model,
-                policy.similarity_threshold,
+                self.base(policy),
                 self.threshold(model, policy),
                 policy.verify.max_error_rate,
                 policy.verify.sample_rate,
