@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from cache_quality import Pairs, embed_cached, load_pairs, pr, precision_recall, progress, sample
 from judge_pairs import Pair, all_pairs
 
-from gateway.cache.guards.compare import lexical_reasons, near_miss, vetoes
 from gateway.embedding.onnx_runner import OnnxRunner
 from gateway.embedding.shipped import MINILM_SEQ_LENGTH, minilm_graph
+from gateway.matching.guards.compare import lexical_reasons, near_miss, vetoes
 from gateway.matching.judge import PairJudge
 from gateway.testing.harness.stats import percentile
 from gateway.testing.harness.tables import markdown_table
@@ -132,9 +132,8 @@ def rule_table(s: Scored, bar: float, at: float) -> None:
     base = (s.quick >= bar) & ~s.veto
     hit = base & (judged >= at)
     p0, r0 = precision_recall(label, hit)
-    print(
-        f"\nRule by rule on {s.pairs.name}, bar {bar:g}, judge >= {at:g}: judge + vetoes {pr(p0, r0)}\n"
-    )
+    where = f"{s.pairs.name}, bar {bar:g}, judge >= {at:g}"
+    print(f"\nRule by rule on {where}: judge + vetoes {pr(p0, r0)}\n")
     rows = []
     for rule in RULES:
         fires = np.array([rule in r for r in s.rules])
@@ -180,7 +179,10 @@ def judge_cpu(judge: PairJudge, p: Pairs, n: int = 500) -> str:
         judge.score_now([pair])
         times.append((time.thread_time_ns() - t0) / 1e6)
     arr = np.array(times)
-    return f"judge CPU per candidate (one at a time, {len(arr)} QQP pairs): p50 {percentile(arr, 50):.2f} ms, p99 {percentile(arr, 99):.2f} ms"
+    return (
+        f"judge CPU per candidate (one at a time, {len(arr)} QQP pairs): "
+        f"p50 {percentile(arr, 50):.2f} ms, p99 {percentile(arr, 99):.2f} ms"
+    )
 
 
 def judge_study(model_dir: Path, quick: bool) -> int:

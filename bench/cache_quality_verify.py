@@ -177,7 +177,7 @@ def run_verifier(p: cq.Pairs, verifier: str) -> None:
         f"\n## {p.name}: {len(p.a)} pairs, {int(p.label.sum())} same-meaning; "
         f"hit = minilm >= t1 AND {verifier} >= t2 AND guards pass"
     )
-    flags = cq.guard_flags(p, cq.GuardSet.of("now", "gateway.cache.guards"))[0]
+    flags = cq.guard_flags(p, cq.GuardSet.of("now", "gateway.matching.guards"))[0]
     c1, c2 = cq.pair_cosines("minilm", p), cq.pair_cosines(verifier, p)
     target = f"target P >= {TARGET_P} at R >= {TARGET_R}"
     for ok, what in ((np.ones(len(p.a), bool), "without guards"), (~flags, "with guards")):

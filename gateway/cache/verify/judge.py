@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gateway.cache import guards
+from gateway.cache.normalization import normalize
 
 if TYPE_CHECKING:
     from gateway.embedding.embedder import Embedder
@@ -64,7 +64,7 @@ class AnswerJudge:
         a, b = answer_text(cached), answer_text(fresh)
         if not a or not b:
             return None
-        if guards.normalize(a) == guards.normalize(b):
+        if normalize(a) == normalize(b):
             return Verdict(True, "identical", 1.0)
         if _is_calls(a) or _is_calls(b):
             # Calls agree only when equal after canonicalizing: no wording to tolerate.

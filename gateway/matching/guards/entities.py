@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.cache.guards.lexicons import (
+from gateway.matching.guards.lexicons import (
     _ALIAS_CUE_RE,
     _ALIASES,
     _CAP_STOP,
@@ -22,7 +22,7 @@ from gateway.cache.guards.lexicons import (
     _ZH_ENTITIES,
     _ZH_GENDER_RE,
 )
-from gateway.cache.guards.patterns import (
+from gateway.matching.guards.patterns import (
     _ASCII_LETTER_RE,
     _LIST_WORDS,
     _NAME_PREPOSITIONS,
@@ -30,7 +30,7 @@ from gateway.cache.guards.patterns import (
     _TOKEN_RE,
     _UPPER_RE,
 )
-from gateway.cache.guards.words import _stem
+from gateway.matching.guards.words import _stem
 
 
 @dataclass(frozen=True, slots=True)

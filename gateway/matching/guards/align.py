@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
 
-from gateway.cache.guards.entities import _canon
-from gateway.cache.guards.lexicons import _EN_NEGATIONS, _EN_STOP, _NUMBER_WORDS, _UNITS
-from gateway.cache.guards.reorder import reordering
-from gateway.cache.guards.surface import fold_width
-from gateway.cache.guards.synonyms import detach, known, relation
-from gateway.cache.guards.words import _stem
+from gateway.matching.guards.entities import _canon
+from gateway.matching.guards.lexicons import _EN_NEGATIONS, _EN_STOP, _NUMBER_WORDS, _UNITS
+from gateway.matching.guards.reorder import reordering
+from gateway.matching.guards.surface import fold_width
+from gateway.matching.guards.synonyms import detach, known, relation
+from gateway.matching.guards.words import _stem
 
 __all__ = ["AlignFeatures", "align_features", "alignment", "alignment_reasons"]
 

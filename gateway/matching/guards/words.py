@@ -10,8 +10,8 @@ from __future__ import annotations
 import unicodedata
 from functools import lru_cache
 
-from gateway.cache.guards.lexicons import _ZH_NUM_CHARS, _ZH_QUESTIONS
-from gateway.cache.guards.patterns import _ZH_DIFF_UNIT_RE
+from gateway.matching.guards.lexicons import _ZH_NUM_CHARS, _ZH_QUESTIONS
+from gateway.matching.guards.patterns import _ZH_DIFF_UNIT_RE
 
 
 @lru_cache(maxsize=65536)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from gateway.cache.guards.lexicons import (
+from gateway.matching.guards.lexicons import (
     _UNIT_SHORT,
     _UNITS,
     _ZH_DIGITS,

@@ -7,7 +7,7 @@ turned into a key such as "month:3" or "rel:d+1" so that two texts can be compar
 
 from __future__ import annotations
 
-from gateway.cache.guards.lexicons import (
+from gateway.matching.guards.lexicons import (
     _DATE_WORDS,
     _EN_PERIODS,
     _EN_RELATIVE_DAYS,
@@ -16,8 +16,8 @@ from gateway.cache.guards.lexicons import (
     _WEEKDAYS,
     _ZH_RELATIVE,
 )
-from gateway.cache.guards.numbers import _as_number
-from gateway.cache.guards.patterns import _NUMERIC_DATE_RE, _YEAR_RE, _ZH_DATE_RE
+from gateway.matching.guards.numbers import _as_number
+from gateway.matching.guards.patterns import _NUMERIC_DATE_RE, _YEAR_RE, _ZH_DATE_RE
 
 
 def _extract_dates(low: str, words: list[str], has_cjk: bool) -> frozenset[str]:

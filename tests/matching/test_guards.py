@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from gateway.cache.guards import content_difference, near_miss, normalize
+from gateway.cache.normalization import normalize
+from gateway.matching.guards import content_difference, near_miss
 
 DATA = Path(__file__).parent / "data"
 Pair = tuple[str, str, str]

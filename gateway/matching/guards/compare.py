@@ -14,10 +14,10 @@ from collections import Counter
 from collections.abc import Iterator
 from difflib import SequenceMatcher
 
-from gateway.cache.guards.align import align_features, alignment_reasons
-from gateway.cache.guards.entities import _Span
-from gateway.cache.guards.features import _Features, _features
-from gateway.cache.guards.lexicons import (
+from gateway.matching.guards.align import align_features, alignment_reasons
+from gateway.matching.guards.entities import _Span
+from gateway.matching.guards.features import _Features, _features
+from gateway.matching.guards.lexicons import (
     _EN_ANTONYMS,
     _EN_NEG_PREFIXES,
     _EN_STOP,
@@ -25,10 +25,10 @@ from gateway.cache.guards.lexicons import (
     _ZH_FUNCTION,
     _ZH_PERSONS,
 )
-from gateway.cache.guards.patterns import _JOINER_RE, _ZH_NEG_CHARS
-from gateway.cache.guards.reorder import reordering
-from gateway.cache.guards.surface import surface_features, surface_reasons
-from gateway.cache.guards.words import _stem, _zh_diff_units
+from gateway.matching.guards.patterns import _JOINER_RE, _ZH_NEG_CHARS
+from gateway.matching.guards.reorder import reordering
+from gateway.matching.guards.surface import surface_features, surface_reasons
+from gateway.matching.guards.words import _stem, _zh_diff_units
 
 __all__ = [
     "MAX_COMPARED_CHARS",

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
-from gateway.cache.guards.lexicons import _EN_STOP
-from gateway.cache.guards.synonyms import common, known
+from gateway.matching.guards.lexicons import _EN_STOP
+from gateway.matching.guards.synonyms import common, known
 
 __all__ = ["SurfaceFeatures", "fold_width", "surface", "surface_features", "surface_reasons"]
 

@@ -13,8 +13,8 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
-from gateway.cache.guards.dates import _extract_dates
-from gateway.cache.guards.entities import (
+from gateway.matching.guards.dates import _extract_dates
+from gateway.matching.guards.entities import (
     _apply_aliases,
     _canon,
     _entity_spans,
@@ -22,9 +22,9 @@ from gateway.cache.guards.entities import (
     _Span,
     _zh_entities,
 )
-from gateway.cache.guards.lexicons import _EN_NEGATIONS, _EN_STOP, _ZH_FUNCTION
-from gateway.cache.guards.numbers import _extract_quantities
-from gateway.cache.guards.patterns import (
+from gateway.matching.guards.lexicons import _EN_NEGATIONS, _EN_STOP, _ZH_FUNCTION
+from gateway.matching.guards.numbers import _extract_quantities
+from gateway.matching.guards.patterns import (
     _CJK_RE,
     _DIRECTION_WINDOW,
     _EN_DIRECTION_CUE_RE,
@@ -42,7 +42,7 @@ from gateway.cache.guards.patterns import (
     _ZH_NEG_CHARS,
     _ZH_NOT_NEGATION_RE,
 )
-from gateway.cache.guards.words import _stem, _zh_diff_units
+from gateway.matching.guards.words import _stem, _zh_diff_units
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Near-miss guards for the semantic cache, and the exact-tier text normalization.
+"""The hit decision's lexical checks: the vetoes, and the word rules.
 
 Sentence embeddings put "weather in Paris" and "weather in London", or "how do I enable X"
 and "how do I not enable X", very close together, yet each needs its own answer. These checks
@@ -14,14 +14,13 @@ one model call; a wrong hit serves a wrong answer.
 
 Modules: `lexicons` (word lists) and `patterns` (compiled regexes) are data; `words`,
 `numbers`, `dates` and `entities` extract facts from one text; `features` gathers them per
-text behind an LRU cache; `compare` holds `near_miss` and `content_difference`;
-`normalization` holds `normalize`, the exact-tier key.
+text behind an LRU cache; `compare` holds `vetoes`, `lexical_reasons`, `near_miss` (both)
+and `content_difference`.
 """
 
 from __future__ import annotations
 
-from gateway.cache.guards.compare import MAX_COMPARED_CHARS, content_difference, near_miss
-from gateway.cache.guards.features import _features as _features
-from gateway.cache.guards.normalization import normalize
+from gateway.matching.guards.compare import MAX_COMPARED_CHARS, content_difference, near_miss
+from gateway.matching.guards.features import _features as _features
 
-__all__ = ["MAX_COMPARED_CHARS", "content_difference", "near_miss", "normalize"]
+__all__ = ["MAX_COMPARED_CHARS", "content_difference", "near_miss"]

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.cache.guards.compare import lexical_reasons, vetoes
 from gateway.config import CacheConfig, CachePolicyOverride
 from gateway.matching.decision import KEPT_RULES, refusal
+from gateway.matching.guards.compare import lexical_reasons, vetoes
 from gateway.matching.judge import PairJudge
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.cache.guards.lexicons import (
+from gateway.matching.guards.lexicons import (
     _EN_NUM_WORDS,
     _EN_ORDINALS,
     _EN_SCALES,
@@ -21,7 +21,7 @@ from gateway.cache.guards.lexicons import (
     _ZH_DIGITS,
     _ZH_SMALL,
 )
-from gateway.cache.guards.patterns import (
+from gateway.matching.guards.patterns import (
     _AFTER_RE,
     _CURRENCY_PREFIX_RE,
     _DIGIT_RE,
