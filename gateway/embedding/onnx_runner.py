@@ -35,9 +35,12 @@ class OnnxRunner:
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.chunk = chunk
-        self.dim = int(self._run(self.tokenizer.encode_batch(["dimension probe"])).shape[1])
+        probe = self._run(self.tokenizer.encode_batch(["dimension probe"]))
+        # A sentence embedding's width; 0 for a graph with one number per input (a judge's).
+        self.dim = int(probe.shape[1]) if probe.ndim == 2 else 0
 
-    def __call__(self, texts: list[str]) -> np.ndarray:
+    def __call__(self, texts: list[str] | list[tuple[str, str]]) -> np.ndarray:
+        """One row per text (or per pair of texts, read together: `[CLS] a [SEP] b [SEP]`)."""
         enc = self.tokenizer.encode_batch(texts)
         if len(enc) == 1:
             return self._run(enc)
@@ -47,7 +50,7 @@ class OnnxRunner:
         # QQP question, 256 of them: int8 1.42 ms in sorted eights, 2.69 in unsorted sixteens,
         # 2.07 in sorted 32s; fp32 3.01, 5.26 and 3.83 (bench/cache_two_stage.py's machine).
         order = sorted(range(len(enc)), key=lambda i: len(enc[i].ids))
-        out = np.empty((len(enc), self.dim), dtype=np.float32)
+        out = np.empty((len(enc), self.dim) if self.dim else len(enc), dtype=np.float32)
         for start in range(0, len(order), self.chunk):
             idx = order[start : start + self.chunk]
             out[idx] = self._run([enc[i] for i in idx])

@@ -1,83 +1,124 @@
 """The hit decision: may a stored question's answer be served for the one asked?
 
-Candidates come from the embedding index (cosine at or above the policy's bar); each then
-passes, in order:
+Candidates come from the embedding index with their cosine; each then passes, in order:
 
 1. **Vetoes** (`vetoes`): facts a model cannot be trusted to weigh: numbers, units, dates,
    negation, named entities, identifiers, code, case that carries meaning, and texts too long
-   to compare. A differing one refuses the hit, whatever the judge would say.
-2. **The judge** (`judge.PairJudge`): the probability that one answer serves both texts. At or
-   above the policy's `judge_threshold` (or the higher one verification set) it is a hit.
-3. **Kept word rules** (`KEPT_RULES`): the lexical rules that the dev curves show still buy
-   precision at equal recall on top of the judge (docs/CACHE.md has the table, rule by rule).
+   to compare. A differing one refuses the hit; no score overrides it.
+2. **Word rules** (`lexical_reasons`): qualifier, substitution, order, relation, person,
+   question kind, antonym, and the Chinese checks. A candidate at or above the cosine threshold
+   that no rule refuses is a hit, as before the judge.
+3. **The judge** (`judge.PairJudge`), for what the rules cannot settle: a candidate only word
+   rules refused ("how tall" / "the height of" is a substitution to them), or one under the
+   cosine threshold but at or above `judge_similarity`. The judge reads both texts together;
+   at or above `judge_threshold` it is a hit. Rules in `KEPT_RULES` refuse even then.
 
-Pairs the judge cannot read (Chinese, Japanese, Korean) and caches configured without a judge
-are decided as before the judge: the cosine at the bar and every lexical rule.
+Word rules refuse as many true rewordings as look-alikes; the judge takes those back where it
+is sure, and is never asked where the rules already let a candidate through (a judge call saved,
+and no precision lost: docs/CACHE.md, "What decides a hit"). Pairs the judge cannot read
+(Chinese, Japanese, Korean) and caches without a judge are decided by the rules alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 
 from gateway.matching.guards.compare import lexical_reasons, vetoes
 from gateway.matching.judge import Judge
 from gateway.util import offload
 
-# Lexical rules kept on top of the judge (measured: bench/cache_quality.py --judge).
+# Word rules that refuse even a candidate the judge is sure of (bench/cache_quality.py --judge,
+# rule by rule): none bought precision at equal recall on top of the judge.
 KEPT_RULES: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Bars:
+    """The cosines a candidate needs: `plain` with no rule against it, `judged` for the judge
+    to decide it (both raised alike when verification raised the model's threshold), and the
+    judge's probability."""
+
+    plain: float
+    judged: float
+    judge_threshold: float
 
 
 @dataclass(frozen=True, slots=True)
 class Judgement:
     """What the decision found for one candidate."""
 
-    reason: str | None  # why it may not be served: a veto or rule's name, or None
-    score: float | None  # the judge's probability; None when it did not judge the pair
+    similarity: float
+    veto: str | None = None  # a veto's name, or a kept rule's
+    rule: str | None = None  # the first word rule that refuses it
+    score: float | None = None  # the judge's probability; None when it was not asked
 
-    def hit(self, threshold: float) -> bool:
-        return self.reason is None and self.score is not None and self.score >= threshold
-
-
-def refusal(asked: str, stored: str, *, judged: bool) -> str | None:
-    """The first veto (or, for a pair the judge does not read, the first lexical rule)."""
-    reasons: Iterator[str] = vetoes(asked, stored)
-    if judged:
-        rules = (r for r in lexical_reasons(asked, stored) if r in KEPT_RULES)
-        reasons = chain(reasons, rules) if KEPT_RULES else reasons
-    else:
-        reasons = chain(reasons, lexical_reasons(asked, stored))
-    return next(reasons, None)
+    def refusal(self, bars: Bars) -> str | None:
+        """Why it is not a hit (a veto or rule's name, "judge", "similarity"), or None."""
+        if self.veto is not None:
+            return self.veto
+        if self.score is not None and self.similarity >= bars.judged:
+            return None if self.score >= bars.judge_threshold else "judge"
+        if self.rule is not None:
+            return self.rule
+        return None if self.similarity >= bars.plain else "similarity"
 
 
-def _refusals(asked: str, stored: list[str], judged: list[bool]) -> list[str | None]:
-    return [refusal(asked, text, judged=j) for text, j in zip(stored, judged, strict=True)]
+def check(asked: str, stored: str) -> tuple[str | None, str | None]:
+    """The first veto (or kept rule), and the first word rule, of one pair."""
+    veto = next(vetoes(asked, stored), None)
+    if veto is not None:
+        return veto, None
+    rules = list(lexical_reasons(asked, stored))
+    kept = next((r for r in rules if r in KEPT_RULES), None)
+    return kept, (rules[0] if rules else None)
+
+
+def _checks(asked: str, stored: list[str]) -> list[tuple[str | None, str | None]]:
+    return [check(asked, text) for text in stored]
 
 
 class HitDecision:
-    """Vetoes, then the judge on what they let through (one batch per lookup)."""
+    """Vetoes and word rules on each candidate, then the judge on the ones they leave open."""
 
     def __init__(self, judge: Judge | None) -> None:
         self.judge = judge
 
     def judges(self, asked: str, stored: str) -> bool:
-        """Whether the judge decides this pair (loaded, and it reads both texts)."""
+        """Whether the judge may decide this pair (loaded, and it reads both texts)."""
         judge = self.judge
         return judge is not None and judge.ready and judge.reads(asked) and judge.reads(stored)
 
     async def decide(
-        self, asked: str, stored: Sequence[str], *, inline: bool = True
+        self,
+        asked: str,
+        candidates: Sequence[tuple[str, float]],
+        bars: Bars,
+        *,
+        inline: bool = True,
     ) -> list[Judgement]:
-        """One judgement per stored text, in order. Pairs the judge does not read get
-        `score` None: the caller decides them by cosine, as a cache without a judge does.
-        `inline` False: the vetoes run on the worker thread (long texts)."""
-        judged = [self.judges(asked, text) for text in stored]
-        reasons = await offload.run(inline, _refusals, asked, list(stored), judged)
-        to_score = [i for i, (j, r) in enumerate(zip(judged, reasons, strict=True)) if j and not r]
-        scores: dict[int, float] = {}
-        if to_score:
+        """One judgement per (stored text, cosine), in order. `inline` False: the lexical
+        checks run on the worker thread (long texts)."""
+        texts = [text for text, _ in candidates]
+        found = await offload.run(inline, _checks, asked, texts)
+        judgements = [
+            Judgement(similarity, veto, rule)
+            for (_, similarity), (veto, rule) in zip(candidates, found, strict=True)
+        ]
+        # The judge only where it can change the outcome: no veto, at or above its bar, and
+        # not already a hit by the rules.
+        ask = [
+            i
+            for i, j in enumerate(judgements)
+            if j.veto is None
+            and j.similarity >= bars.judged
+            and (j.rule is not None or j.similarity < bars.plain)
+            and self.judges(asked, texts[i])
+        ]
+        if ask:
             assert self.judge is not None
-            found = await self.judge.scores(asked, [stored[i] for i in to_score])
-            scores = dict(zip(to_score, found, strict=True))
-        return [Judgement(reasons[i], scores.get(i)) for i in range(len(stored))]
+            scores = await self.judge.scores(asked, [texts[i] for i in ask])
+            for i, score in zip(ask, scores, strict=True):
+                j = judgements[i]
+                judgements[i] = Judgement(j.similarity, j.veto, j.rule, score)
+        return judgements

@@ -122,7 +122,7 @@ class PairJudge:
 
     def _score_batch(self, pairs: list[Pair]) -> list[float]:
         assert self._runner is not None
-        logits = self._runner(pairs)  # type: ignore[arg-type]
+        logits = self._runner(pairs)
         return [_sigmoid(float(x)) for x in np.ravel(logits)]
 
     @property

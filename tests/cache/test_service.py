@@ -264,13 +264,13 @@ async def test_near_miss_guards_never_compare_past_the_cap(
     from gateway.matching import decision
 
     compared: list[int] = []
-    real = decision.refusal
+    real = decision.check
 
-    def recording(query: str, cached: str, *, judged: bool) -> str | None:
+    def recording(query: str, cached: str) -> tuple[str | None, str | None]:
         compared.append(max(len(query), len(cached)))
-        return real(query, cached, judged=judged)
+        return real(query, cached)
 
-    monkeypatch.setattr(decision, "refusal", recording)
+    monkeypatch.setattr(decision, "check", recording)
     ctx = _ctx()
     plan = cache.plan(ctx, _route(), _body("How can I reset my password?"), "default")
     assert plan is not None
@@ -313,18 +313,18 @@ async def test_long_work_runs_off_the_event_loop(
     from gateway.matching import decision
 
     threads: dict[str, set[str]] = {"key": set(), "near_miss": set()}
-    real_text, real_refusal = service.exact_text, decision.refusal
+    real_text, real_check = service.exact_text, decision.check
 
     def exact_text(text: str) -> str:
         threads["key"].add(threading.current_thread().name)
         return real_text(text)
 
-    def refusal(query: str, cached: str, *, judged: bool) -> str | None:
+    def check(query: str, cached: str) -> tuple[str | None, str | None]:
         threads["near_miss"].add(threading.current_thread().name)
-        return real_refusal(query, cached, judged=judged)
+        return real_check(query, cached)
 
     monkeypatch.setattr(service, "exact_text", exact_text)
-    monkeypatch.setattr(decision, "refusal", refusal)
+    monkeypatch.setattr(decision, "check", check)
     stored = "How do I reset my password? " + "Please explain every step. " * 10
     asked = "How can I reset my password? " + "Please explain every step. " * 10
     EMBEDDER.vectors |= {stored: BASE, asked: CLOSE}

@@ -67,7 +67,7 @@ class Probe:
     model: str
     policy: CachePolicy
     entry: CacheEntry
-    similarity: float  # the hit's score: the judge's probability, or without one the cosine
+    similarity: float
     question: str
     vector: np.ndarray | None  # the question's, for marking its neighbourhood
     weight: float  # 1 / the chance it had of being chosen
@@ -110,13 +110,8 @@ class Verifier:
         ledger: Ledger | None = None,
         events: VerificationEvents | None = None,
         sampler: Sampler | None = None,
-        *,
-        judged: bool = False,
     ) -> None:
-        """`judged`: hits are scored by the pair judge (its probability, against the policy's
-        `judge_threshold`); otherwise by their cosine (against `similarity_threshold`)."""
         self.judge = judge
-        self.by_judge = judged
         self.ledger: Ledger = ledger or MemoryLedger()
         self.events = events
         self.sampler = sampler or Sampler()
@@ -151,43 +146,41 @@ class Verifier:
             self._policies[model] = policy
             self._reconsider(model)
         self._policies[model] = policy
-        base = self.base(policy)
+        base = policy.similarity_threshold
         if not _adapts(policy):
             return base
         return max(base, self._effective.get(model, base))
 
-    def base(self, policy: CachePolicy) -> float:
-        """The configured threshold of the score hits are decided by."""
-        return policy.judge_threshold if self.by_judge else policy.similarity_threshold
+    def raised(self, model: str, policy: CachePolicy) -> float:
+        """How far verification raised the model's threshold above the configured one."""
+        return self.threshold(model, policy) - policy.similarity_threshold
 
     def refusal(
         self,
         model: str,
         policy: CachePolicy,
         entry: CacheEntry,
-        score: float,
+        similarity: float,
         vector: np.ndarray | None,
-        similarity: float | None = None,
+        *,
+        bar: float | None = None,
     ) -> str | None:
-        """Why a candidate that passed the guards (and the judge) is not served:
-        "verified-threshold" (its score under the effective threshold), "verified-wrong"
-        (found wrong for this question, for one nearer to that question than to the entry,
-        or for one that scores no better with the entry), or None. `score` is the judge's
-        probability or, without a judge, the cosine; `similarity` the cosine (default:
-        `score`)."""
+        """Why a candidate that passed the guards is not served: "verified-threshold" (under
+        the effective threshold, or under `bar`, a hit's own bar raised as far: the pair
+        judge's), "verified-wrong" (found wrong for this question, for one nearer to that
+        question than to the entry, or for one as far from the entry), or None."""
         if not _adapts(policy):
             return None
-        if score < self.threshold(model, policy):
+        if similarity < (self.threshold(model, policy) if bar is None else bar):
             return "verified-threshold"
-        cosine = score if similarity is None else similarity
         for mark in self.ledger.marks(entry.exact_key):
-            if score <= mark.similarity + 1e-6:
+            if similarity <= mark.similarity + 1e-6:
                 return "verified-wrong"  # no closer to the entry than a question it failed
             # In the wrong question's neighbourhood, and nearer to it than to the entry. (A mark
             # made by another embedder, before a config change, has no neighbourhood here.)
             if vector is not None and vector.shape == mark.vector.shape:
                 to_wrong = float(np.dot(vector, mark.vector))
-                if to_wrong >= max(policy.similarity_threshold, cosine):
+                if to_wrong >= max(policy.similarity_threshold, similarity):
                     return "verified-wrong"
         return None
 
@@ -317,7 +310,7 @@ class Verifier:
         if not _adapts(policy):
             self._effective.pop(model, None)
             return
-        base, budget = self.base(policy), policy.verify.max_error_rate
+        base, budget = policy.similarity_threshold, policy.verify.max_error_rate
         current = max(base, self._effective.get(model, base))
         judge = _judge_agreement(observations)
         agrees = judge.point if judge.point and judge.verified >= MIN_CONTROLS else 1.0
@@ -361,7 +354,7 @@ class Verifier:
             served = precision(o for o in observations if o.kind == "served")
             found[model] = ModelVerification(
                 model,
-                self.base(policy),
+                policy.similarity_threshold,
                 self.threshold(model, policy),
                 policy.verify.max_error_rate,
                 policy.verify.sample_rate,

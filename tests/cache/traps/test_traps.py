@@ -26,7 +26,7 @@ from gateway.cache.embedded_store import EmbeddedStore
 from gateway.cache.factory import build_cache, new_embedder
 from gateway.cache.service import SemanticCache
 from gateway.config import CacheConfig, ModelRoute
-from gateway.config.cache import JUDGED_BAR, CachePolicyOverride, calibrated_threshold
+from gateway.config.cache import CachePolicyOverride, calibrated_threshold
 from gateway.context import RequestContext
 from gateway.wire import chat_completion, usage
 
@@ -231,9 +231,7 @@ async def _run_all(
     )
     route = _route(config)
     assert route.cache.enabled
-    judged = config.judge.on(config.embedder)
-    bar = JUDGED_BAR if judged else calibrated_threshold(config.embedder)
-    assert route.cache.similarity_threshold == bar
+    assert route.cache.similarity_threshold == calibrated_threshold(config.embedder)
     cache = build_cache(config, [route])
     assert cache is not None and isinstance(cache.store, EmbeddedStore)
     # build_cache hands out the process-shared embedder, bound to the first event loop that
