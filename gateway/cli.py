@@ -323,7 +323,7 @@ def _cache_explain(parser: argparse.ArgumentParser, settings: Settings, texts: l
     """The hit decision for a stored and an asked text: cosine, vetoes, judge, verdict."""
     if len(texts) != 2:
         parser.error("cache explain takes two texts: the stored question, then the asked one")
-    from gateway.matching.explain import explain
+    from gateway.cache.explain import explain
 
     for line in explain(settings.file.cache, texts[0], texts[1]).lines():
         print(line)

@@ -220,3 +220,24 @@ def test_check_notes_a_routing_alias_with_no_tier_it_can_serve(
     assert result.returncode == 0, result.stderr
     assert "routing alias 'smart' has no tier it can serve (big: " in result.stdout
     assert "alias 'ok'" not in result.stdout
+
+
+def test_cache_explain_shows_each_step_of_the_hit_decision() -> None:
+    result = _gateway(
+        "cache",
+        "explain",
+        "How do I convert Celsius to Fahrenheit?",
+        "How do I convert Fahrenheit to Celsius?",
+    )
+    assert result.returncode == 0, result.stderr
+    lines = {line.split()[0]: line for line in result.stdout.splitlines() if line.strip()}
+    assert set(lines) >= {"cosine", "vetoes", "word", "judge", "verdict"}
+    assert "(threshold 0.9400; the judge from 0.8500)" in lines["cosine"]
+    assert lines["vetoes"].split()[1] == "unit"  # the same units, in the other direction
+    assert lines["verdict"] == "verdict        miss: unit"
+
+
+def test_cache_explain_takes_two_texts() -> None:
+    result = _gateway("cache", "explain", "only one")
+    assert result.returncode == 2
+    assert "two texts" in result.stderr

@@ -54,11 +54,13 @@ class Judgement:
     score: float | None = None  # the judge's probability; None when it was not asked
 
     def refusal(self, bars: Bars) -> str | None:
-        """Why it is not a hit (a veto or rule's name, "judge", "similarity"), or None."""
+        """Why it is not a hit (a veto or rule's name, "judge", "similarity"), or None. A rule
+        the judge did not take back is named; "judge" is a candidate under the cosine
+        threshold that the judge did not take."""
         if self.veto is not None:
             return self.veto
         if self.score is not None and self.similarity >= bars.judged:
-            return None if self.score >= bars.judge_threshold else "judge"
+            return None if self.score >= bars.judge_threshold else (self.rule or "judge")
         if self.rule is not None:
             return self.rule
         return None if self.similarity >= bars.plain else "similarity"

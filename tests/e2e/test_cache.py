@@ -122,6 +122,33 @@ def test_near_misses_go_upstream(
         assert headers["x-gateway-cache-near-miss"]
 
 
+def test_the_judge_takes_back_a_rewording_only_a_word_rule_refused(
+    cgw: GatewayServer, fake_upstream: FakeUpstream, server_thread: ServerThread
+) -> None:
+    """Under the cosine threshold and refused by the qualifier rule, but the pair judge is sure:
+    a hit, with the judge's score in its header."""
+    client = _client(cgw)
+    first, _ = _ask(client, "How can I improve my sleep?")
+    _settle(cgw, server_thread)
+    again, headers = _ask(client, "What are some ways to sleep better?")
+    assert (again, headers["x-gateway-cache"]) == (first, "hit-semantic")
+    assert float(headers["x-gateway-cache-judge"]) >= 0.95
+    assert 0.85 <= float(headers["x-gateway-cache-similarity"]) < 0.94
+    assert len(upstream_requests(fake_upstream)) == 1
+
+
+def test_a_swap_the_judge_doubts_stays_a_miss_with_the_rule_named(
+    cgw: GatewayServer, fake_upstream: FakeUpstream, server_thread: ServerThread
+) -> None:
+    client = _client(cgw)
+    _ask(client, "Why did Rome invade Carthage?")
+    _settle(cgw, server_thread)
+    answer, headers = _ask(client, "Why did Carthage invade Rome?")
+    assert headers["x-gateway-cache"] == "miss" and answer == "Echo: Why did Carthage invade Rome?"
+    assert headers["x-gateway-cache-near-miss"] == "order"
+    assert float(headers["x-gateway-cache-judge"]) < 0.95  # asked, and not sure
+
+
 def test_scope_isolation(
     cgw: GatewayServer, fake_upstream: FakeUpstream, server_thread: ServerThread
 ) -> None:

@@ -50,7 +50,9 @@ async def test_the_judge_takes_back_what_only_a_word_rule_refused() -> None:
     assert found.refusal(BARS) is None
     judge.table[(asked, stored)] = 0.6
     [found] = await HitDecision(judge).decide(asked, [(stored, 0.97)], BARS)
-    assert found.refusal(BARS) == "judge"
+    assert found.refusal(BARS) == "substitution"  # the rule it did not take back
+    [found] = await HitDecision(judge).decide(asked, [(stored, 0.9)], BARS)
+    assert found.refusal(BARS) == "substitution"
 
 
 async def test_a_vetoed_candidate_is_never_judged_and_the_rest_go_in_one_batch() -> None:
@@ -106,7 +108,8 @@ def test_the_refusal_reads_the_bars() -> None:
     assert Judgement(0.93).refusal(BARS) == "similarity"
     assert Judgement(0.94).refusal(BARS) is None
     assert Judgement(0.86, rule="order", score=0.95).refusal(BARS) is None
-    assert Judgement(0.86, rule="order", score=0.94).refusal(BARS) == "judge"
+    assert Judgement(0.86, rule="order", score=0.94).refusal(BARS) == "order"
+    assert Judgement(0.86, score=0.94).refusal(BARS) == "judge"
     raised = Bars(plain=0.96, judged=0.87, judge_threshold=0.95)
     assert Judgement(0.86, rule="order", score=0.99).refusal(raised) == "order"
 

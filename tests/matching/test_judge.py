@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from gateway.config.cache import JUDGE_THRESHOLD
 from gateway.matching.judge import MINILM_JUDGE, PairJudge
 
 MANIFEST = json.loads((MINILM_JUDGE / "manifest.json").read_text(encoding="utf-8"))
@@ -47,8 +46,10 @@ def judge() -> PairJudge:
     return PairJudge()
 
 
-# Everyday rewordings the lexical rules used to refuse (issue 31's table), and look-alikes
-# that change the answer by a role, a direction or a word of opposite meaning.
+# Everyday rewordings the lexical rules refuse (issue 31's table), and look-alikes that change
+# the answer by a role, a direction or a word of opposite meaning: the judge ranks each kind on
+# its side of even odds. (Which it takes back at the cache's threshold, 0.95, is
+# tests/e2e/test_cache.py's to show.)
 SAME = [
     ("How tall is Mount Everest?", "What is the height of Mount Everest?"),
     ("Who wrote Hamlet?", "Who is the author of Hamlet?"),
@@ -67,15 +68,15 @@ DIFFERENT = [
 
 
 @pytest.mark.parametrize(("stored", "asked"), SAME)
-def test_everyday_rewordings_score_above_the_threshold(
+def test_everyday_rewordings_score_above_even_odds(
     judge: PairJudge, stored: str, asked: str
 ) -> None:
-    assert judge.score_now([(asked, stored)])[0] >= JUDGE_THRESHOLD
+    assert judge.score_now([(asked, stored)])[0] >= 0.5
 
 
 @pytest.mark.parametrize(("stored", "asked"), DIFFERENT)
-def test_look_alikes_score_below_it(judge: PairJudge, stored: str, asked: str) -> None:
-    assert judge.score_now([(asked, stored)])[0] < JUDGE_THRESHOLD
+def test_look_alikes_score_below_even_odds(judge: PairJudge, stored: str, asked: str) -> None:
+    assert judge.score_now([(asked, stored)])[0] < 0.5
 
 
 async def test_scores_are_batched_off_the_loop_and_equal_the_direct_ones(
