@@ -1,8 +1,9 @@
 """The cache stage: decide whether a request may use the cache, look it up, store answers.
 
 Lookup order: the exact tier (a hash of the scope and the normalized last user turn, no
-embedding) first, then the semantic tier inside the same scope: the best few neighbours at or
-above the threshold, each checked by the near-miss guards before it counts as a hit.
+embedding) first, then the semantic tier inside the same scope: the best few neighbours, each
+decided by the hit decision (matching/: vetoes, word rules at the threshold, the pair judge for
+what they leave open) before it counts as a hit.
 
 A fresh answer is published to the store's memory before the response goes out (an immediate
 repeat is an exact hit) and written durably in the background.
@@ -311,12 +312,12 @@ class SemanticCache:
         ]
         if not candidates:
             return None
-        inline = max(len(plan.key.text), *(len(e.text) for e, _ in candidates))
+        longest = max(len(plan.key.text), *(len(e.text) for e, _ in candidates))
         judgements = await self.decision.decide(
             plan.key.text,
             [(entry.text, similarity) for entry, similarity in candidates],
             bars,
-            inline=inline <= INLINE_COMPARE_CHARS,
+            inline=longest <= INLINE_COMPARE_CHARS,  # long texts' checks off the loop
         )
         return self._choose(ctx, plan, bars, candidates, judgements)
 
