@@ -1,17 +1,20 @@
 """The pair judge study of `bench/cache_quality.py --judge DIR`.
 
 On each dev set (QQP; the team's held-out question clusters; the held-back part of the trap
-suite, never trained on; every trap and paraphrase of the suite), for the MiniLM configuration:
+suite, never trained on; every English trap and paraphrase of the suite), for the MiniLM
+configuration:
 
 - plain cosine and today's rules (cosine, every lexical rule) per cosine threshold;
-- the judge alone and the judge with the vetoes, at a few candidate bars (the cosine a candidate
-  needs before it is judged, on the int8 quick vectors the gateway searches with), per judge
-  threshold;
-- rule by rule on top of judge + vetoes at the operating point: what each lexical rule buys in
-  precision and costs in recall, and the precision of judge + vetoes at the same recall;
+- the judge alone and the judge with the vetoes, per quick-cosine bar (the int8 vectors the
+  index searches with) and judge threshold;
+- the shipped decision (the rules at cosine 0.94, or the judge at its threshold from the bar
+  up) per bar and threshold, with its wrong hits;
+- rule by rule on top of the shipped decision at its operating point: what each word rule,
+  kept, catches and loses, and what it buys in precision at equal recall;
 - the judge's CPU per candidate (p50, p99), one pair at a time on one thread.
 
-Judge scores and int8 cosines are computed here; fp32 cosines come from cache_quality's cache.
+Judge scores and int8 cosines are computed here and kept beside cache_quality's embedding cache
+(per judge and set); fp32 cosines come from that cache.
 """
 
 from __future__ import annotations
