@@ -23,6 +23,7 @@ import json
 import os
 import random
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -300,16 +301,27 @@ class GuardSet:
             self.near_miss(PRIME_TEXT, stored)
 
 
+# Where the guards lived, newest first (issue 31 moved them out of the cache's package).
+GUARD_PATHS = ("gateway/matching/guards", "gateway/cache/guards")
+
+
 def guards_at(ref: str) -> GuardSet:
     """The guards as they were at git `ref`, imported under a private module name."""
     root = Path(tempfile.mkdtemp(prefix="guards-"))
-    commit = export(ref, "gateway/matching/guards", root)
+    for where in GUARD_PATHS:
+        try:
+            commit = export(ref, where, root)
+            break
+        except subprocess.CalledProcessError:  # not there at that ref
+            continue
+    else:
+        raise SystemExit(f"cache_quality: no guards at {ref} (looked in {GUARD_PATHS})")
     modname = f"_guards_at_{commit}"
     dst = root / modname
-    (root / "gateway" / "cache" / "guards").rename(dst)
+    (root / where).rename(dst)
     outside: set[str] = set()
     for py in dst.rglob("*.py"):
-        text = py.read_text("utf-8").replace("gateway.matching.guards", modname)
+        text = py.read_text("utf-8").replace(where.replace("/", "."), modname)
         outside.update(re.findall(r"^\s*(?:from|import) (gateway\.[\w.]+)", text, re.M))
         py.write_text(text, "utf-8")
     if outside:  # they resolve to today's package: say so

@@ -217,9 +217,10 @@ class JudgeConfig(Strict):
 
     type: Literal["auto", "minilm", "none"] = Field(
         "auto",
-        description="minilm: the shipped cross-encoder (English text; pairs with Chinese, "
-        "Japanese or Korean text are exact-only); none: cosine and the lexical rules decide; "
-        "auto: minilm with the shipped MiniLM embedder, none with any other.",
+        description="minilm: the shipped cross-encoder decides what the word rules and the "
+        "cosine leave open (English text; pairs with Chinese, Japanese or Korean text are "
+        "decided by the rules alone); none: the rules and the cosine alone; auto: minilm with "
+        "the shipped MiniLM embedder, none with any other.",
     )
     max_batch: int = Field(16, ge=1, le=256)
     batch_window_ms: float = Field(1.0, ge=0, le=100)

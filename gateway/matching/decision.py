@@ -67,13 +67,19 @@ class Judgement:
 
 
 def check(asked: str, stored: str) -> tuple[str | None, str | None]:
-    """The first veto (or kept rule), and the first word rule, of one pair."""
+    """The first veto (or kept rule), and the first word rule, of one pair. Lazy: the rules
+    are read only as far as these answers need (the alignment is the costly last one)."""
     veto = next(vetoes(asked, stored), None)
     if veto is not None:
         return veto, None
-    rules = list(lexical_reasons(asked, stored))
-    kept = next((r for r in rules if r in KEPT_RULES), None)
-    return kept, (rules[0] if rules else None)
+    first = None
+    for rule in lexical_reasons(asked, stored):
+        first = first or rule
+        if rule in KEPT_RULES:
+            return rule, first
+        if not KEPT_RULES:
+            break
+    return None, first
 
 
 def _checks(asked: str, stored: list[str]) -> list[tuple[str | None, str | None]]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 
 from gateway.embedding.batching import MicroBatcher
 from gateway.embedding.onnx_runner import OnnxRunner
+from gateway.util.maths import logistic
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class PairJudge:
     def _score_batch(self, pairs: list[Pair]) -> list[float]:
         assert self._runner is not None
         logits = self._runner(pairs)
-        return [_sigmoid(float(x)) for x in np.ravel(logits)]
+        return [logistic(float(x)) for x in np.ravel(logits)]
 
     @property
     def closed(self) -> bool:
@@ -138,10 +138,3 @@ def _graph(manifest: dict[str, object]) -> str:
     chosen = manifest.get("runtime_graph", "model.int8.onnx")
     assert isinstance(chosen, str)
     return chosen
-
-
-def _sigmoid(x: float) -> float:
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)

@@ -11,10 +11,11 @@ from dataclasses import asdict
 from gateway.config import AliasConfig, Settings
 from gateway.routing.calibration import EVERYTHING, NOTHING, Calibration
 from gateway.routing.features import SCORED, Features, extract
-from gateway.routing.model import FEATURES_ONLY, VOTE_ONLY, logistic
+from gateway.routing.model import FEATURES_ONLY, VOTE_ONLY
 from gateway.routing.router import available_tier, tier_for
 from gateway.routing.scorer import ComplexityScorer, Score
 from gateway.routing.thresholds import Thresholds
+from gateway.util.maths import logistic
 
 MEANING = (
     "  the chance that the cheap model answers wrong where the strong one answers right, "

@@ -142,14 +142,6 @@ def feature_inputs(features: Features) -> np.ndarray:
     return np.array([feature_input(name, getattr(features, name)) for name in SCORED])
 
 
-def logistic(x: float) -> float:
-    """1 / (1 + e^-x), without overflow for any x (a policy may set a weight far out)."""
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    z = math.exp(x)
-    return z / (1.0 + z)
-
-
 def vote(similarities: np.ndarray, difficulty: np.ndarray, k: int) -> tuple[float, np.ndarray]:
     """The `k` most similar exemplars' difficulty, weighted by similarity (clipped at 0), and
     their indices, nearest first."""

@@ -38,10 +38,10 @@ from gateway.routing.model import (
     RoutingModel,
     Variant,
     feature_input,
-    logistic,
     shipped_model,
     vote,
 )
+from gateway.util.maths import logistic
 
 if TYPE_CHECKING:
     from gateway.embedding.embedder import Embedder

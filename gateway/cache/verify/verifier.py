@@ -151,10 +151,6 @@ class Verifier:
             return base
         return max(base, self._effective.get(model, base))
 
-    def raised(self, model: str, policy: CachePolicy) -> float:
-        """How far verification raised the model's threshold above the configured one."""
-        return self.threshold(model, policy) - policy.similarity_threshold
-
     def refusal(
         self,
         model: str,
