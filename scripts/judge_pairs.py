@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from judge_edits import WORD_PAIRS, minimal_pairs
+
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_SETS = REPO.parent / "shared" / "datasets" / "paraphrase-train"
 TEAM = REPO / "scripts" / "judge_data" / "team"
@@ -116,6 +118,17 @@ def team_pairs(langs: tuple[str, ...]) -> Iterator[Pair]:
                 yield Pair(a, other, 0, "team", lang, split, "lookalike")
 
 
+def edit_pairs() -> Iterator[Pair]:
+    """Minimal pairs made from the English training clusters (judge_edits.py)."""
+    clusters = [
+        [str(c["question"]), *map(str, c["paraphrases"])]  # type: ignore[call-overload]
+        for c, split in team_clusters(("en",))
+        if split == "train"
+    ]
+    for a, b, label, kind in minimal_pairs(clusters):
+        yield Pair(a, b, label, "edits", "en", "train", kind)
+
+
 def guard_pairs() -> Iterator[Pair]:
     for name, label in (("near_miss_pairs.tsv", 0), ("paraphrase_pairs.tsv", 1)):
         with (GUARD_DATA / name).open(encoding="utf-8") as f:
@@ -140,6 +153,7 @@ def all_pairs(langs: tuple[str, ...] = ("en", "zh")) -> list[Pair]:
     pairs = [
         *train_sets(langs),
         *team_pairs(langs),
+        *(edit_pairs() if "en" in langs else ()),
         *(p for p in guard_pairs() if p.lang in langs),
         *(p for p in trap_pairs() if p.lang in langs),
     ]
@@ -165,6 +179,7 @@ def data_files(langs: tuple[str, ...]) -> list[Path]:
     return [
         *sets,
         *sorted(TEAM.glob("*.jsonl")),
+        WORD_PAIRS,
         GUARD_DATA / "near_miss_pairs.tsv",
         GUARD_DATA / "paraphrase_pairs.tsv",
         TRAPS / "traps.jsonl",

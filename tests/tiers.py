@@ -57,6 +57,9 @@ PLACES: dict[str, tuple[str, ...]] = {
     "test_a_gateway_on_the_shipped_config_reaches_the_semantic_tier_without_torch": ("process",),
     "tests/embedding/test_shipped_minilm.py::"
     "test_the_shipped_graph_equals_sentence_transformers_on_the_probes": ("slow",),
+    # reads every training set (PAWS, STS-B, the team's clusters), ~3 s
+    "tests/matching/test_judge_data.py::"
+    "test_training_pairs_never_hold_evaluation_text_or_dev_clusters": ("slow",),
     "tests/harness/test_gitrev.py": ("process",),  # git
     "tests/harness/test_hey.py::test_a_real_run_against_the_fake_upstream": ("process",),
     "tests/harness/test_inner_probe.py::"
