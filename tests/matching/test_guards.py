@@ -92,6 +92,10 @@ def test_identical_texts_pass() -> None:
         # 3.10 and 3.1 are different versions; a price written both ways is a missed hit only
         ("What is new in Python 3.10?", "What is new in Python 3.1?", "number"),
         ("How do I fly from Boston to Denver?", "How do I fly from Denver to Boston?", "order"),
+        # MiniLM strips accents: the vectors and the judge read these as one word
+        ("What does the verb pêcher mean?", "What does the verb pécher mean?", "accent"),
+        ("In Portuguese, who is your avó?", "In Portuguese, who is your avô?", "accent"),
+        ("How do I write a resume?", "How do I write a résumé?", "accent"),
     ],
 )
 def test_reasons(a: str, b: str, reason: str) -> None:
@@ -129,7 +133,7 @@ def test_harmless_differences(a: str, b: str) -> None:
         ),
         ("What are the symptoms of the flu?", "What are the signs of the flu?", "substitution"),
         ("How do I use git rebase?", "How do I use Git rebase?", "case"),
-        ("Café recommendations in Paris", "Cafe recommendations in Paris", "substitution"),
+        ("Café recommendations in Paris", "Cafe recommendations in Paris", "accent"),
     ],
 )
 def test_paraphrases_refused_by_design(a: str, b: str, reason: str) -> None:

@@ -299,7 +299,7 @@ _LEXICAL_CHECKS = (_antonym, _order, _zh_swap)
 def near_miss(query: str, cached: str) -> str | None:
     """Why `cached`'s answer must not be served for `query`, or None if nothing forbids it.
 
-    Reasons: "code", "symbol", "case" (writing that carries meaning, `surface`),
+    Reasons: "code", "symbol", "case", "accent" (writing that carries meaning, `surface`),
     "identifier", "date", "unit", "number", "negation", "antonym", "entity", "order" (the
     same names or words in swapped roles), and from the alignment of content words
     (`align`): "qualifier" (a content word one side lacks), "substitution" (one replaced by
@@ -320,7 +320,7 @@ def near_miss_reasons(query: str, cached: str) -> Iterator[str]:
 
 def vetoes(query: str, cached: str) -> Iterator[str]:
     """The hard vetoes, lazily: texts too long to compare, writing that carries meaning
-    (code, symbols, case), identifiers, dates, units, numbers, negation and named entities.
+    (code, symbols, case, accents), identifiers, dates, units, numbers, negation and named entities.
     No judge overrides one."""
     if query == cached:
         return

@@ -11,6 +11,9 @@ matches once case and width are folded.
   "getname"), anything after a sigil ("-D", "%M", "\\S", "$HOME"), and a word capitalized
   mid-sentence against the same word in lower case ("Turkey" / "turkey") when both texts
   use case at all. A text typed all in lower case, or shouted, says nothing by its case.
+- **Accents**: the same letters with other diacritics ("pêcher" / "pécher", "avó" / "avô",
+  "côte" / "cote"). MiniLM's tokenizer strips accents, so its vectors and the judge read
+  both words as one; where they differ, only writing tells the two questions apart.
 """
 
 # ruff: noqa: RUF001, RUF002  (this module compares look-alike characters on purpose)
@@ -184,6 +187,33 @@ def surface_reasons(a: SurfaceFeatures, b: SurfaceFeatures) -> Iterator[str]:
     reason = _case(a, b)
     if reason:
         yield reason
+    if _accents(a, b):
+        yield "accent"
+
+
+def _accents(a: SurfaceFeatures, b: SurfaceFeatures) -> bool:
+    """A word written with other diacritics in one text than in the other, and not also
+    written the other text's way in it ("résumé" / "resume"; "café" beside "cafe" is not)."""
+    if a.text.isascii() and b.text.isascii():
+        return False
+    forms_a, forms_b = _accent_forms(a), _accent_forms(b)
+    return any(not forms & forms_b[bare] for bare, forms in forms_a.items() if bare in forms_b)
+
+
+def _accent_forms(f: SurfaceFeatures) -> dict[str, set[str]]:
+    """The words of a text by their letters without diacritics, where one has some."""
+    out: dict[str, set[str]] = {}
+    for word, _, _ in f.tokens:
+        low = word.lower()
+        out.setdefault(_bare(low), set()).add(low)
+    return out
+
+
+@lru_cache(maxsize=8192)
+def _bare(word: str) -> str:
+    if word.isascii():
+        return word
+    return "".join(c for c in unicodedata.normalize("NFD", word) if not unicodedata.combining(c))
 
 
 def _case(a: SurfaceFeatures, b: SurfaceFeatures) -> str | None:
