@@ -320,8 +320,8 @@ def near_miss_reasons(query: str, cached: str) -> Iterator[str]:
 
 def vetoes(query: str, cached: str) -> Iterator[str]:
     """The hard vetoes, lazily: texts too long to compare, writing that carries meaning
-    (code, symbols, case, accents), identifiers, dates, units, numbers, negation and named entities.
-    No judge overrides one."""
+    (code, symbols, case, accents), identifiers, dates, units, numbers, negation and named
+    entities. No judge overrides one."""
     if query == cached:
         return
     if max(len(query), len(cached)) > MAX_COMPARED_CHARS:
