@@ -295,8 +295,9 @@ class Metrics:
         self.byok_cost = Counter(
             "gateway_byok_cost",
             "Upstream cost of requests sent with the caller's own provider key (not the "
-            "gateway's spend), by a one-way hash of the key.",
-            ["key"],
+            "gateway's spend), by model. Never by key: every new key would be a new series "
+            "(the access log's own_key attributes cost to a key).",
+            ["model"],
             registry=r,
         )
         self.tenant_requests = Counter(
@@ -491,7 +492,7 @@ class Metrics:
         if tenant is not None:
             self._child(self.tenant_cost, tenant).inc(spent)
         if ctx.byok_hash is not None:  # the caller pays its provider, not the gateway
-            self._child(self.byok_cost, ctx.byok_hash).inc(spent)
+            self._child(self.byok_cost, model).inc(spent)
             return
         self._child(self.cost, model).inc(spent)
         strongest = decision.strongest_pricing if decision else None
