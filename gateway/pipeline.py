@@ -73,6 +73,7 @@ class Pipeline:
         policy = self.settings.policies.of(ctx)
         alias = policy.routing.aliases.get(request.model)
         route = ctx.route = self.resolve(self.router.first_tier(request.model, alias), "chat")
+        await self.tool_guard.admit(ctx, body)  # a 400 before any upstream call
         body = self.conversation.stop_loops(ctx, body)
         body = await self.conversation.compress(ctx, route, body)
         if alias is not None:
@@ -281,7 +282,7 @@ class Pipeline:
 _NOT_SHADOWED = frozenset({"stream", "stream_options", "n"})
 
 # Tool-guard outcomes whose answer is the guard's stand-in, or still wrong: never reused.
-_NOT_KEPT = frozenset({"stripped", "passed", "failed"})
+_NOT_KEPT = frozenset({"stripped", "passed", "failed", "unchecked"})
 
 
 def _verifying(ctx: RequestContext) -> RequestContext:

@@ -48,8 +48,31 @@ class ToolRule(Strict):
         return self
 
 
+class ToolLimits(Strict):
+    """What one request may declare and spend on tool validation (docs/GUARDS.md, Limits).
+    Declarations over a limit get a 400 before any upstream call; validation that runs out of
+    time stops, and the answer says its calls were not checked."""
+
+    max_tools: int = Field(128, ge=1, description="Tools one request may declare.")
+    max_schema_bytes: int = Field(
+        512 * 1024, ge=1024, description="The JSON of all the tools' parameters, in bytes."
+    )
+    max_patterns: int = Field(
+        64, ge=0, description="`pattern` and `patternProperties` entries, all tools together."
+    )
+    max_alternatives: int = Field(64, ge=1, description="Branches of one `anyOf` or `oneOf`.")
+    validation_ms: int = Field(
+        250,
+        ge=1,
+        le=60_000,
+        description="Time all validation of one request may take, repairs included (regular "
+        "expressions, keywords, schema compilation); past it the calls pass unchecked.",
+    )
+
+
 class ToolGuardConfig(Strict):
     enabled: bool = True
+    limits: ToolLimits = Field(default_factory=ToolLimits)
     clean: bool = Field(True, description="Deterministic cleaning before validation.")
     repair_attempts: int = Field(
         2, ge=0, le=5, description="Times an invalid call goes back to the model to be fixed."

@@ -4,7 +4,9 @@ is wrong, and when that does not fix them, apply the policy (strip, pass, or fai
 parameters instead of the whole call, when what remains is valid.
 
 Works on one assistant message (a plain answer's, or a stream's once its calls are complete),
-so plain and streamed answers are judged by the same code.
+so plain and streamed answers are judged by the same code. The checks run on the offload thread
+unless the catalog and the arguments are small (`inline`); when the catalog's budget runs out,
+the answer goes on as it is, `unchecked`, and no more repairs are asked for.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway.config import ToolGuardConfig
+from gateway.guard.limits import SMALL_BYTES
 from gateway.guard.problems import MODEL_FIXABLE, Problem
 from gateway.guard.tools import CheckedCall, ToolCatalog, check_tool_choice
+from gateway.util import offload
 
 Json = dict[str, Any]
-Outcome = Literal["ok", "cleaned", "repaired", "stripped", "passed", "failed"]
+Outcome = Literal["ok", "cleaned", "repaired", "stripped", "passed", "failed", "unchecked"]
 AskAgain = Callable[[list[Json]], Awaitable[Json]]
 """Sends the conversation plus the given messages (the failed attempts and their feedback so
 far) back to the model; returns its new message."""
@@ -48,11 +52,18 @@ async def settle(
     tool_choice: Any,
     config: ToolGuardConfig,
     ask_again: AskAgain,
+    *,
+    inline: bool = True,
 ) -> Settled:
+    """`inline`: the catalog is small enough to check on the event loop (small arguments
+    too); otherwise the checks run on the offload thread."""
     current, repairs = message, 0
     conversation: list[Json] = []  # every failed attempt and its feedback, oldest first
     while True:
-        checked, problems = _check(current, catalog, tool_choice)
+        checked, problems = await _check(current, catalog, tool_choice, inline)
+        if any(c.unchecked for c in checked):  # out of time: nothing more is judged
+            message = _with_calls(current, [c.call for c in checked])
+            return Settled(message, "unchecked", problems, repairs, _reasons(checked))
         if not problems:
             cleaned = any(c.changes for c in checked)
             outcome: Outcome = "repaired" if repairs else "cleaned" if cleaned else "ok"
@@ -60,7 +71,7 @@ async def settle(
             return Settled(message, outcome, [], repairs, _reasons(checked))
         fixable = all(p.kind in MODEL_FIXABLE for p in problems)
         if not fixable or repairs >= config.repair_attempts:
-            return _give_up(current, checked, problems, config, repairs, catalog)
+            return await _give_up(current, checked, problems, config, repairs, catalog, inline)
         repairs += 1
         # The model sees all its failed attempts, so it cannot go back to an earlier mistake.
         conversation += feedback(current, checked, problems)
@@ -95,35 +106,53 @@ def feedback(message: Json, checked: list[CheckedCall], problems: list[Problem])
     return out
 
 
-def _check(
-    message: Json, catalog: ToolCatalog, tool_choice: Any
+async def _check(
+    message: Json, catalog: ToolCatalog, tool_choice: Any, inline: bool
 ) -> tuple[list[CheckedCall], list[Problem]]:
     calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
-    checked = [catalog.check(call) for call in calls]
+    small = inline and sum(map(_arguments_size, calls)) < SMALL_BYTES
+    checked = await offload.run(small, _check_all, catalog, calls)
     problems = [p for c in checked for p in c.problems]
     content = message.get("content") if isinstance(message.get("content"), str) else None
     problems += check_tool_choice(tool_choice, [c.call for c in checked], content)
     return checked, problems
 
 
-def _give_up(
+def _check_all(catalog: ToolCatalog, calls: list[Json]) -> list[CheckedCall]:
+    return [catalog.check(call) for call in calls]
+
+
+def _arguments_size(call: Json) -> int:
+    function = call.get("function")
+    arguments = function.get("arguments") if isinstance(function, dict) else None
+    return len(arguments) if isinstance(arguments, str) else SMALL_BYTES  # odd: off the loop
+
+
+async def _give_up(
     message: Json,
     checked: list[CheckedCall],
     problems: list[Problem],
     config: ToolGuardConfig,
     repairs: int,
     catalog: ToolCatalog,
+    inline: bool,
 ) -> Settled:
     if config.on_failure == "pass":
         return Settled(message, "passed", problems, repairs)
     if config.on_failure == "error":
         return Settled(message, "failed", problems, repairs)
-    kept = [c if c.ok else _without_undeclared(c, catalog) for c in checked]
-    valid = [c for c in kept if c is not None and c.ok]
+    small = inline and sum(_arguments_size(dict(c.call)) for c in checked) < SMALL_BYTES
+    kept = await offload.run(small, _kept, checked, catalog)
+    # A call whose second check ran out of time is not known to be valid: it goes too.
+    valid = [c for c in kept if c is not None and c.ok and not c.unchecked]
     stripped = _with_calls(message, [c.call for c in valid])
     if not valid and not (stripped.get("content") or "").strip():
         stripped["content"] = STRIPPED_TEXT
     return Settled(stripped, "stripped", problems, repairs, _reasons(valid))
+
+
+def _kept(checked: list[CheckedCall], catalog: ToolCatalog) -> list[CheckedCall | None]:
+    return [c if c.ok else _without_undeclared(c, catalog) for c in checked]
 
 
 def _without_undeclared(checked: CheckedCall, catalog: ToolCatalog) -> CheckedCall | None:

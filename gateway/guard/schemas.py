@@ -5,10 +5,18 @@ catastrophically would hold the event loop (and every tenant) for minutes under 
 Patterns are matched with the `regex` engine and a time limit instead; an argument that cannot
 be checked in time is a problem, like one that does not match.
 
+A match is bounded twice: by PATTERN_SECONDS, and by the request's `Budget`, the total time
+all of its validation may take (every keyword checks it, so a wide `anyOf` or a long list of
+strings is bounded as well as one slow pattern). A spent budget raises `BudgetSpent`: the caller
+stops checking and says so (guard/tools.py).
+
 Clients send the same `tools` with every request of a conversation, so a validator is built once
-per distinct schema (keyed by a hash of its canonical JSON) and kept in a bounded LRU. A schema
-that is not valid JSON Schema is the client's mistake, not the model's: it is compiled to an
-"unusable" entry that says why, and calls to that tool are then not validated against it.
+per distinct schema (keyed by a hash of its canonical JSON) and kept in a bounded cache,
+partitioned by owner (the tenant): when it is full, the entry that goes is the least recently
+used one of the owner holding the most bytes, so one tenant's flood of distinct schemas evicts
+its own entries and never another tenant's. A schema that is not valid JSON Schema is the
+client's mistake, not the model's: it is compiled to an "unusable" entry that says why, and
+calls to that tool are then not validated against it.
 """
 
 from __future__ import annotations
@@ -19,8 +27,11 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,11 +57,63 @@ _STDLIB_FORMATS = ("email", "idn-email", "ipv4", "ipv6", "uuid")
 PATTERN_SECONDS = 0.05  # per match; a sane pattern on tool arguments takes microseconds
 
 
+class BudgetSpent(Exception):
+    """The validation time of the request is used up: the check in progress stops."""
+
+
+class Budget:
+    """The time all validation of one request may take, summed over its checks (a repair's
+    check spends from the same budget). Used by one thread at a time; `running` makes it the
+    budget of the code it wraps, in the thread that runs it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.spent = 0.0
+        self._since: float | None = None
+
+    def left(self) -> float:
+        running = time.perf_counter() - self._since if self._since is not None else 0.0
+        return self.seconds - self.spent - running
+
+    @property
+    def exhausted(self) -> bool:
+        return self.left() <= 0
+
+    def check(self) -> None:
+        if self.left() <= 0:
+            raise BudgetSpent(f"the validation budget of {self.seconds * 1000:.0f} ms is spent")
+
+    @contextmanager
+    def running(self) -> Iterator[Budget]:
+        if self._since is not None:  # already running (a check inside a check)
+            yield self
+            return
+        token = _CURRENT.set(self)
+        self._since = time.perf_counter()
+        try:
+            yield self
+        finally:
+            self.spent += time.perf_counter() - self._since
+            self._since = None
+            _CURRENT.reset(token)
+
+
+_CURRENT: ContextVar[Budget | None] = ContextVar("validation_budget", default=None)
+
+
 def search(pattern: str, text: str) -> bool | None:
-    """Whether `pattern` matches somewhere in `text`; None when it could not tell in time."""
+    """Whether `pattern` matches somewhere in `text`; None when it could not tell in time.
+    Raises BudgetSpent when the running budget ends before the match does."""
+    budget = _CURRENT.get()
+    timeout = PATTERN_SECONDS
+    if budget is not None:
+        budget.check()
+        timeout = min(timeout, budget.left())
     try:
-        return regex.search(pattern, text, timeout=PATTERN_SECONDS) is not None
+        return regex.search(pattern, text, timeout=timeout) is not None
     except TimeoutError:
+        if budget is not None:
+            budget.check()
         return None
     except regex.error:  # a construct only `re` knows: schemas were checked with it
         return re.search(pattern, text) is not None
@@ -77,14 +140,30 @@ def _pattern_properties(
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
+Keyword = Callable[[Any, Any, Any, Any], Any]
+
+
+def _budgeted(keyword: Keyword) -> Keyword:
+    def checked(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        budget = _CURRENT.get()
+        if budget is not None:
+            budget.check()
+        return keyword(validator, value, instance, schema)
+
+    return checked
+
+
 _SAFE: dict[type, type] = {}
 
 
 def _safe(cls: type) -> type:
-    """The validator class with time-limited `pattern` and `patternProperties`."""
+    """The validator class with time-limited `pattern` and `patternProperties`, and every
+    keyword checking the running budget first."""
     safe = _SAFE.get(cls)
     if safe is None:
-        changes = {"pattern": _pattern, "patternProperties": _pattern_properties}
+        keywords: dict[str, Keyword] = dict(cls.VALIDATORS)  # type: ignore[attr-defined]
+        keywords.update(pattern=_pattern, patternProperties=_pattern_properties)
+        changes = {name: _budgeted(keyword) for name, keyword in keywords.items()}
         safe = _SAFE[cls] = extend(cls, changes)
     return safe
 
@@ -120,6 +199,8 @@ class CompiledSchema:
             raise UnusableSchema(self.unusable or "unusable schema")
         try:
             found = list(self.validator.iter_errors(instance))
+        except BudgetSpent:
+            raise
         except Exception as exc:  # a schema that passed the meta-schema can still fail here
             raise UnusableSchema(f"{type(exc).__name__}: {exc}") from exc
         lines: list[str] = []
@@ -192,52 +273,126 @@ def _cut(line: str) -> str:
 
 def schema_key(schema: Any) -> str | None:
     """A hash of the schema's canonical JSON; None when it is not JSON (then it is not cached)."""
+    keyed = _keyed(schema)
+    return None if keyed is None else keyed[0]
+
+
+def _keyed(schema: Any) -> tuple[str, int] | None:
+    """(the key, the canonical JSON's length: the entry's weight), or None."""
     try:
         canonical = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return None
-    return hashlib.blake2b(canonical.encode(), digest_size=16).hexdigest()
+    encoded = canonical.encode()
+    return hashlib.blake2b(encoded, digest_size=16).hexdigest(), len(encoded)
+
+
+class _Partition:
+    """One owner's entries, least recently used first, and the bytes they weigh."""
+
+    __slots__ = ("entries", "weight")
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[str, tuple[CompiledSchema, int]] = OrderedDict()
+        self.weight = 0
+
+    def evict(self) -> None:
+        _, (_, weight) = self.entries.popitem(last=False)
+        self.weight -= weight
 
 
 class ValidatorCache:
-    """A bounded LRU of compiled schemas. Safe to share between threads."""
+    """Compiled schemas, bounded in entries and in bytes (of the schemas' JSON), partitioned by
+    owner. An owner holds at most `owner_entries` entries and `owner_bytes` bytes (its own least
+    recently used go first); when the whole cache is over `max_entries` or `max_bytes`, the
+    least recently used entry of the heaviest owner goes, so an owner within its fair share
+    never loses an entry to another's flood. A schema heavier than `owner_bytes` is compiled
+    and not kept. Safe to share between threads."""
 
-    def __init__(self, max_entries: int = 1024) -> None:
-        if max_entries < 1:
-            raise ValueError("max_entries must be at least 1")
+    def __init__(
+        self,
+        max_entries: int = 1024,
+        *,
+        max_bytes: int = 64 * 1024 * 1024,
+        owner_entries: int | None = None,
+        owner_bytes: int | None = None,
+    ) -> None:
+        if max_entries < 1 or max_bytes < 1:
+            raise ValueError("max_entries and max_bytes must be at least 1")
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.owner_entries = owner_entries or max_entries
+        self.owner_bytes = owner_bytes or max_bytes
         self.hits = 0
         self.misses = 0
-        self._entries: OrderedDict[str, CompiledSchema] = OrderedDict()
+        self._owners: dict[str | None, _Partition] = {}
+        self._entries = 0
+        self._weight = 0
         self._lock = threading.Lock()
 
-    def get(self, schema: Any) -> CompiledSchema:
-        key = schema_key(schema)
-        if key is None:
+    def get(self, schema: Any, owner: str | None = None) -> CompiledSchema:
+        keyed = _keyed(schema)
+        if keyed is None:
             self.misses += 1
             return compile_schema(schema)
+        key, weight = keyed
         with self._lock:
-            found = self._entries.get(key)
+            partition = self._owners.get(owner)
+            found = partition.entries.get(key) if partition is not None else None
             if found is not None:
-                self._entries.move_to_end(key)
+                assert partition is not None
+                partition.entries.move_to_end(key)
                 self.hits += 1
-                return found
+                return found[0]
         compiled = compile_schema(schema)  # outside the lock: compiling can take milliseconds
         with self._lock:
             self.misses += 1
-            self._entries[key] = compiled
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            if weight <= self.owner_bytes:
+                self._keep(owner, key, compiled, weight)
         return compiled
 
+    def _keep(self, owner: str | None, key: str, compiled: CompiledSchema, weight: int) -> None:
+        partition = self._owners.setdefault(owner, _Partition())
+        old = partition.entries.pop(key, None)
+        if old is not None:  # compiled twice at once: keep the newer
+            partition.weight -= old[1]
+            self._entries -= 1
+            self._weight -= old[1]
+        partition.entries[key] = (compiled, weight)
+        partition.weight += weight
+        self._entries += 1
+        self._weight += weight
+        while len(partition.entries) > self.owner_entries or partition.weight > self.owner_bytes:
+            self._evict(partition)
+        while self._entries > self.max_entries or self._weight > self.max_bytes:
+            heaviest = max(self._owners.values(), key=lambda p: (p.weight, len(p.entries)))
+            self._evict(heaviest)
+        for name in [name for name, p in self._owners.items() if not p.entries]:
+            del self._owners[name]
+
+    def _evict(self, partition: _Partition) -> None:
+        before = partition.weight
+        partition.evict()
+        self._entries -= 1
+        self._weight -= before - partition.weight
+
+    def owned(self, owner: str | None) -> int:
+        """How many entries `owner` holds."""
+        with self._lock:
+            partition = self._owners.get(owner)
+            return len(partition.entries) if partition is not None else 0
+
     def __len__(self) -> int:
-        return len(self._entries)
+        return self._entries
 
     def clear(self) -> None:
         with self._lock:
-            self._entries.clear()
+            self._owners.clear()
+            self._entries = self._weight = 0
             self.hits = self.misses = 0
 
 
-DEFAULT_CACHE = ValidatorCache()
+# Per tenant: a quarter of the entries and 8 MiB of schemas, so four tenants at their cap fill it.
+DEFAULT_CACHE = ValidatorCache(
+    1024, max_bytes=32 * 1024 * 1024, owner_entries=256, owner_bytes=8 * 1024 * 1024
+)

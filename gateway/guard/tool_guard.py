@@ -1,7 +1,12 @@
 """The tool-call guard stage: every tool call a model answers with is checked against the
 request's `tools` (and `tool_choice`) before the client sees it, repaired with the model when
 it is wrong, and otherwise handled by policy. Plain answers are reviewed whole; streams have
-their tool-call deltas held (guard/held_calls.py) and reviewed once complete."""
+their tool-call deltas held (guard/held_calls.py) and reviewed once complete.
+
+Before any upstream call, `admit` refuses declarations over the policy's limits with a 400
+(guard/limits.py); the review spends at most the policy's validation budget, checking off the
+event loop unless the request is small, and an answer it could not judge in time goes on
+`unchecked` with a header saying why."""
 
 from __future__ import annotations
 
@@ -13,10 +18,13 @@ from gateway.config import ModelRoute, Settings
 from gateway.context import RequestContext
 from gateway.errors import GatewayError
 from gateway.guard.held_calls import HeldToolCalls
+from gateway.guard.limits import SMALL_BYTES, light, measure, too_many
 from gateway.guard.repair import Settled, settle
+from gateway.guard.schemas import Budget
 from gateway.guard.tools import ToolCatalog
 from gateway.reply.stage import Stage
 from gateway.resilience.executor import UpstreamExecutor
+from gateway.util import offload
 
 log = logging.getLogger("gateway.guard")
 Json = dict[str, Any]
@@ -35,6 +43,17 @@ class ToolCallGuard:
     def __init__(self, settings: Settings, executor: UpstreamExecutor) -> None:
         self.settings = settings
         self.executor = executor
+
+    async def admit(self, ctx: RequestContext, body: Json) -> None:
+        """Raises ToolsOverLimit (a 400) when the request's tools are over the policy's
+        limits; measured off the event loop when the request is large."""
+        tools = body.get("tools")
+        config = self.settings.policies.of(ctx).guard.tools
+        if not config.enabled or not isinstance(tools, list) or not tools:
+            return
+        too_many(tools, config.limits)
+        small = ctx.body_bytes is not None and ctx.body_bytes < SMALL_BYTES
+        await offload.run(small, measure, tools, config.limits)
 
     def applies(self, ctx: RequestContext, body: Json) -> bool:
         """Requests that declare tools, with one choice (n > 1 answers pass unchecked)."""
@@ -70,8 +89,15 @@ class ToolCallGuard:
         self, ctx: RequestContext, route: ModelRoute, body: Json, message: Json
     ) -> Settled:
         config = self.settings.policies.of(ctx).guard.tools
+        tools = body.get("tools") or []
+        budget = Budget(config.limits.validation_ms / 1000)
         catalog = ToolCatalog.from_request(
-            body.get("tools"), config.rules, config.clean, undeclared=config.undeclared_parameters
+            tools,
+            config.rules,
+            config.clean,
+            undeclared=config.undeclared_parameters,
+            owner=ctx.tenant or "",
+            budget=budget,
         )
         answering = self.settings.routes.get(ctx.fallback_model or route.name, route)
 
@@ -82,7 +108,10 @@ class ToolCallGuard:
             choices = reply.get("choices") or [{}]
             return dict(choices[0].get("message") or {})
 
-        settled = await settle(message, catalog, body.get("tool_choice"), config, ask_again)
+        inline = light(tools, ctx.body_bytes)
+        settled = await settle(
+            message, catalog, body.get("tool_choice"), config, ask_again, inline=inline
+        )
         ctx.tool_guard = settled.outcome
         ctx.tool_repairs = settled.repairs
         ctx.tool_problems = [p.kind for p in settled.problems]
@@ -105,6 +134,16 @@ class ToolCallGuard:
                 "The model's tool calls are invalid and could not be repaired: "
                 + "; ".join(map(str, settled.problems))
             )
+        if settled.outcome == "unchecked":
+            log.warning(
+                "request %s: tool calls not checked, the validation budget of %d ms is spent "
+                "(%.0f ms)",
+                ctx.request_id,
+                config.limits.validation_ms,
+                budget.spent * 1000,
+            )
+            spent = f"the validation budget of {config.limits.validation_ms} ms is spent"
+            ctx.response_headers["x-gateway-tool-problems"] = f"not checked: {spent}"
         if settled.outcome == "passed":
             text = "; ".join(map(str, settled.problems))[:_PROBLEMS_HEADER_CHARS]
             ctx.response_headers["x-gateway-tool-problems"] = text.encode(

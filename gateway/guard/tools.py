@@ -1,10 +1,13 @@
 """Validation of a model's tool calls against the tools its request declared.
 
-A `ToolCatalog` is built per request from the request's `tools` (validators come from a cache
-shared across requests) and checks one OpenAI tool call at a time: the name must be declared,
-`arguments` must be a JSON object that satisfies the tool's schema once cleaned and takes only
-the parameters it declares (guard/undeclared.py, by policy), and the policy's rules and hook
-must accept it. `check_tool_choice` holds the answer as a whole to the
+A `ToolCatalog` is built per request from the request's `tools` and checks one OpenAI tool call
+at a time. A tool's schema is compiled when a call to it is first checked (a request that
+declares many tools and calls one pays for one), by a cache shared across requests and
+partitioned by tenant; all the checks of a request spend from one time budget, and a call
+checked after it is spent comes back `unchecked`, with a warning that says so. A call's name
+must be declared, its `arguments` must be a JSON object that satisfies the tool's schema once
+cleaned and takes only the parameters it declares (guard/undeclared.py, by policy), and the
+policy's rules and hook must accept it. `check_tool_choice` holds the answer as a whole to the
 request's `tool_choice`. Nothing here does I/O; what to do about the problems (repair, strip,
 fail) is the caller's decision.
 """
@@ -22,7 +25,14 @@ from gateway.config.guard import ToolRule, UndeclaredPolicy
 from gateway.guard.cleaning import Change, clean_arguments, strict_loads
 from gateway.guard.problems import Problem, json_path, show
 from gateway.guard.rules import check_rules, run_hook
-from gateway.guard.schemas import DEFAULT_CACHE, CompiledSchema, UnusableSchema, ValidatorCache
+from gateway.guard.schemas import (
+    DEFAULT_CACHE,
+    Budget,
+    BudgetSpent,
+    CompiledSchema,
+    UnusableSchema,
+    ValidatorCache,
+)
 from gateway.guard.undeclared import Undeclared, review_parameters
 from gateway.util.jsondepth import too_deep
 
@@ -32,11 +42,36 @@ _LISTED_NAMES = 30
 DEFAULT_UNDECLARED: UndeclaredPolicy = "repair"  # as ToolGuardConfig's default
 
 
-@dataclass(frozen=True, slots=True)
 class Tool:
-    name: str
-    schema: CompiledSchema
-    rule: ToolRule | None = None
+    """A declared function tool; its schema compiled on first use."""
+
+    __slots__ = ("_cache", "_owner", "_schema", "name", "parameters", "rule")
+
+    def __init__(
+        self,
+        name: str,
+        parameters: Any,
+        rule: ToolRule | None = None,
+        *,
+        cache: ValidatorCache = DEFAULT_CACHE,
+        owner: str | None = None,
+    ) -> None:
+        self.name = name
+        self.parameters = parameters
+        self.rule = rule
+        self._cache = cache
+        self._owner = owner
+        self._schema: CompiledSchema | None = None
+
+    @property
+    def compiled(self) -> bool:
+        return self._schema is not None
+
+    @property
+    def schema(self) -> CompiledSchema:
+        if self._schema is None:
+            self._schema = self._cache.get(self.parameters, self._owner)
+        return self._schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +87,9 @@ class CheckedCall:
     """The parsed (and cleaned) arguments; None when they are not JSON."""
     warnings: tuple[str, ...] = ()
     """Why part of the check was skipped (the client's schema is unusable): for logs."""
+    unchecked: bool = False
+    """The request's validation budget ran out before this call was judged: nothing is known
+    about it (`problems` is empty, `call` is the original)."""
 
     @property
     def ok(self) -> bool:
@@ -67,13 +105,25 @@ class ToolCatalog:
         undeclared: UndeclaredPolicy = DEFAULT_UNDECLARED,
         warnings: Sequence[str] = (),
         now: Callable[[], datetime] | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self.tools = tools
         self.clean = clean
         self.undeclared = undeclared
-        self.warnings = tuple(warnings)
-        """Problems with the request's `tools` themselves (duplicates, unusable schemas)."""
+        self.budget = budget
+        self._warnings = tuple(warnings)
         self._now = now or (lambda: datetime.now(UTC))
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Problems with the request's `tools` themselves (duplicates, and the unusable schemas
+        of the tools compiled so far)."""
+        unusable = [
+            f"tool {tool.name!r}: parameters {tool.schema.unusable}"
+            for tool in self.tools.values()
+            if tool.compiled and tool.schema.unusable
+        ]
+        return (*self._warnings, *unusable)
 
     @classmethod
     def from_request(
@@ -84,10 +134,13 @@ class ToolCatalog:
         *,
         undeclared: UndeclaredPolicy = DEFAULT_UNDECLARED,
         cache: ValidatorCache = DEFAULT_CACHE,
+        owner: str | None = None,
+        budget: Budget | None = None,
         now: Callable[[], datetime] | None = None,
     ) -> ToolCatalog:
         """The catalog of a request's function tools. Other tool types are not validated;
-        a tool without `parameters` takes any object."""
+        a tool without `parameters` takes any object. `owner` (the tenant) is the partition of
+        the cache its schemas are kept in; `budget` bounds the time of all its checks."""
         found: dict[str, Tool] = {}
         warnings: list[str] = []
         for entry in tools or ():
@@ -102,11 +155,11 @@ class ToolCatalog:
                 warnings.append(f"tool {name!r} is declared more than once; the first is used")
                 continue
             parameters = function.get("parameters")
-            compiled = cache.get(ANY_OBJECT if parameters is None else parameters)
-            if compiled.unusable:
-                warnings.append(f"tool {name!r}: parameters {compiled.unusable}")
-            found[name] = Tool(name, compiled, rules.get(name))
-        return cls(found, clean=clean, undeclared=undeclared, warnings=warnings, now=now)
+            parameters = ANY_OBJECT if parameters is None else parameters
+            found[name] = Tool(name, parameters, rules.get(name), cache=cache, owner=owner)
+        return cls(
+            found, clean=clean, undeclared=undeclared, warnings=warnings, now=now, budget=budget
+        )
 
     @property
     def names(self) -> list[str]:
@@ -116,7 +169,18 @@ class ToolCatalog:
         self, call: Mapping[str, Any], undeclared: UndeclaredPolicy | None = None
     ) -> CheckedCall:
         """Problems with one tool call (`{"id", "type": "function", "function": {...}}`);
-        `undeclared` overrides the catalog's policy for names the schema does not declare."""
+        `undeclared` overrides the catalog's policy for names the schema does not declare.
+        Within the catalog's budget: a call it cannot judge in time comes back `unchecked`."""
+        if self.budget is None:
+            return self._check(call, undeclared)
+        try:
+            self.budget.check()
+            with self.budget.running():
+                return self._check(call, undeclared)
+        except BudgetSpent as exc:
+            return CheckedCall(call, warnings=(f"not checked: {exc}",), unchecked=True)
+
+    def _check(self, call: Mapping[str, Any], undeclared: UndeclaredPolicy | None) -> CheckedCall:
         if call.get("type", "function") != "function":
             return CheckedCall(call)  # custom and built-in tool calls are not ours to judge
         function = call.get("function")
