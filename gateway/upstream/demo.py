@@ -23,8 +23,10 @@ import orjson
 from pydantic import SecretStr
 
 from gateway import wire
+from gateway.guard.schemas import Budget
 from gateway.upstream.base import Json, Provider
-from gateway.upstream.schema_instance import instance
+from gateway.upstream.schema_instance import BUILD_SECONDS, instance
+from gateway.util import offload
 from gateway.util.tokens import estimate_prompt_tokens, estimate_tokens, message_text
 
 DEMO_NOTICE = "[demo model: no real LLM behind this answer]"
@@ -36,7 +38,9 @@ class DemoProvider(Provider):
         model = str(body.get("model", "demo"))
         n = body.get("n")
         count = n if isinstance(n, int) and n > 1 else 1
-        choices = [_answer(body, model, index, count) for index in range(count)]
+        # Values built from a client's schemas: off the event loop, one budget for all choices.
+        builds = bool(body.get("tools") or body.get("response_format"))
+        choices = await offload.run(not builds, _answers, body, model, count)
         prompt = estimate_prompt_tokens(body.get("messages", []))
         completion = sum(_tokens(message) for message, _ in choices)
         reply = wire.chat_completion(
@@ -135,7 +139,14 @@ def notice(model: str) -> str:
     return f"[demo model {model}: no real LLM behind this answer]"
 
 
-def _answer(body: Json, model: str, index: int, count: int) -> tuple[Json, str]:
+def _answers(body: Json, model: str, count: int) -> list[tuple[Json, str]]:
+    budget = Budget(BUILD_SECONDS)
+    return [_answer(body, model, index, count, budget) for index in range(count)]
+
+
+def _answer(
+    body: Json, model: str, index: int, count: int, budget: Budget | None = None
+) -> tuple[Json, str]:
     """Choice `index` of `count`: a tool call, JSON, or text, as the request asks."""
     messages = body.get("messages") or [{}]
     last = messages[-1]
@@ -145,9 +156,9 @@ def _answer(body: Json, model: str, index: int, count: int) -> tuple[Json, str]:
     if tools and tool_choice != "none" and last.get("role") != "tool":
         tool = _chosen_tool(tools, tool_choice)
         if tool is not None:
-            return _tool_call(tool, message_text(last), index), "tool_calls"
+            return _tool_call(tool, message_text(last), index, budget), "tool_calls"
     question = next((message_text(m) for m in reversed(messages) if m.get("role") == "user"), "")
-    structured = _structured(body.get("response_format"), question, label, index)
+    structured = _structured(body.get("response_format"), question, label, index, budget)
     if structured is not None:  # JSON was asked for: JSON it is, after a tool result too
         return _text(structured), "stop"
     if last.get("role") == "tool":
@@ -156,7 +167,9 @@ def _answer(body: Json, model: str, index: int, count: int) -> tuple[Json, str]:
     return _text(f"{label} You asked: {question}"), "stop"
 
 
-def _structured(response_format: Any, question: str, label: str, index: int) -> str | None:
+def _structured(
+    response_format: Any, question: str, label: str, index: int, budget: Budget | None = None
+) -> str | None:
     """The JSON text `response_format` asks for; None for plain text."""
     kind = response_format.get("type") if isinstance(response_format, dict) else None
     if kind == "json_object":
@@ -164,7 +177,8 @@ def _structured(response_format: Any, question: str, label: str, index: int) -> 
     if kind == "json_schema":
         spec = response_format.get("json_schema")
         schema = spec.get("schema") if isinstance(spec, dict) else None
-        value = instance(schema if schema is not None else {"type": "object"}, question, index)
+        schema = schema if schema is not None else {"type": "object"}
+        value = instance(schema, question, index, budget)
         return orjson.dumps(value).decode()
     return None
 
@@ -185,8 +199,8 @@ def _chosen_tool(tools: list[Json], tool_choice: Any) -> Json | None:
     return functions[0] if functions else None
 
 
-def _tool_call(function: Json, text: str, index: int) -> Json:
-    arguments = instance(function.get("parameters") or {"type": "object"}, text, index)
+def _tool_call(function: Json, text: str, index: int, budget: Budget | None = None) -> Json:
+    arguments = instance(function.get("parameters") or {"type": "object"}, text, index, budget)
     digest = hashlib.sha256(f"{function['name']}:{text}:{index}".encode()).hexdigest()[:24]
     call = {
         "id": f"call_{digest}",

@@ -10,23 +10,35 @@ one wins. What cannot be satisfied (a pattern it cannot invert, an unresolvable 
 contradiction) gets a best attempt: a demo answer never fails over a schema. Recursion is
 bounded: past half of MAX_DEPTH, only what is required is built, and null alternatives are
 preferred, so recursive models end.
+
+Schemas come from clients, so the work is bounded too: at most MAX_TRIES alternatives (or enum
+members) are tried at each choice, so a union of N branches costs N, not N squared; all the
+checks of one answer spend from one `Budget` (BUILD_SECONDS), after which every candidate
+counts as valid and the value is built without checks (linear in the schema); a schema over
+MAX_SCHEMA_BYTES is built unchecked from the start. Validators come from a cache of the demo's
+own, so a flood of schemas through the demo never evicts a tenant's tool validators.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from gateway.guard.schemas import DEFAULT_CACHE, search
+from gateway.guard.schemas import Budget, BudgetSpent, ValidatorCache, search
 
 MAX_DEPTH = 16
 MAX_ITEMS = 32  # an array never gets more items than this, whatever minItems says
 MAX_CHARS = 4096
 TEXT_CHARS = 64  # strings default to the start of the question, as tool arguments do
+MAX_TRIES = 16  # alternatives, enum members: the first this many are tried, in order
+BUILD_SECONDS = 0.25  # the checks of one answer (all its choices), in all
+MAX_SCHEMA_BYTES = 256 * 1024  # larger schemas are built without checks
+CACHE = ValidatorCache(128, max_bytes=16 * 1024 * 1024)
 
 # Example values for formats, each valid for the guard's (and jsonschema's) format checkers.
 FORMATS = {
@@ -58,21 +70,45 @@ _RESOLVED_CHAIN = 32  # $ref to $ref to ...: give up after this many
 _parser: Any = importlib.import_module("re._parser")  # the `re` module's own pattern parser
 
 
-def instance(schema: Any, text: str = "demo", variant: int = 0) -> Any:
+def instance(
+    schema: Any, text: str = "demo", variant: int = 0, budget: Budget | None = None
+) -> Any:
     """A value valid against `schema`, as small as its constraints allow. Strings default to
-    `text`; `variant` > 0 makes a different value where the schema leaves room (n choices)."""
+    `text`; `variant` > 0 makes a different value where the schema leaves room (n choices).
+    `budget`: the time its checks may take (shared by the choices of one answer)."""
+    budget = budget or Budget(BUILD_SECONDS)
+    with budget.running():
+        validator = _validator(schema)
+        builder = _Builder(schema, validator, (text.strip() or "demo")[:TEXT_CHARS])
+        try:
+            value = builder.build(schema, 0, variant)
+        except RecursionError:
+            value = None
+        if builder.valid(value, schema):
+            return value
+        return next((v for v in GENERIC_VALUES if builder.valid(v, schema)), value)
+
+
+def _validator(schema: Any) -> Any:
+    """The schema's validator; None (built unchecked) when it is too large or too deep."""
     try:
-        validator = DEFAULT_CACHE.get(schema).validator
+        size = len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False))
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if size > MAX_SCHEMA_BYTES:
+        return None
+    try:
+        return CACHE.get(schema).validator
     except RecursionError:  # nested deeper than jsonschema can read: built unchecked
-        validator = None
-    builder = _Builder(schema, validator, (text.strip() or "demo")[:TEXT_CHARS])
+        return None
+
+
+def _matches(pattern: str, text: str) -> bool | None:
+    """`search`, with None once the budget is spent."""
     try:
-        value = builder.build(schema, 0, variant)
-    except RecursionError:
-        value = None
-    if builder.valid(value, schema):
-        return value
-    return next((v for v in GENERIC_VALUES if builder.valid(v, schema)), value)
+        return search(pattern, text)
+    except BudgetSpent:
+        return None
 
 
 class _Builder:
@@ -156,7 +192,8 @@ class _Builder:
         return node
 
     def _member(self, enum: list[Any], schema: dict[str, Any], variant: int) -> Any:
-        valid = [v for v in enum if self.valid(v, schema)] or enum
+        tried = enum[:MAX_TRIES]
+        valid = [v for v in tried if self.valid(v, schema)] or tried
         return valid[variant % len(valid)]
 
     def _alternative(self, schema: dict[str, Any], union: str, depth: int, variant: int) -> Any:
@@ -166,7 +203,7 @@ class _Builder:
         deep = depth > MAX_DEPTH // 2
         branches.sort(key=lambda b: _is_null(b) != deep)  # null last, or first when deep
         first: list[Any] = []
-        for branch in branches:
+        for branch in branches[:MAX_TRIES]:
             merged = _merge(rest, branch if isinstance(branch, Mapping) else {})
             value = self.build(merged, depth + 1, variant)
             if self.valid(value, schema):
@@ -243,7 +280,7 @@ class _Builder:
         patterns = schema.get("patternProperties")
         if isinstance(patterns, Mapping):
             for pattern, sub in patterns.items():
-                if search(str(pattern), name):
+                if _matches(str(pattern), name):
                     return sub
         extra = schema.get("additionalProperties", True)
         return extra if isinstance(extra, Mapping) else True
@@ -282,7 +319,7 @@ class _Builder:
         suffix = f" ({variant + 1})" if variant else ""
         value = FORMATS[fmt] if fmt in FORMATS else self.text + suffix
         pattern = schema.get("pattern")
-        if isinstance(pattern, str) and search(pattern, value) is False:
+        if isinstance(pattern, str) and _matches(pattern, value) is False:
             made = pattern_example(pattern)
             value = made if made is not None else value
         low = min(_count(schema.get("minLength")), MAX_CHARS)
@@ -475,7 +512,7 @@ def pattern_example(pattern: str) -> str | None:
             made = _emit(parsed, {}, at_least)[:MAX_CHARS]
         except Exception:  # conditionals, classes no simple character fits
             return None
-        if search(pattern, made):
+        if _matches(pattern, made):
             return made
     return None
 
