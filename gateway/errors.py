@@ -5,6 +5,32 @@ from __future__ import annotations
 
 from typing import Any
 
+# What of a client's input an error message quotes: enough to recognise it, never the whole of
+# a 200 KB model name (error bodies are logged, relayed and shown to people).
+ECHO_CHARS = 200
+# Every message and param, whatever it quotes: the last bound, for a quote no one wrapped.
+MAX_MESSAGE_CHARS = 2048
+MAX_PARAM_CHARS = 256
+
+
+def echo(value: object, limit: int = ECHO_CHARS) -> str:
+    """`value` as an error message quotes it (`repr`, so quotes and control characters show),
+    its first `limit` characters only, with the length it had: `'aaaa'… (200000 characters)`.
+    Every message that quotes what a client sent quotes it through this."""
+    if not isinstance(value, str):
+        return clip(repr(value), limit)
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}… ({len(value)} characters)"
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, saying so."""
+    if len(text) <= limit:
+        return text
+    keep = max(0, limit - 40)  # room for the note
+    return f"{text[:keep]}… ({len(text) - keep} more characters)"
+
 
 class GatewayError(Exception):
     status: int = 500
@@ -21,9 +47,10 @@ class GatewayError(Exception):
         type: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
+        message = clip(message, MAX_MESSAGE_CHARS)
         super().__init__(message)
         self.message = message
-        self.param = param
+        self.param = clip(param, MAX_PARAM_CHARS) if param is not None else None
         if code is not None:
             self.code = code
         if status is not None:

@@ -30,7 +30,7 @@ from gateway.cache.verify.judge import JudgeCall
 from gateway.cache.verify.verifier import NotComparable
 from gateway.config import ModelRoute, Settings
 from gateway.context import RequestContext
-from gateway.errors import InvalidRequest, ModelNotFound
+from gateway.errors import InvalidRequest, ModelNotFound, echo
 from gateway.guard.conversation import ConversationGuard
 from gateway.guard.tool_guard import ToolCallGuard
 from gateway.rag.grounding import Sources, grounded_messages, sources_field
@@ -260,7 +260,7 @@ class Pipeline:
         served = self.settings.served_models(kind)
         if route is None:
             raise ModelNotFound(
-                f"The model '{model}' does not exist. Available models: "
+                f"The model {echo(model)} does not exist. Available models: "
                 + ", ".join(sorted(r.name for r in served)),
                 param="model",
             )

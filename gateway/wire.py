@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gateway.errors import InvalidRequest
+from gateway.errors import ECHO_CHARS, InvalidRequest, clip, echo
 from gateway.util.tokens import message_text
 
 
@@ -113,6 +113,7 @@ def chat_params(data: Any) -> ChatParams:
     refused, goes through `ChatCompletionRequest`, so every refusal names its field as before."""
     if not _plain_chat(data):
         chat: ChatCompletionRequest = validate(ChatCompletionRequest, data)
+        _check_tool_choice(data.get("tools") or [], data.get("tool_choice"))
         return chat
     options = data.get("stream_options")
     return _PlainChat(
@@ -121,6 +122,49 @@ def chat_params(data: Any) -> ChatParams:
         data.get("n"),
         bool(options and options.get("include_usage")),
     )
+
+
+def _check_tool_choice(tools: list[Any], choice: Any) -> None:
+    """A `tool_choice` that names a tool the request does not declare, or asks for a call
+    with no tools at all, is the client's error: a 400 now, before any upstream call (the
+    tool guard would otherwise spend repairs asking the model for a call it cannot make)."""
+    if choice is None or choice in ("auto", "none"):
+        return
+    if not tools and (choice == "required" or isinstance(choice, dict)):
+        raise InvalidRequest(
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are "
+            "specified.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    if not isinstance(choice, dict):
+        return
+    declared = {_tool_name(tool) for tool in tools}
+    if choice.get("type") == "function":
+        wanted = [_tool_name(choice)]
+    elif choice.get("type") == "allowed_tools" and isinstance(choice.get("allowed_tools"), dict):
+        wanted = [_tool_name(tool) for tool in choice["allowed_tools"].get("tools") or []]
+    else:
+        return  # a form the upstream validates
+    for name in wanted:
+        if name is not None and name not in declared:
+            raise InvalidRequest(
+                f"Invalid value for 'tool_choice': it names the tool {echo(name)}, which is "
+                "not declared in 'tools'.",
+                param="tool_choice",
+                code="invalid_value",
+            )
+
+
+def _tool_name(tool: Any) -> str | None:
+    """A tool's (or a named tool choice's) name: `{"type", "function": {"name"}}`, the flat
+    `{"type", "name"}`, or `{"type": T, T: {"name"}}` (custom tools)."""
+    if not isinstance(tool, dict):
+        return None
+    kind = tool.get("type", "function")
+    inner = tool.get(kind) if isinstance(kind, str) else None
+    name = inner.get("name") if isinstance(inner, dict) else tool.get("name")
+    return name if isinstance(name, str) else None
 
 
 _ROLES = frozenset(("system", "developer", "user", "assistant", "tool", "function"))
@@ -150,7 +194,7 @@ def _plain_chat(data: Any) -> bool:
     if data.get("tools") is not None or type(data.get("stream", False)) not in (bool, type(None)):
         return False
     choice, options = data.get("tool_choice"), data.get("stream_options")
-    if choice is not None and type(choice) is not str:
+    if choice is not None and choice not in ("auto", "none"):  # the model checks the rest
         return False
     if options is not None and (
         type(options) is not dict or type(options.get("include_usage")) not in (bool, type(None))
@@ -212,7 +256,7 @@ def validate(model: type[BaseModel], data: Any) -> Any:
             (e for e in errors if _param(e["loc"]).startswith(first)),
             key=lambda e: len(_param(e["loc"])),
         )
-        param = _param(err["loc"])
+        param = clip(_param(err["loc"]), ECHO_CHARS)  # a dict key in it is the client's
         if err["type"] == "missing":
             message = f"missing required parameter: '{param}'"
             code = "missing_required_parameter"

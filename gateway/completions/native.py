@@ -12,7 +12,7 @@ from typing import Any
 from gateway.completions.request import CompletionRequest
 from gateway.completions.response import TextChunks, text_completion
 from gateway.context import RequestContext
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, echo
 from gateway.pipeline import Pipeline
 from gateway.reply.native import NativeEvents, NativeUsage
 from gateway.reply.reply import Reply
@@ -41,7 +41,7 @@ async def relay(
         param, why = refused
         raise InvalidRequest(
             f"'{param}' needs an upstream that serves /v1/completions natively, and the "
-            f"model '{request.model}' has none: {why}.",
+            f"model {echo(request.model)} has none: {why}.",
             param=param,
             code="unsupported_parameter",
         )

@@ -16,7 +16,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from gateway.cache.service import Directive, SemanticCache
 from gateway.config.policy_set import Policy
 from gateway.embedding.two_stage import TwoStageEmbedder
-from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound
+from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound, echo
 from gateway.http import render
 from gateway.http.body import read_body, too_large
 from gateway.http.keys import (
@@ -96,7 +96,7 @@ async def retrieve_model(request: web.Request) -> web.StreamResponse:
         return render.json(request[CTX], _model_card(settings.loaded_at, name, ROUTER_OWNER))
     route = next((r for r in settings.served_models() if r.name == name), None)
     if route is None:
-        raise ModelNotFound(f"The model '{name}' does not exist.", param="model")
+        raise ModelNotFound(f"The model {echo(name)} does not exist.", param="model")
     return render.json(request[CTX], _model_card(settings.loaded_at, route.name, route.provider))
 
 
@@ -112,7 +112,7 @@ def cache_directive(headers: Mapping[str, str]) -> Directive:
         if directive is not None:
             return directive
         raise InvalidRequest(
-            f"Header x-gateway-cache must be 'bypass' or 'refresh', not {explicit!r}.",
+            f"Header x-gateway-cache must be 'bypass' or 'refresh', not {echo(explicit)}.",
             code="invalid_header",
         )
     control = headers.get("Cache-Control", "").lower()
@@ -139,7 +139,7 @@ def deadline(headers: Mapping[str, str]) -> float | None:
     if not 0 < seconds <= MAX_DEADLINE_SECONDS:  # also rejects nan
         raise InvalidRequest(
             f"Header x-gateway-timeout must be a number of seconds in (0, "
-            f"{MAX_DEADLINE_SECONDS:g}], not {given!r}.",
+            f"{MAX_DEADLINE_SECONDS:g}], not {echo(given)}.",
             code="invalid_header",
         )
     return seconds
@@ -313,7 +313,7 @@ async def admin_breaker(request: web.Request) -> web.StreamResponse:
     breaker = breakers.find(name)
     if breaker is None:
         known = ", ".join(b.name for b in breakers) or "(none yet)"
-        raise NotFound(f"No circuit breaker named {name!r}. Known: {known}")
+        raise NotFound(f"No circuit breaker named {echo(name)}. Known: {known}")
     if request.match_info["action"] == "reset":
         breaker.reset()
     else:

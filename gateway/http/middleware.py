@@ -19,10 +19,12 @@ from aiohttp import web
 from gateway.config import RateLimitConfig
 from gateway.context import RequestContext
 from gateway.errors import (
+    ECHO_CHARS,
     GatewayError,
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
+    clip,
 )
 from gateway.http import auth, render
 from gateway.http.keys import ACCESS_LOG, CTX, DRAIN, LIMITER, METRICS, RUNTIME, RUNTIME_REF
@@ -140,11 +142,12 @@ async def _settle_permit(permit: Permit, ctx: RequestContext) -> None:
 
 def _translate(exc: web.HTTPException, request: web.Request) -> GatewayError:
     if isinstance(exc, web.HTTPNotFound):
-        return NotFound(f"Unknown endpoint: {request.method} {request.path}")
+        return NotFound(f"Unknown endpoint: {clip(f'{request.method} {request.path}', ECHO_CHARS)}")
     if isinstance(exc, web.HTTPMethodNotAllowed):
         allowed = ", ".join(sorted(exc.allowed_methods))
         return MethodNotAllowed(
-            f"{request.method} is not allowed on {request.path}; allowed: {allowed}",
+            f"{clip(request.method, ECHO_CHARS)} is not allowed on "
+            f"{clip(request.path, ECHO_CHARS)}; allowed: {allowed}",
             headers={"Allow": allowed},
         )
     if isinstance(exc, web.HTTPRequestEntityTooLarge):

@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.context import RequestContext
-from gateway.errors import InvalidRequest, NotFound
+from gateway.errors import InvalidRequest, NotFound, echo
 from gateway.http import render
 from gateway.http.handlers import read_chat_headers, read_json
 from gateway.http.keys import CTX, RESPONSES, RUNTIME
@@ -65,7 +65,7 @@ async def _history(request: web.Request, asked: translate.ResponsesRequest) -> l
     previous = await _store(request).get(_tenant(request[CTX]), asked.previous_response_id)
     if previous is None:
         raise NotFound(
-            f"Previous response with id '{asked.previous_response_id}' not found.",
+            f"Previous response with id {echo(asked.previous_response_id)} not found.",
             param="previous_response_id",
             code="previous_response_not_found",
         )
@@ -194,7 +194,7 @@ async def input_items(request: web.Request) -> web.StreamResponse:
     if after is not None:
         ids = [item["id"] for item in ordered]
         if after not in ids:
-            raise InvalidRequest(f"No input item with id '{after}'.", param="after")
+            raise InvalidRequest(f"No input item with id {echo(after)}.", param="after")
         ordered = ordered[ids.index(after) + 1 :]
     page = ordered[:limit]
     return render.json(
@@ -255,7 +255,7 @@ def _tenant(ctx: RequestContext) -> str:
 def _not_found(response_id: str) -> NotFound:
     # The same words for an id that never existed, expired, was deleted or is another
     # tenant's: nothing tells them apart.
-    return NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+    return NotFound(f"Response with id {echo(response_id)} not found.", param="response_id")
 
 
 def _limit(given: str) -> int:
@@ -265,6 +265,6 @@ def _limit(given: str) -> int:
         limit = 0
     if not 1 <= limit <= 100:
         raise InvalidRequest(
-            f"limit must be an integer from 1 to 100, not {given!r}.", param="limit"
+            f"limit must be an integer from 1 to 100, not {echo(given)}.", param="limit"
         )
     return limit

@@ -21,7 +21,7 @@ from typing import Any
 from gateway.config import KnowledgeBaseConfig, ModelRoute, Settings
 from gateway.config.policy_file import NO_KNOWLEDGE_BASE
 from gateway.context import RequestContext
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, echo
 from gateway.observability.logthrottle import ThrottledWarnings
 from gateway.rag.base import KnowledgeBase, Passage, RetrievalFailed
 from gateway.resilience.breaker import Breakers
@@ -57,7 +57,7 @@ class Knowledge:
             if asked not in self.bases:
                 known = ", ".join(sorted(self.bases)) or "(none configured)"
                 raise InvalidRequest(
-                    f"Unknown knowledge base {asked!r} in x-gateway-knowledge-base. "
+                    f"Unknown knowledge base {echo(asked)} in x-gateway-knowledge-base. "
                     f"Configured: {known}; 'none' turns retrieval off.",
                     code="invalid_header",
                 )

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, echo
 from gateway.responses.items import new_id, text_part
 from gateway.wire import validate
 
@@ -239,7 +239,7 @@ def conversation(items: list[Json], *, provider_items: bool = False) -> list[Jso
             continue  # a model's own reasoning: chat upstreams take none back
         else:
             raise InvalidRequest(
-                f"Input items of type '{kind}' are not supported by this gateway (it serves "
+                f"Input items of type {echo(kind)} are not supported by this gateway (it serves "
                 "messages, function_call and function_call_output items).",
                 param=f"input[{index}].type",
                 code="unsupported_item_type",
@@ -252,7 +252,7 @@ def _message(item: Json, index: int) -> Json:
     if role is None:
         raise InvalidRequest(
             f"input[{index}].role must be one of user, assistant, system or developer, not "
-            f"{item.get('role')!r}.",
+            f"{echo(item.get('role'))}.",
             param=f"input[{index}].role",
         )
     parts = [_chat_part(part, role, index, i) for i, part in enumerate(item["content"])]
@@ -304,7 +304,7 @@ def _chat_part(part: Any, role: str, index: int, at: int) -> Json:
     if kind == "input_audio" and role == "user" and isinstance(part.get("input_audio"), dict):
         return {"type": "input_audio", "input_audio": part["input_audio"]}
     raise InvalidRequest(
-        f"{where} of type {kind!r} is not supported in a {role} message (parts: input_text, "
+        f"{where} of type {echo(kind)} is not supported in a {role} message (parts: input_text, "
         "input_image, input_file, input_audio for users; output_text, refusal for the "
         "assistant).",
         param=f"{where}.type",
@@ -350,7 +350,7 @@ def _tools(tools: list[Json], choice: str | Json | None) -> tuple[list[Json], An
     for index, tool in enumerate(tools):
         if tool.get("type") != "function" or not isinstance(tool.get("name"), str):
             raise InvalidRequest(
-                f"tools[{index}] of type {tool.get('type')!r} runs on the provider's side and "
+                f"tools[{index}] of type {echo(tool.get('type'))} runs on the provider's side and "
                 "this model's upstream does not serve the Responses API natively: only "
                 "function tools are translated.",
                 param=f"tools[{index}].type",
@@ -372,7 +372,7 @@ def _tools(tools: list[Json], choice: str | Json | None) -> tuple[list[Json], An
         kept = [t for t in translated if t["function"]["name"] in allowed]
         return kept, choice.get("mode", "auto")
     raise InvalidRequest(
-        f"tool_choice of type {kind!r} is not supported (auto, none, required, a function, "
+        f"tool_choice of type {echo(kind)} is not supported (auto, none, required, a function, "
         "or allowed_tools).",
         param="tool_choice",
         code="unsupported_tool",
