@@ -256,3 +256,49 @@ def test_tokens_wait_arithmetic() -> None:
     assert tokens_wait(0, 95, 15, 10, 100) == pytest.approx(45 + 60 * 5 / 95)
     assert tokens_wait(100, 0, 0, 50, 100) == pytest.approx(30)  # half of previous out
     assert tokens_wait(100, 0, 20, 50, 100) == pytest.approx(10)
+
+
+# --- a request that fans out (legacy completions: prompts x n) --------------------------------
+
+
+async def test_a_fan_out_counts_each_call_as_a_request(limiter: RateLimiter) -> None:
+    limits = RateLimitConfig(requests_per_second=1, burst=5)
+    permit = await limiter.acquire("acme", limits)
+    await permit.charge(3)  # four calls in all
+    assert await admitted(limiter, limits, 5) == 1
+
+
+async def test_a_fan_out_larger_than_the_burst_leaves_the_bucket_in_debt(
+    limiter: RateLimiter, clock: Clock
+) -> None:
+    limits = RateLimitConfig(requests_per_second=1, burst=2)
+    permit = await limiter.acquire("acme", limits)
+    await permit.charge(9)  # ten calls: admitted once, and paid for before the next request
+    caught = await refused(limiter, limits)
+    assert caught.limit == "requests_per_second" and caught.retry_after == 9
+    clock.advance(8.5)
+    await refused(limiter, limits)
+    clock.advance(0.5)
+    assert await admitted(limiter, limits, 1) == 1
+
+
+async def test_a_fan_out_the_bucket_cannot_pay_now_is_refused_and_counts_nothing(
+    limiter: RateLimiter, clock: Clock
+) -> None:
+    limits = RateLimitConfig(requests_per_second=1, burst=4)
+    await limiter.acquire("acme", limits)
+    permit = await limiter.acquire("acme", limits)  # the bucket holds 2 now
+    with pytest.raises(RateLimited) as caught:
+        await permit.charge(3)
+    assert caught.value.limit == "requests_per_second"
+    assert await admitted(limiter, limits, 3) == 2, "the refused charge took nothing"
+
+
+async def test_a_fan_out_is_not_refused_for_the_slot_its_request_holds(
+    limiter: RateLimiter,
+) -> None:
+    limits = RateLimitConfig(concurrent=1, tokens_per_minute=1000)
+    async with await limiter.acquire("acme", limits, 10) as permit:
+        await permit.charge(5, 100)
+    caught = await refused(limiter, limits, tokens=900)
+    assert caught.limit == "tokens_per_minute", "the fan-out's tokens were counted"

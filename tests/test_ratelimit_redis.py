@@ -219,3 +219,15 @@ async def test_an_acquire_cancelled_in_flight_gives_its_slot_back(
     await asyncio.sleep(0.3)  # the script ran by now (and the slot was given back)
     async with await b.acquire("acme", limits):
         pass
+
+
+async def test_a_fan_out_is_shared_and_may_leave_debt(
+    replicas: tuple[RateLimiter, RateLimiter],
+) -> None:
+    a, b = replicas
+    limits = RateLimitConfig(requests_per_second=0.25, burst=2)
+    permit = await a.acquire("acme", limits)
+    await permit.charge(5)  # six calls on a bucket of two: admitted, then in debt
+    with pytest.raises(RateLimited) as caught:
+        await b.acquire("acme", limits)
+    assert int(caught.value.headers["Retry-After"]) >= 19  # 5 in debt + 1 at 0.25/s

@@ -69,8 +69,39 @@ def parse(body: Any) -> CompletionRequest:
             f"'prompt' is a list of {len(request.prompt)} prompts; at most {MAX_PROMPTS} are "
             "accepted in one request.",
             param="prompt",
+            code="too_many_prompts",
         )
     return request
+
+
+def choices(request: CompletionRequest, max_prompts: int, max_choices: int) -> int:
+    """The choices `request` asks for (prompts x n: each an upstream generation), or a 400
+    naming the parameter when over `server.completions_max_prompts` or
+    `completions_max_choices`. Checked before any upstream call."""
+    prompts = len(request.prompt) if _is_prompt_list(request.prompt) else 1
+    if prompts > max_prompts:
+        raise InvalidRequest(
+            f"'prompt' is a list of {prompts} prompts; at most {max_prompts} are accepted in "
+            "one request.",
+            param="prompt",
+            code="too_many_prompts",
+        )
+    n = request.n or 1
+    asked = prompts * n
+    if asked > max_choices:
+        raise InvalidRequest(
+            f"This request asks for {asked} choices ({prompts} prompts x n={n}); at most "
+            f"{max_choices} are answered in one request. Send fewer prompts or a smaller n "
+            "per request.",
+            param="n" if n > 1 else "prompt",
+            code="too_many_choices",
+        )
+    return asked
+
+
+def _is_prompt_list(prompt: object) -> bool:
+    """A list of prompts (texts, or token lists); a single prompt of token ids is one."""
+    return isinstance(prompt, list) and (not prompt or not isinstance(prompt[0], int))
 
 
 def native_only(request: CompletionRequest) -> tuple[str, str] | None:

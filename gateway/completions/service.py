@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.completions import native
-from gateway.completions.request import CompletionRequest, chat_body, native_only
+from gateway.completions.request import CompletionRequest, chat_body, choices, native_only
 from gateway.completions.response import TextChunks, summed_usage, text_completion
 from gateway.context import RequestContext
 from gateway.pipeline import Pipeline
+from gateway.ratelimit import RateLimited
 from gateway.reply.native import NativeEvents
 from gateway.reply.reply import Reply
 from gateway.wire import chat_params
@@ -34,6 +35,9 @@ async def complete(
     ctx: RequestContext, pipeline: Pipeline, request: CompletionRequest, body: Json
 ) -> Json | Streamed:
     """The text completion for `request` (`body` as the client sent it), or its stream."""
+    server = pipeline.settings.server
+    asked = choices(request, server.completions_max_prompts, server.completions_max_choices)
+    await _charge_fan_out(ctx, request, asked)
     refused = native_only(request)
     if refused is not None:
         answer = await native.relay(ctx, pipeline, request, body, refused)
@@ -59,6 +63,23 @@ async def complete(
     if len(answers) > 1:
         ctx.usage = summed_usage([a.get("usage") for a in answers])
     return text_completion(answers, request.n or 1)
+
+
+async def _charge_fan_out(ctx: RequestContext, request: CompletionRequest, asked: int) -> None:
+    """Count what one request fans out to against the tenant's rate limits (and its own
+    key's), before any upstream call: each choice beyond the first as one more request, and
+    each prompt beyond the first the tokens its call sends again besides the prompt (the
+    prompts themselves were counted on admission, from the body's size). A 429 otherwise."""
+    prompts = request.prompts or []
+    again = max(0, (ctx.body_bytes or 0) - sum(len(p) for p in prompts)) // 4
+    tokens = again * max(0, len(prompts) - 1)
+    try:
+        for permit in ctx.permits:
+            await permit.charge(asked - 1, tokens)
+    except RateLimited as refused:
+        ctx.rate_limited = refused.limit
+        raise
+    ctx.tokens_charged += tokens
 
 
 async def _answer(ctx: RequestContext, pipeline: Pipeline, chat: Json) -> Json:

@@ -43,6 +43,22 @@ class ServerConfig(Strict):
         "Retry-After and is closed, while those open are still served. Keep it below the "
         "open-file limit (ulimit -n) less the upstream connections.",
     )
+    completions_max_prompts: int = Field(
+        2048,
+        ge=1,
+        le=2048,
+        description="/v1/completions: prompts in one request's list (OpenAI's own limit, "
+        "2048); more get 400 too_many_prompts before any upstream call.",
+    )
+    completions_max_choices: int = Field(
+        128,
+        ge=1,
+        le=262_144,
+        description="/v1/completions: prompts x n, the choices one request asks for (each an "
+        "upstream generation, each counted as a request by the rate limits); more get 400 "
+        "too_many_choices before any upstream call. The default is OpenAI's largest n for "
+        "one prompt.",
+    )
     access_log: bool = Field(True, description="One JSON line per request on stderr.")
     tune_gc: bool = Field(
         True, description="Freeze start-up objects and collect less often (lower p99 under load)."

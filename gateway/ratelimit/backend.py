@@ -24,11 +24,21 @@ class Refusal:
 
 class Backend(Protocol):
     """Where the counters live. `acquire` checks every limit set in `limits` and, only if all
-    admit the request, consumes from each (one token, the concurrency `slot` when given, and
-    `tokens` of the minute's budget); otherwise it changes nothing."""
+    admit the request, consumes from each (`requests` of the bucket, the concurrency `slot`
+    when given, and `tokens` of the minute's budget); otherwise it changes nothing. More
+    `requests` than the bucket can hold (its size less `already`, what the same request took
+    before) are admitted when it is full and leave it in debt, as `tokens` beyond the
+    minute's limit do; without a `slot` concurrency is not checked (a request's own fan-out,
+    charged after it took its slot)."""
 
     async def acquire(
-        self, tenant: str, limits: RateLimitConfig, tokens: int, slot: str | None
+        self,
+        tenant: str,
+        limits: RateLimitConfig,
+        tokens: int,
+        slot: str | None,
+        requests: int = 1,
+        already: int = 0,
     ) -> Refusal | None: ...
 
     async def release(self, tenant: str, slot: str) -> None: ...

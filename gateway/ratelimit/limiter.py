@@ -51,12 +51,18 @@ class Permit:
     releasing twice frees one slot."""
 
     def __init__(
-        self, backend: Backend | None, tenant: str, slot: str | None, counts_tokens: bool
+        self,
+        backend: Backend | None,
+        tenant: str,
+        slot: str | None,
+        counts_tokens: bool,
+        limits: RateLimitConfig | None = None,
     ) -> None:
         self._backend = backend
         self.tenant = tenant
         self._slot = slot
         self._counts_tokens = counts_tokens
+        self._limits = limits
 
     @property
     def holds_slot(self) -> bool:
@@ -66,6 +72,20 @@ class Permit:
         slot, self._slot = self._slot, None
         if slot is not None and self._backend is not None:
             await self._backend.release(self.tenant, slot)
+
+    async def charge(self, requests: int, tokens: int = 0) -> None:
+        """Count `requests` more requests and `tokens` more prompt tokens against the limits
+        this permit was admitted under (a request that fans out into several upstream calls:
+        each one counts, as if sent on its own), or raise RateLimited having counted none.
+        More than the bucket holds waits for a full bucket and leaves it in debt."""
+        if self._backend is None or self._limits is None or requests <= 0:
+            return
+        refusal = await self._backend.acquire(
+            self.tenant, self._limits, max(0, tokens), None, requests, already=1
+        )
+        if refusal is not None:
+            value = getattr(self._limits, refusal.limit)
+            raise RateLimited(self.tenant, refusal.limit, value, refusal.retry_after)
 
     async def record_tokens(self, tokens: int) -> None:
         """Add tokens to the tenant's minute (the completion's, once the upstream reports them)."""
@@ -141,7 +161,11 @@ class RateLimiter:
             value = getattr(limits, refusal.limit)
             raise RateLimited(tenant, refusal.limit, value, refusal.retry_after)
         return Permit(
-            self._backend, tenant, slot, counts_tokens=limits.tokens_per_minute is not None
+            self._backend,
+            tenant,
+            slot,
+            counts_tokens=limits.tokens_per_minute is not None,
+            limits=limits,
         )
 
     async def aclose(self) -> None:

@@ -27,7 +27,13 @@ class MemoryBackend:
         self._tenants: dict[str, _Tenant] = {}
 
     async def acquire(
-        self, tenant: str, limits: RateLimitConfig, tokens: int, slot: str | None
+        self,
+        tenant: str,
+        limits: RateLimitConfig,
+        tokens: int,
+        slot: str | None,
+        requests: int = 1,
+        already: int = 0,
     ) -> Refusal | None:
         now = self._clock()
         state = self._tenants.get(tenant)
@@ -42,10 +48,15 @@ class MemoryBackend:
             if state.bucket is not None:
                 refill = max(0.0, now - state.refilled_at) * rate
                 bucket = min(bucket, state.bucket + refill)
-            if bucket < 1:
-                refusals.append(Refusal("requests_per_second", (1 - bucket) / rate))
+            # More requests than the bucket can hold (less those of the same request taken
+            # before) wait for a full bucket and leave it in debt: admitted at all, and paid
+            # for before the next one.
+            need = min(requests, size - already)
+            if bucket < need:
+                refusals.append(Refusal("requests_per_second", (need - bucket) / rate))
 
-        if limits.concurrent is not None and state.in_flight >= limits.concurrent:
+        concurrent = limits.concurrent
+        if slot is not None and concurrent is not None and state.in_flight >= concurrent:
             refusals.append(Refusal("concurrent", CONCURRENT_RETRY_SECONDS))
 
         tpm = limits.tokens_per_minute
@@ -60,7 +71,7 @@ class MemoryBackend:
         if refusals:
             return max(refusals, key=lambda refusal: refusal.retry_after)
         if rate is not None:
-            state.bucket, state.refilled_at = bucket - 1, now
+            state.bucket, state.refilled_at = bucket - requests, now
         if slot is not None:
             state.in_flight += 1
         if tpm is not None:

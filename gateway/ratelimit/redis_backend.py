@@ -52,8 +52,10 @@ local function roll(key, index)
 end
 """
 
-# KEYS: bucket, slots, minute. ARGV: rate, size, concurrent, slot, slot_ttl, tpm, tokens
-# (0 for a limit that is not set). Returns {0, '0'} admitted, or {limit, seconds to wait}.
+# KEYS: bucket, slots, minute. ARGV: rate, size, concurrent, slot, slot_ttl, tpm, tokens,
+# requests, already (0 for a limit that is not set). Returns {0, '0'} admitted, or {limit,
+# seconds to wait}. As memory.py: `requests` above what the bucket can hold wait for a full
+# bucket and leave it in debt.
 ACQUIRE = (
     _WINDOW
     + """
@@ -61,6 +63,7 @@ local now = now_seconds()
 local rate, size = tonumber(ARGV[1]), tonumber(ARGV[2])
 local concurrent, slot, slot_ttl = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local tpm, tokens = tonumber(ARGV[6]), tonumber(ARGV[7])
+local requests, already = tonumber(ARGV[8]), tonumber(ARGV[9])
 local refused, wait = 0, 0
 local function refuse(limit, seconds)
   if refused == 0 or seconds > wait then refused, wait = limit, seconds end
@@ -75,7 +78,8 @@ if rate > 0 then
   else
     bucket = math.min(size, bucket + math.max(0, now - tonumber(b[2])) * rate)
   end
-  if bucket < 1 then refuse(1, (1 - bucket) / rate) end
+  local need = math.min(requests, size - already)
+  if bucket < need then refuse(1, (need - bucket) / rate) end
 end
 
 if concurrent > 0 then
@@ -102,8 +106,8 @@ end
 
 if refused > 0 then return {refused, tostring(wait)} end
 if rate > 0 then
-  redis.call('HSET', KEYS[1], 'tokens', bucket - 1, 'ts', now)
-  redis.call('PEXPIRE', KEYS[1], math.ceil(size / rate * 1000) + 1000)
+  redis.call('HSET', KEYS[1], 'tokens', bucket - requests, 'ts', now)
+  redis.call('PEXPIRE', KEYS[1], math.ceil((size - bucket + requests) / rate * 1000) + 1000)
 end
 if concurrent > 0 then
   redis.call('ZADD', KEYS[2], now + slot_ttl, slot)
@@ -156,7 +160,13 @@ class RedisBackend:
         return f"{base}:bucket", f"{base}:slots", f"{base}:minute"
 
     async def acquire(
-        self, tenant: str, limits: RateLimitConfig, tokens: int, slot: str | None
+        self,
+        tenant: str,
+        limits: RateLimitConfig,
+        tokens: int,
+        slot: str | None,
+        requests: int = 1,
+        already: int = 0,
     ) -> Refusal | None:
         if self.paused():
             return None
@@ -168,6 +178,8 @@ class RedisBackend:
             self._slot_ttl,
             limits.tokens_per_minute or 0,
             tokens,
+            requests,
+            already,
         )
         # Shielded: if the caller is cancelled meanwhile, a slot the script took is released.
         task = asyncio.ensure_future(self._script(ACQUIRE)(keys=self.keys(tenant), args=args))

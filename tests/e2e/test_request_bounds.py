@@ -15,11 +15,16 @@ import pytest
 
 from gateway.errors import ECHO_CHARS
 from gateway.testing.fake_upstream import FakeUpstream
-from gateway.testing.harness.fake_settings import settings_for
+from gateway.testing.harness.fake_settings import (
+    FAKE_PROVIDER_KEY_ENV,
+    TEST_RESILIENCE,
+    fake_config,
+    settings_for,
+)
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.chat import function_tool
 from tests.clients import sdk_client
-from tests.e2e.helpers import assert_raw_error, request, upstream_requests
+from tests.e2e.helpers import assert_raw_error, request, settings_from_files, upstream_requests
 
 Json = dict[str, Any]
 HUGE = 200_000
@@ -202,3 +207,131 @@ async def test_the_responses_api_refuses_an_undeclared_tool_choice_too(
     resp = await request("POST", gw.url + "/v1/responses", body=body)
     assert_raw_error(resp, 400, param="tool_choice")
     assert upstream_requests(fake_upstream, "/v1/chat/completions") == []
+
+
+# --- /v1/completions: prompts x n are capped, and counted as the calls they cause ------------
+
+TENANTS = ("metered-a", "metered-b", "metered-c", "metered-d", "roomy")
+POLICIES: dict[str, Json] = {
+    "metered": {
+        "match": {"tenants": [t for t in TENANTS if t.startswith("metered")]},
+        "rate_limits": {"requests_per_second": 0.01, "burst": 4},  # no refill meanwhile
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def capped(
+    server_thread: ServerThread, fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayServer]:
+    """Tenants with keys, four of them allowed 4 requests at once; the completions caps set
+    low (10 prompts, 20 choices)."""
+    config = {
+        **fake_config(fake.url),
+        **TEST_RESILIENCE,
+        "server": {"completions_max_prompts": 10, "completions_max_choices": 20},
+        "auth": {"keys": [{"env": _env(t), "tenant": t} for t in TENANTS]},
+    }
+    environ = {_env(t): _key(t) for t in TENANTS} | {FAKE_PROVIDER_KEY_ENV: "sk-fake"}
+    root = tmp_path_factory.mktemp("capped")
+    with running_gateway(server_thread, settings_from_files(root, config, POLICIES, environ)) as gw:
+        yield gw
+
+
+def _env(tenant: str) -> str:
+    return "BOUNDS_" + tenant.upper().replace("-", "_")
+
+
+def _key(tenant: str) -> str:
+    return f"sk-bounds-{tenant}"
+
+
+def _complete(
+    gw: GatewayServer, tenant: str | None = None, model: str = "fake-model", **call: Any
+) -> Any:
+    client = sdk_client(gw.url, _key(tenant) if tenant else "k")
+    return client.completions.create(model=model, **call)
+
+
+@pytest.mark.parametrize(
+    ("call", "param", "code"),
+    [
+        ({"prompt": ["p"] * 2048}, "prompt", "too_many_choices"),  # OpenAI's own list limit
+        ({"prompt": ["p"] * 3, "n": 43}, "n", "too_many_choices"),  # 129 choices
+        ({"prompt": "p", "n": 129}, "n", None),  # n's own bound, as OpenAI's
+        ({"prompt": ["p"] * 2049}, "prompt", "too_many_prompts"),
+    ],
+    ids=["2048-prompts", "prompts-x-n", "n", "2049-prompts"],
+)
+def test_by_default_one_request_asks_for_at_most_128_choices(
+    gw: GatewayServer, fake_upstream: FakeUpstream, call: Json, param: str, code: str | None
+) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        _complete(gw, **call)
+    assert info.value.param == param
+    if code is not None:
+        assert info.value.code == code
+    assert upstream_requests(fake_upstream) == [], "refused before any upstream call"
+
+
+def test_128_choices_are_answered(gw: GatewayServer) -> None:
+    answer = _complete(gw, model="demo", prompt=[f"p{i}" for i in range(64)], n=2)
+    assert [c.index for c in answer.choices] == list(range(128))
+
+
+@pytest.mark.parametrize(
+    ("call", "param", "code"),
+    [
+        ({"prompt": ["p"] * 11}, "prompt", "too_many_prompts"),
+        ({"prompt": ["p"] * 5, "n": 5}, "n", "too_many_choices"),
+        ({"prompt": "p", "n": 21}, "n", "too_many_choices"),
+        ({"prompt": [[1, 2]] * 21}, "prompt", "too_many_prompts"),  # token prompts, native
+    ],
+    ids=["prompts", "prompts-x-n", "n", "token-prompts"],
+)
+def test_the_caps_are_set_in_config(
+    capped: GatewayServer, fake_upstream: FakeUpstream, call: Json, param: str, code: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        _complete(capped, "roomy", **call)
+    assert (info.value.param, info.value.code) == (param, code)
+    assert "choices" in info.value.message or "prompts" in info.value.message
+    assert list(fake_upstream.received) == []
+
+
+def test_each_prompt_counts_as_a_request(capped: GatewayServer, fake_upstream: FakeUpstream):
+    assert len(_complete(capped, "metered-a", prompt=["a", "b", "c", "d"]).choices) == 4
+    with pytest.raises(openai.RateLimitError) as info:
+        _complete(capped, "metered-a", prompt="one more")
+    assert info.value.code == "rate_limit_exceeded"
+    assert int(info.value.response.headers["Retry-After"]) >= 90
+    assert len(upstream_requests(fake_upstream)) == 4
+
+
+def test_each_choice_counts_as_a_request(capped: GatewayServer, fake_upstream: FakeUpstream):
+    assert len(_complete(capped, "metered-d", model="demo", prompt="x", n=4).choices) == 4
+    with pytest.raises(openai.RateLimitError):
+        _complete(capped, "metered-d", prompt="one more")
+    assert upstream_requests(fake_upstream) == []
+
+
+def test_a_fan_out_the_bucket_cannot_pay_is_refused_before_any_call(
+    capped: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    for text in ("first", "second"):
+        _complete(capped, "metered-c", prompt=text)
+    with pytest.raises(openai.RateLimitError) as info:  # 4 calls, 2 left in the bucket
+        _complete(capped, "metered-c", prompt=["a", "b", "c", "d"])
+    assert info.value.code == "rate_limit_exceeded"
+    assert len(upstream_requests(fake_upstream)) == 2
+
+
+def test_a_fan_out_larger_than_the_burst_is_answered_once_then_paid_for(
+    capped: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    """Ten calls on a bucket of four: admitted when the bucket is full (never refused for
+    good), and the six beyond it are debt the next request waits for."""
+    assert len(_complete(capped, "metered-b", prompt=[f"p{i}" for i in range(10)]).choices) == 10
+    with pytest.raises(openai.RateLimitError) as info:
+        _complete(capped, "metered-b", prompt="one more")
+    assert int(info.value.response.headers["Retry-After"]) >= 600  # 7 requests at 0.01/s
