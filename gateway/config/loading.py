@@ -18,6 +18,13 @@ from gateway.config.settings import Settings, build_settings
 DEFAULT_CONFIG_PATH = Path("config.yaml")
 log = logging.getLogger("gateway.config")
 
+# A policy file is a few dozen lines; the largest shipped example is ~3 KB.
+MAX_POLICY_BYTES = 256 * 1024
+# Values a YAML file may hold once its aliases are expanded (every use of an anchor counts its
+# whole value again): generous for anchors used to repeat a block, far below an alias bomb
+# (nine levels of nine aliases expand to ~390 million values from under 1 KB).
+MAX_EXPANDED_VALUES = 100_000
+
 
 class ConfigError(Exception):
     """A config file that cannot be used; `problems` names each bad field by path (and line)."""
@@ -30,11 +37,7 @@ class ConfigError(Exception):
 
 def parse_config(text: str, source: str = "<config>") -> ConfigFile:
     """Validate YAML text into a ConfigFile, or raise ConfigError naming every bad field."""
-    try:
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(source, [_yaml_problem(exc)]) from None
+    root, data = _load_yaml(text, source)
     if not isinstance(data, dict):
         raise ConfigError(source, ["the top level must be a mapping"])
     try:
@@ -87,11 +90,12 @@ def load_policies(paths: list[Path], file: ConfigFile, source: str) -> PolicySet
 
 def parse_policy(text: str, name: str, source: str, file: ConfigFile) -> Policy:
     """One policy file, checked against the config it overlays."""
-    try:
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(source, [_yaml_problem(exc)]) from None
+    size = len(text.encode("utf-8"))
+    if size > MAX_POLICY_BYTES:
+        raise ConfigError(
+            source, [f"the file is {size} bytes; a policy file may hold at most {MAX_POLICY_BYTES}"]
+        )
+    root, data = _load_yaml(text, source)
     try:
         return validate_policy(name, source, data, file)
     except PolicyProblem as err:
@@ -100,6 +104,69 @@ def parse_policy(text: str, name: str, source: str, file: ConfigFile) -> Policy:
         where = f"{err.where} (line {line})" if line else err.where
         message = str(err).removeprefix(f"{err.where}: ") if err.where else str(err)
         raise ConfigError(source, [f"{where}: {message}" if where else message]) from None
+
+
+def _load_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
+    """The node tree (for line numbers) and the data of `text`, refused when its aliases
+    expand it past MAX_EXPANDED_VALUES: the data is built only after the check, and nothing
+    downstream (validation, `gateway policy`'s JSON) walks an alias bomb."""
+    try:
+        root = yaml.compose(text)
+        expanded = _expanded_size(root)
+        if expanded > MAX_EXPANDED_VALUES:
+            raise ConfigError(
+                source,
+                [
+                    f"YAML aliases expand this file to more than {MAX_EXPANDED_VALUES} values "
+                    f"({expanded if expanded < _RECURSIVE else 'a recursive alias'}); write "
+                    "the repeated parts out, or use fewer aliases"
+                ],
+            )
+        return root, yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, [_yaml_problem(exc)]) from None
+
+
+_RECURSIVE = 1 << 62  # an alias inside its own anchor: no finite expansion
+
+
+def _expanded_size(root: yaml.Node | None) -> int:
+    """How many values the tree holds with every alias expanded, counted without expanding
+    (an anchored node's size is computed once, then added at each use), iteratively."""
+    if root is None:
+        return 0
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if key in sizes:
+            continue
+        children = _children(node)
+        if children_done:
+            open_nodes.discard(key)
+            total = 1 + sum(sizes[id(c)] for c in children)
+            sizes[key] = min(total, _RECURSIVE)
+            continue
+        if key in open_nodes:
+            return _RECURSIVE
+        open_nodes.add(key)
+        stack.append((node, True))
+        for child in children:
+            if id(child) in open_nodes:
+                return _RECURSIVE
+            if id(child) not in sizes:
+                stack.append((child, False))
+    return sizes[id(root)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

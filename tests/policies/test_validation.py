@@ -7,11 +7,13 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from gateway.config import ConfigError, load_settings
+from gateway.config.loading import MAX_EXPANDED_VALUES, MAX_POLICY_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -685,3 +687,57 @@ def test_a_file_giving_the_old_and_the_new_name_is_refused(tmp_path: Path) -> No
         f"{directory}/a.yaml: rate_limit (line 1): is the old name of `rate_limits`, which "
         "this file also sets"
     ]
+
+
+# --- YAML aliases and file size are bounded (docs/RELIABILITY.md, "Per-request bounds") -------
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    """Nine anchors, each a list of nine aliases of the one before: ~390 million values."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_policy_with_an_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
+    started = time.monotonic()
+    bomb = "match: {tenants: [acme]}\ndescription: &d x\n" + _alias_bomb()
+    problems = problems_of(tmp_path, {"bomb.yaml": bomb})
+    assert problems == [
+        f"{tmp_path / 'policies' / 'bomb.yaml'}: YAML aliases expand this file to more than "
+        f"{MAX_EXPANDED_VALUES} values (490329071); write the repeated parts out, or use fewer "
+        "aliases"
+    ]
+    assert time.monotonic() - started < 2
+
+
+def test_a_recursive_alias_is_refused(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, {"a.yaml": "match: &m {tenants: [acme], x: *m}\n"})
+    assert len(problems) == 1 and "a recursive alias" in problems[0]
+
+
+def test_anchors_that_repeat_a_block_are_fine(tmp_path: Path) -> None:
+    files = {
+        "a.yaml": "match: {tenants: &who [acme]}\nrate_limits: &rl {concurrent: 2}\n",
+        "b.yaml": "match: {tenants: [team-a], models: &m [small]}\ncache: {enabled: true}\n",
+    }
+    settings = load_settings(write(tmp_path, files))
+    assert {p.name for p in settings.policies.policies} == {"a", "b"}
+
+
+def test_a_policy_file_over_the_size_limit_is_refused(tmp_path: Path) -> None:
+    padding = "# " + "x" * 1000 + "\n"
+    text = "match: {tenants: [acme]}\n" + padding * (MAX_POLICY_BYTES // len(padding) + 1)
+    problems = problems_of(tmp_path, {"big.yaml": text})
+    assert problems == [
+        f"{tmp_path / 'policies' / 'big.yaml'}: the file is {len(text)} bytes; a policy file "
+        f"may hold at most {MAX_POLICY_BYTES}"
+    ]
+
+
+def test_config_yaml_with_an_alias_bomb_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, {}, CONFIG + "x-bomb:\n" + textwrap.indent(_alias_bomb(), "  "))
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert "YAML aliases expand this file" in info.value.problems[0]
