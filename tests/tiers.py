@@ -145,6 +145,13 @@ PLACES: dict[str, tuple[str, ...]] = {
     ),
     # importing the Agents SDK, LangChain and llama-index takes 5-10 s each
     "tests/e2e/test_agent_clients.py": ("slow",),
+    # four clients attacking for three seconds while /healthz is probed
+    "tests/e2e/test_tool_guard_limits.py::"
+    "test_healthz_stays_fast_while_a_tenant_sends_hostile_schemas": ("slow",),
+    # a body of 10,000 tools built, sent and measured (about a second each)
+    "tests/e2e/test_tool_guard_limits.py::test_ten_thousand_tools_are_refused_at_once": ("slow",),
+    "tests/e2e/test_tool_guard_limits.py::"
+    "test_ten_thousand_declared_tools_compile_only_the_one_called": ("slow",),
     "tests/e2e/test_demo.py::test_langchain_with_structured_output": ("slow",),
     "tests/e2e/test_readme.py": ("slow",),  # every Quickstart snippet, embeddings included
     "tests/e2e/test_sdk.py::test_first_chunk_is_not_buffered": ("slow",),
