@@ -152,6 +152,10 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/e2e/test_tool_guard_limits.py::test_ten_thousand_tools_are_refused_at_once": ("slow",),
     "tests/e2e/test_tool_guard_limits.py::"
     "test_ten_thousand_declared_tools_compile_only_the_one_called": ("slow",),
+    # times builds of 200 and 2,000 alternatives, twice each
+    "tests/upstream/test_schema_instance.py::test_alternatives_cost_linear_time_with_a_cap": (
+        "slow",
+    ),
     "tests/e2e/test_demo.py::test_langchain_with_structured_output": ("slow",),
     "tests/e2e/test_readme.py": ("slow",),  # every Quickstart snippet, embeddings included
     "tests/e2e/test_sdk.py::test_first_chunk_is_not_buffered": ("slow",),

@@ -1,16 +1,22 @@
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from gateway.guard.schemas import (
+    DEFAULT_CACHE,
     MAX_ERRORS,
+    Budget,
+    BudgetSpent,
     UnusableSchema,
     ValidatorCache,
     compile_schema,
     schema_key,
 )
+
+Json = dict[str, Any]
 
 
 def errors(schema: Any, instance: Any) -> list[str]:
@@ -173,3 +179,88 @@ def test_the_cache_keeps_its_own_copy_of_the_schema() -> None:
     compiled = cache.get(schema)
     schema["required"].append("b")
     assert compiled.errors({"a": 1}) == []
+
+
+# --- one tenant cannot flush another's validators ------------------------------------------
+
+
+def _schema(i: int) -> Json:
+    return {"type": "object", "properties": {"n": {"const": i}}}
+
+
+def test_one_owners_flood_evicts_its_own_entries_not_anothers() -> None:
+    cache = ValidatorCache(max_entries=32)  # no share per owner: the global bound alone
+    kept = cache.get({"type": "string"}, owner="a")
+    for i in range(300):
+        cache.get(_schema(i), owner="b")
+    assert len(cache) == 32 and cache.owned("a") == 1 and cache.owned("b") == 31
+    assert cache.get({"type": "string"}, owner="a") is kept
+
+
+def test_an_owner_holds_at_most_its_share() -> None:
+    cache = ValidatorCache(max_entries=100, owner_entries=10)
+    for owner in ("a", "b"):
+        for i in range(50):
+            cache.get(_schema(i), owner=owner)
+    assert cache.owned("a") == cache.owned("b") == 10
+    assert (cache.hits, cache.misses) == (0, 100)  # the partitions do not share entries
+    cache.get(_schema(49), owner="a")
+    assert cache.hits == 1
+
+
+def test_the_cache_is_bounded_by_bytes_and_heavy_schemas_are_not_kept() -> None:
+    cache = ValidatorCache(max_entries=1_000, max_bytes=100_000, owner_bytes=20_000)
+    heavy = {"enum": ["x" * 100] * 300}  # ~31 KB of JSON
+    assert cache.get(heavy, owner="a") is not cache.get(heavy, owner="a")
+    assert cache.owned("a") == 0
+    big = [{"enum": [f"{i}-" + "y" * 100] * 50} for i in range(100)]  # ~5 KB each
+    for owner in "abcdefgh":
+        for schema in big:
+            cache.get(schema, owner=owner)
+        assert cache.owned(owner) <= 4  # 20 KB of them
+    assert len(cache) <= 20  # 100 KB in all
+
+
+def test_the_default_cache_gives_each_tenant_a_share() -> None:
+    assert DEFAULT_CACHE.owner_entries * 4 == DEFAULT_CACHE.max_entries
+
+
+# --- the validation budget of a request ----------------------------------------------------
+
+SLOW = "^(a|aa)+$"  # backtracks: each 31-character string takes the whole per-match limit
+SLOW_TEXT = "a" * 30 + "!"
+
+
+def test_a_budget_bounds_all_the_matches_of_a_check() -> None:
+    compiled = compile_schema({"type": "array", "items": {"type": "string", "pattern": SLOW}})
+    budget = Budget(0.2)
+    started = time.perf_counter()
+    with pytest.raises(BudgetSpent), budget.running():
+        compiled.errors([SLOW_TEXT] * 100)  # 100 x 50 ms unbudgeted
+    took = time.perf_counter() - started
+    assert took < 0.5, took
+    assert budget.exhausted and budget.spent >= 0.2
+    with pytest.raises(BudgetSpent), budget.running():  # spent: the next check stops at once
+        compiled.errors(["a"])
+
+
+def test_a_budget_bounds_keywords_as_well_as_patterns() -> None:
+    wide = {"anyOf": [{"type": "integer", "minimum": i, "maximum": i} for i in range(500)]}
+    compiled = compile_schema({"type": "array", "items": wide})
+    budget = Budget(0.1)
+    started = time.perf_counter()
+    with pytest.raises(BudgetSpent), budget.running():
+        compiled.errors(["not a number"] * 1_000)
+    assert time.perf_counter() - started < 0.4
+
+
+def test_a_budget_is_summed_over_its_runs_and_unbudgeted_checks_are_unchanged() -> None:
+    budget = Budget(1.0)
+    for _ in range(3):
+        with budget.running():
+            time.sleep(0.02)
+    assert 0.06 <= budget.spent < 0.5
+    assert 0.5 < budget.left() <= 0.94
+    compiled = compile_schema({"type": "string", "pattern": SLOW})
+    (line,) = compiled.errors(SLOW_TEXT)  # no budget running: the per-match limit alone
+    assert "could not be checked" in line and "in time" in line

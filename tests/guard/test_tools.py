@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from gateway.config.guard import ArgumentRule, ToolRule
-from gateway.guard.schemas import ValidatorCache
+from gateway.config.guard import ArgumentRule, ToolGuardConfig, ToolRule
+from gateway.guard.repair import settle
+from gateway.guard.schemas import Budget, ValidatorCache
 from gateway.guard.tools import CheckedCall, ToolCatalog, check_tool_choice
 
 NOW = datetime(2024, 6, 1, 11, 0, tzinfo=UTC)
@@ -435,3 +438,62 @@ def test_tool_choice_allowed_tools() -> None:
     assert problem.message == "tool_choice requires a call to one of: a, b; the answer has none"
     auto = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [named("a")]}}
     assert check_tool_choice(auto, [], "text") == []
+
+
+# --- one validation budget for the whole request -------------------------------------------
+
+SLOW_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "tag",
+            "parameters": {
+                "type": "object",
+                "properties": {"tags": {"type": "array", "items": {"pattern": "^(a|aa)+$"}}},
+            },
+        },
+    }
+]
+SLOW_ARGUMENTS = json.dumps({"tags": ["a" * 30 + "!"] * 100})  # 100 x 50 ms unbudgeted
+
+
+def test_a_call_past_the_budget_comes_back_unchecked_within_it() -> None:
+    budget = Budget(0.2)
+    cat = ToolCatalog.from_request(SLOW_TOOLS, {}, True, budget=budget)
+    started = time.perf_counter()
+    checked = cat.check(call("tag", SLOW_ARGUMENTS))
+    assert time.perf_counter() - started < 0.5
+    assert checked.unchecked and checked.ok and "validation budget" in checked.warnings[0]
+    assert checked.call["function"]["arguments"] == SLOW_ARGUMENTS  # sent on as it came
+    again = cat.check(call("tag", '{"tags": ["a"]}'))  # the same request: nothing left
+    assert again.unchecked
+
+
+def test_settle_stops_at_the_budget_and_asks_for_no_repair() -> None:
+    """Without the budget, each repair would validate again: seconds per attempt."""
+    asked: list[Any] = []
+
+    async def ask_again(extra: list[Any]) -> dict[str, Any]:
+        asked.append(extra)
+        return {"role": "assistant", "tool_calls": [call("tag", SLOW_ARGUMENTS)]}
+
+    message = {"role": "assistant", "content": None, "tool_calls": [call("tag", SLOW_ARGUMENTS)]}
+    cat = ToolCatalog.from_request(SLOW_TOOLS, {}, True, budget=Budget(0.2))
+    started = time.perf_counter()
+    settled = asyncio.run(settle(message, cat, None, ToolGuardConfig(), ask_again, inline=False))
+    assert time.perf_counter() - started < 0.6
+    assert settled.outcome == "unchecked" and asked == []
+    assert settled.message["tool_calls"][0]["function"]["arguments"] == SLOW_ARGUMENTS
+
+
+def test_a_catalog_of_thousands_compiles_only_what_is_called() -> None:
+    cache = ValidatorCache()
+    tools = [
+        {"type": "function", "function": {"name": f"t{i}", "parameters": {"maxProperties": i}}}
+        for i in range(5_000)
+    ]
+    started = time.perf_counter()
+    cat = ToolCatalog.from_request(tools, {}, True, cache=cache)
+    assert cat.check(call("t7", "{}")).ok
+    assert time.perf_counter() - started < 0.5
+    assert cache.misses == 1 and len(cache) == 1

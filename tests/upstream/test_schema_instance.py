@@ -9,6 +9,7 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
+from time import perf_counter
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -16,7 +17,7 @@ import pytest
 from jsonschema.validators import validator_for
 from pydantic import BaseModel, Field
 
-from gateway.upstream.schema_instance import instance, pattern_example
+from gateway.upstream.schema_instance import BUILD_SECONDS, instance, pattern_example
 
 Json = dict[str, Any]
 BFCL = Path(__file__).resolve().parents[1] / "data" / "datasets" / "tools" / "bfcl"
@@ -360,3 +361,47 @@ def test_every_bfcl_function_gets_valid_arguments() -> None:
         if (found := errors(schema, instance(schema, "Find the area of a triangle")))
     }
     assert not invalid, f"{len(invalid)} of {len(schemas)} invalid: {list(invalid.items())[:3]}"
+
+
+# --- bounded on hostile schemas (issue 32) -------------------------------------------------
+
+_NEVER = {"type": "integer", "minimum": 10, "maximum": 1}  # no value: every branch fails
+
+
+def _union(n: int) -> dict[str, Any]:
+    return {"type": "object", "properties": {"x": {"anyOf": [_NEVER] * n}}, "required": ["x"]}
+
+
+def _seconds(schema: Any) -> float:
+    started = perf_counter()
+    instance(schema, "hello")
+    return perf_counter() - started
+
+
+def test_alternatives_cost_linear_time_with_a_cap() -> None:
+    """Each tried branch was checked against the whole union: N branches cost N squared
+    (200: 1.4 s, nested: minutes). Now the first MAX_TRIES are tried, each check linear."""
+    small = min(_seconds(_union(200)) for _ in range(2))
+    large = min(_seconds(_union(2_000)) for _ in range(2))
+    assert large < small * 40, (small, large)  # 10x the branches: about 10x, not 100x
+    assert large < BUILD_SECONDS + 0.5
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"anyOf": [{"anyOf": [_NEVER] * 200}] * 200},
+        {"type": "object", "properties": {"x": {"enum": list(range(20_000))}}, "required": ["x"]},
+        {"$defs": {"n": {"anyOf": [{"$ref": "#/$defs/n"}, _NEVER, _NEVER]}}, "$ref": "#/$defs/n"},
+        {
+            "type": "object",
+            "properties": {
+                f"p{i}": {"type": "string", "pattern": "^(a|aa)+$", "minLength": 40}
+                for i in range(100)
+            },
+        },
+    ],
+    ids=["nested-unions", "huge-enum", "recursive-union", "slow-patterns"],
+)
+def test_a_hostile_schema_is_answered_within_the_budget(schema: Any) -> None:
+    assert _seconds(schema) < BUILD_SECONDS + 0.5
