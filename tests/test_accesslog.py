@@ -68,6 +68,19 @@ def test_one_line_per_request_with_the_facts_and_no_prompt(
     assert "4111" not in raw and "sk-fake-provider-secret" not in raw
 
 
+def test_a_long_model_name_is_logged_cut(
+    logged: tuple[GatewayServer, io.BytesIO, AccessLog], server_thread: ServerThread
+) -> None:
+    server, sink, log = logged
+    with pytest.raises(openai.NotFoundError):
+        sdk_client(server.url, "k").chat.completions.create(
+            model="m" * 50_000, messages=[{"role": "user", "content": "x"}]
+        )
+    (line,) = _lines(sink, log, server_thread)
+    assert line["model"].startswith("m" * 256) and "(50000 characters)" in line["model"]
+    assert len(sink.getvalue()) < 4096
+
+
 def test_prompts_are_logged_only_when_asked(
     server_thread: ServerThread, fake_upstream: FakeUpstream
 ) -> None:

@@ -17,6 +17,7 @@ import orjson
 from gateway.context import RequestContext
 
 FLUSH_SECONDS = 0.05
+LOGGED_CHARS = 256  # of a client-chosen name (the model asked for): a log line stays a line
 
 
 class AccessLog:
@@ -42,6 +43,13 @@ class AccessLog:
             self.sink.flush()
 
 
+def _bounded(name: str | None) -> str | None:
+    """A client-chosen name, at most LOGGED_CHARS characters, with the length it had."""
+    if name is None or len(name) <= LOGGED_CHARS:
+        return name
+    return f"{name[:LOGGED_CHARS]}… ({len(name)} characters)"
+
+
 def _line(ctx: RequestContext, method: str, path: str) -> dict[str, object]:
     usage = ctx.usage or {}
     route = ctx.route
@@ -53,7 +61,7 @@ def _line(ctx: RequestContext, method: str, path: str) -> dict[str, object]:
         "path": path,
         "status": ctx.status,
         "tenant": ctx.tenant,
-        "model": ctx.requested_model,
+        "model": _bounded(ctx.requested_model),
         "served_model": route.name if route else None,
         "upstream": served.provider if served else None,
         "upstream_model": served.upstream_model if served else None,
