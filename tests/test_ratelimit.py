@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from gateway.config.rate_limits import RateLimitConfig, RateLimitStorageConfig
 from gateway.ratelimit import RateLimited, RateLimiter
+from gateway.ratelimit.memory import MIN_SWEEP, MemoryBackend
 from gateway.ratelimit.window import tokens_wait
 
 
@@ -302,3 +303,26 @@ async def test_a_fan_out_is_not_refused_for_the_slot_its_request_holds(
         await permit.charge(5, 100)
     caught = await refused(limiter, limits, tokens=900)
     assert caught.limit == "tokens_per_minute", "the fan-out's tokens were counted"
+
+
+# --- memory ---------------------------------------------------------------------------------
+
+
+async def test_owners_at_rest_are_forgotten_and_memory_follows_the_active_ones(
+    clock: Clock,
+) -> None:
+    """A client that makes up an owner per request (its own provider keys) must not grow the
+    counters without end; an owner still limited keeps its state through a sweep."""
+    backend = MemoryBackend(clock)
+    limits = RateLimitConfig(requests_per_second=1, tokens_per_minute=1000)
+    assert await backend.acquire("steady", limits, 10, None) is None  # bucket now empty
+    for i in range(20_000):
+        assert await backend.acquire(f"made-up-{i}", limits, 10, None) is None
+        clock.advance(0.1)  # 2,000 s in all: each made-up owner rests after a minute or two
+    assert backend.held() < 4 * MIN_SWEEP
+    # Within its minute and bucket, an owner is kept and still refused.
+    assert await backend.acquire("busy", limits, 10, None) is None
+    for i in range(3 * MIN_SWEEP):
+        await backend.acquire(f"flood-{i}", limits, 10, None)
+    refusal = await backend.acquire("busy", limits, 10, None)
+    assert refusal is not None and refusal.limit == "requests_per_second"

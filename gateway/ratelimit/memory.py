@@ -1,5 +1,11 @@
 """Counters in this process: exact, on a monotonic clock. Nothing here awaits, so each call is
-atomic under asyncio and a release cannot be interrupted by a cancellation."""
+atomic under asyncio and a release cannot be interrupted by a cancellation.
+
+Counters are kept per owner (a tenant, or a tenant's own provider key: a client can make up
+as many of those as it likes), and an owner whose counters are back at rest (bucket full,
+nothing in flight, no tokens in the sliding minute) is forgotten at the next sweep: it would
+start from the same state anew. Sweeps run when the table has doubled since the last one, so
+memory follows the owners active in the last minute, at amortized constant cost."""
 
 from __future__ import annotations
 
@@ -19,12 +25,17 @@ class _Tenant:
     window: int | None = None  # the minute `current` counts
     current: float = 0.0
     previous: float = 0.0
+    full_at: float = 0.0  # when the bucket is full again
+
+
+MIN_SWEEP = 1024  # owners held before the first sweep
 
 
 class MemoryBackend:
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._tenants: dict[str, _Tenant] = {}
+        self._sweep_at = MIN_SWEEP
 
     async def acquire(
         self,
@@ -36,9 +47,7 @@ class MemoryBackend:
         already: int = 0,
     ) -> Refusal | None:
         now = self._clock()
-        state = self._tenants.get(tenant)
-        if state is None:
-            state = self._tenants[tenant] = _Tenant()
+        state = self._state(tenant, now)
         refusals: list[Refusal] = []
 
         rate, size = limits.requests_per_second, limits.bucket_size
@@ -72,6 +81,7 @@ class MemoryBackend:
             return max(refusals, key=lambda refusal: refusal.retry_after)
         if rate is not None:
             state.bucket, state.refilled_at = bucket - requests, now
+            state.full_at = now + (size - state.bucket) / rate
         if slot is not None:
             state.in_flight += 1
         if tpm is not None:
@@ -84,12 +94,35 @@ class MemoryBackend:
             state.in_flight -= 1
 
     async def record_tokens(self, tenant: str, tokens: int) -> None:
-        state = self._tenants.get(tenant)
-        if state is None:
-            state = self._tenants[tenant] = _Tenant()
-        index = int(self._clock() // WINDOW_SECONDS)
+        now = self._clock()
+        state = self._state(tenant, now)
+        index = int(now // WINDOW_SECONDS)
         current, previous = roll_window(state.window, state.current, state.previous, index)
         state.window, state.current, state.previous = index, current + tokens, previous
+
+    def _state(self, tenant: str, now: float) -> _Tenant:
+        state = self._tenants.get(tenant)
+        if state is None:
+            if len(self._tenants) >= self._sweep_at:
+                self._sweep(now)
+            state = self._tenants[tenant] = _Tenant()
+        return state
+
+    def _sweep(self, now: float) -> None:
+        """Forget the owners at rest: a fresh state is the same as theirs."""
+        index = int(now // WINDOW_SECONDS)
+        resting = [
+            name
+            for name, s in self._tenants.items()
+            if s.in_flight == 0 and now >= s.full_at and (s.window is None or s.window < index - 1)
+        ]
+        for name in resting:
+            del self._tenants[name]
+        self._sweep_at = max(MIN_SWEEP, 2 * len(self._tenants))
+
+    def held(self) -> int:
+        """How many owners have counters here (tests, and the bound's check)."""
+        return len(self._tenants)
 
     def in_flight(self, tenant: str) -> int:
         state = self._tenants.get(tenant)
