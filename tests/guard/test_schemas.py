@@ -264,3 +264,20 @@ def test_a_budget_is_summed_over_its_runs_and_unbudgeted_checks_are_unchanged() 
     compiled = compile_schema({"type": "string", "pattern": SLOW})
     (line,) = compiled.errors(SLOW_TEXT)  # no budget running: the per-match limit alone
     assert "could not be checked" in line and "in time" in line
+
+
+def test_a_pattern_the_time_limited_engine_rejects_is_not_run_without_a_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`re` has no time limit: a pattern `regex` refuses is reported unchecked, not run."""
+    import regex
+
+    from gateway.guard import schemas
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise regex.error("unsupported")
+
+    monkeypatch.setattr(schemas.regex, "search", refuse)
+    assert schemas.search(SLOW, SLOW_TEXT) is None
+    (line,) = compile_schema({"type": "string", "pattern": "^a$"}).errors("a")
+    assert "could not be checked" in line
