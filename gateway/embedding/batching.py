@@ -1,14 +1,17 @@
-"""Micro-batching: many concurrent callers, one batched call on one dedicated worker thread."""
+"""Micro-batching: many concurrent callers, one batched call on one dedicated worker thread.
+
+A batch is filled from the tenants in turn (`util/fair.py`), not in arrival order: one
+tenant's burst of texts waits behind its own, and another's text joins the next batch."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
+from gateway.util.fair import FairQueue
 from gateway.util.threads import single_worker
 
 T = TypeVar("T")
@@ -72,7 +75,7 @@ class MicroBatcher(Generic[T, R]):
         self.window_s = max(0.0, window_ms) / 1000.0
         self.policy: Policy = policy
         self.stats = BatchStats()
-        self._queue: deque[_Job[T, R]] = deque()
+        self._queue: FairQueue[_Job[T, R]] = FairQueue()
         self._executor = single_worker(thread_name)
         self._wakeup: asyncio.Event | None = None
         self._full: asyncio.Event | None = None
@@ -113,7 +116,7 @@ class MicroBatcher(Generic[T, R]):
             self._task = loop.create_task(self._collect(), name="microbatch-collector")
         assert self._wakeup is not None and self._full is not None
         fut: asyncio.Future[R] = loop.create_future()
-        self._queue.append(_Job(item, fut))
+        self._queue.put(_Job(item, fut))
         self._wakeup.set()
         if len(self._queue) >= self.max_batch:
             self._full.set()
@@ -170,7 +173,7 @@ class MicroBatcher(Generic[T, R]):
     def _take(self) -> list[_Job[T, R]]:
         batch: list[_Job[T, R]] = []
         while self._queue and len(batch) < self.max_batch:
-            job = self._queue.popleft()
+            job = self._queue.take()
             if not job.future.done():  # skip callers that were cancelled while queued
                 batch.append(job)
         return batch
@@ -180,8 +183,7 @@ class MicroBatcher(Generic[T, R]):
         if self._closed:
             return
         self._closed = True
-        queued = list(self._queue)
-        self._queue.clear()
+        queued = list(self._queue.drain())
         _fail(queued, BatcherClosed("batcher closed before this item ran"))
         if self._task is not None:
             assert self._wakeup is not None

@@ -30,6 +30,7 @@ from gateway.http import auth, render
 from gateway.http.keys import ACCESS_LOG, CTX, DRAIN, LIMITER, METRICS, RUNTIME, RUNTIME_REF
 from gateway.ratelimit import Permit, RateLimited
 from gateway.server.shutdown import ShuttingDown
+from gateway.util import fair
 
 log = logging.getLogger("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -64,11 +65,13 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     runtime.enter()
     ctx.in_flight = request.app[RUNTIME_REF].enter()
     task = drain.enter()
+    owner = None
     try:
         if drain.expired:  # a pipelined request behind one the shutdown ended
             raise ShuttingDown()
         if ctx.endpoint in _AUTHENTICATED:
             ctx.tenant = auth.tenant_for(runtime.settings, request.headers.get("Authorization"))
+            owner = fair.OWNER.set(ctx.tenant)  # shared CPU work served per tenant in turn
             if ctx.endpoint != "models":
                 policy = runtime.settings.policies.for_tenant(ctx.tenant)
                 given = request.headers.get(auth.PROVIDER_KEY_HEADER)
@@ -107,6 +110,8 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         metrics.observe(ctx)
         if ctx.endpoint not in _PROBES or runtime.settings.server.log_probes:
             request.app[ACCESS_LOG].write(ctx, request.method, request.path)
+        if owner is not None:
+            fair.OWNER.reset(owner)
 
 
 async def _admit(request: web.Request, ctx: RequestContext, limits: RateLimitConfig) -> None:

@@ -6,27 +6,24 @@ and stall everything else (/healthz, every other tenant). On one worker thread t
 at a time while the loop keeps serving: one thread, so at most one competes with the loop for
 the GIL (a C call that holds it, like a JSON parse, delays the loop by that call only, never by
 a queue of them). Small inputs stay inline, where a thread hop costs more than the work.
+The thread serves tenants in turn (`util/fair.py`): one tenant's flood of large bodies queues
+behind its own work, not in front of everyone else's.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from gateway.util.threads import single_worker
+from gateway.util.fair import FairWorker
 
 T = TypeVar("T")
 
-_executor: ThreadPoolExecutor | None = None
+_worker = FairWorker("gateway-cpu")
 
 
 async def run(inline: bool, fn: Callable[..., T], *args: object) -> T:
     """`fn(*args)`: here when `inline`, else on the worker thread."""
-    global _executor
     if inline:
         return fn(*args)
-    if _executor is None:
-        _executor = single_worker("gateway-cpu")
-    return await asyncio.get_running_loop().run_in_executor(_executor, fn, *args)
+    return await _worker.submit(fn, *args)
