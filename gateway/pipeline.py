@@ -27,7 +27,7 @@ from typing import Any
 from gateway import degradation, wire
 from gateway.cache.service import CacheHit, CachePlan, SemanticCache
 from gateway.cache.verify.judge import JudgeCall
-from gateway.cache.verify.verifier import NotComparable
+from gateway.cache.verify.verifier import NotComparable, TenantLimited
 from gateway.config import ModelRoute, Settings
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest, ModelNotFound, echo
@@ -35,6 +35,7 @@ from gateway.guard.conversation import ConversationGuard
 from gateway.guard.tool_guard import ToolCallGuard
 from gateway.rag.grounding import Sources, grounded_messages, sources_field
 from gateway.rag.service import Grounding, Knowledge
+from gateway.ratelimit import Permit, RateLimited
 from gateway.reply import chunks
 from gateway.reply.headers import answer_headers, replayable
 from gateway.reply.reply import Reply
@@ -149,8 +150,12 @@ class Pipeline:
             # Its level, knowledge base and route go with it: a hit replays them.
             cache.keep(ctx, plan, {**completion, **extra}, answer_headers(ctx))
             if plan.held_back is not None:  # would the held-back candidate have been right?
-                judge = self._judge_call(_verifying(ctx), plan.policy.verify.judge_model)
-                cache.verifier.explore(plan.held_back, completion, judge)
+                held_back = plan.held_back
+                judge_model = plan.policy.verify.judge_model
+                judge = self._judge_call(
+                    _verifying(ctx), judge_model, held_back.bill_to, list(ctx.permits)
+                )
+                cache.verifier.explore(held_back, completion, judge)
 
         return OnComplete(keep)
 
@@ -166,7 +171,13 @@ class Pipeline:
         """A share of hits is asked again upstream, after the client has its answer, and the
         two answers compared (cache/verify/): never while the model's breakers are not
         closed, nor under overload shedding. The fresh answer is made as a miss would make
-        it (grounded in the same knowledge base), judged, and never cached."""
+        it (grounded in the same knowledge base), judged, and never cached.
+
+        The tenant pays for it: each shadow call is charged to the request's rate-limit
+        permits (one request and its prompt tokens before, or no call; its completion's
+        after) and its cost to the tenant's metrics (verifier events). It sends no more than
+        the hit's request: its prompt at most what that request was charged for, its answer
+        at most `_shadow_output` tokens."""
         assert self.cache is not None
         verifier = self.cache.verifier
         probe = self.cache.probe(plan, hit, ctx)
@@ -176,26 +187,40 @@ class Pipeline:
             return verifier.skip(probe, "breaker_open")
         if sheds(ctx, "verification"):
             return verifier.skip(probe, "shed")
-        shadow_body = {k: v for k, v in body.items() if k not in _NOT_SHADOWED}
+        shadow_body = _shadow_body(body, hit.entry.response)
+        tokens = estimate_prompt_tokens(shadow_body["messages"])
+        if tokens > max(SHADOW_MIN_TOKENS, (ctx.body_bytes or 0) // 4):
+            return verifier.skip(probe, "oversized")
         # Runs while (and after) the hit is sent: on a context of its own, so its retrieval
         # and tokens never reach the hit's headers, metrics or access log (verification
         # accounts its calls itself).
         shadow = _verifying(ctx)
+        permits = list(ctx.permits)
 
         async def fresh() -> Json:
+            await _charge(permits, tokens)
             prompt = shadow_body
             if knowledge_base is not None:
                 grounding = await self.knowledge.ground(shadow, knowledge_base, body)
                 if grounding is None or grounding.level != 1:
                     raise NotComparable("retrieval did not ground the shadow call")
                 prompt = _prompt(shadow_body, grounding)
-            return await self.executor.on_behalf(
+            answer = await self.executor.on_behalf(
                 shadow, route, prompt, "cache_verification", fallbacks=False
             )
+            await _settle(permits, tokens, answer.get("usage"))
+            return answer
 
-        verifier.verify(probe, fresh, self._judge_call(shadow, plan.policy.verify.judge_model))
+        judge = self._judge_call(shadow, plan.policy.verify.judge_model, probe.bill_to, permits)
+        verifier.verify(probe, fresh, judge)
 
-    def _judge_call(self, ctx: RequestContext, judge_model: str | None) -> JudgeCall | None:
+    def _judge_call(
+        self,
+        ctx: RequestContext,
+        judge_model: str | None,
+        bill_to: str | None = None,
+        permits: list[Permit] | None = None,
+    ) -> JudgeCall | None:
         """The verification judge model as a call, when the policy names one it can reach."""
         route = self.settings.routes.get(judge_model) if judge_model else None
         if route is None or route.kind != "chat" or route.disabled_reason is not None:
@@ -204,7 +229,8 @@ class Pipeline:
         async def ask(body: Json) -> Json:
             answer = await self.executor.on_behalf(ctx, route, body, "cache_verification")
             if self.cache is not None:  # accounted as verification's (the request is done)
-                self.cache.verifier.judged(route.name, answer.get("usage"))
+                self.cache.verifier.judged(route.name, answer.get("usage"), bill_to)
+            await _settle(permits or [], 0, answer.get("usage"))  # the tenant's tokens too
             return answer
 
         return ask
@@ -280,6 +306,46 @@ class Pipeline:
 
 # A shadow call is one plain answer: never a stream, never several.
 _NOT_SHADOWED = frozenset({"stream", "stream_options", "n"})
+# A shadow call's prompt may be as large as its hit's request body (bytes / 4, as the rate
+# limiter charged it), or this many tokens when that is less (a request's grounding aside).
+SHADOW_MIN_TOKENS = 256
+# A shadow call's answer: at most twice the cached answer's completion tokens, at least this
+# many, never more than the client's own max_tokens.
+SHADOW_MIN_OUTPUT = 256
+
+
+def _shadow_body(body: Json, cached: Json) -> Json:
+    """The request a shadow call sends: the hit's as a miss would send it, one plain answer,
+    its length bounded by the answer it is compared with (`SHADOW_MIN_OUTPUT`)."""
+    shadow = {k: v for k, v in body.items() if k not in _NOT_SHADOWED}
+    stored = (cached.get("usage") or {}).get("completion_tokens")
+    limit = max(SHADOW_MIN_OUTPUT, 2 * stored if isinstance(stored, int) else 0)
+    field = "max_completion_tokens" if "max_completion_tokens" in shadow else "max_tokens"
+    given = shadow.get(field)
+    shadow[field] = min(given, limit) if isinstance(given, int) and given > 0 else limit
+    return shadow
+
+
+async def _charge(permits: list[Permit], tokens: int) -> None:
+    """A shadow call counted against the hit's tenant's limits before it is sent (as one
+    more request of the hit's, like a fan-out), or TenantLimited and no call."""
+    try:
+        for permit in permits:
+            await permit.charge(1, tokens)
+    except RateLimited as refused:
+        raise TenantLimited(str(refused)) from refused
+
+
+async def _settle(permits: list[Permit], charged: int, usage: Any) -> None:
+    """The tokens a call used beyond those charged before it, on the tenant's minute."""
+    if not isinstance(usage, dict):
+        return
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    extra = max(0, prompt - charged) if isinstance(prompt, int) else 0
+    extra += completion if isinstance(completion, int) else 0
+    for permit in permits:
+        await permit.record_tokens(extra)
+
 
 # Tool-guard outcomes whose answer is the guard's stand-in, or still wrong: never reused.
 _NOT_KEPT = frozenset({"stripped", "passed", "failed", "unchecked"})

@@ -25,6 +25,7 @@ from gateway.cache.scope import CacheKey, cache_key
 from gateway.cache.store import CacheEntry, CacheStore, LazyVectors
 from gateway.cache.verify.judge import AnswerJudge
 from gateway.cache.verify.ledger import Ledger
+from gateway.cache.verify.nature import varies
 from gateway.cache.verify.verifier import Probe, VerificationEvents, Verifier
 from gateway.config import CachePolicy, ModelRoute
 from gateway.context import RequestContext
@@ -53,6 +54,7 @@ class CachePlan:
     read: bool
     semantic: bool | None = None  # the semantic tier may judge this text (None: not decided)
     held_back: Probe | None = None  # a candidate only the effective threshold kept back
+    varies: str | None = None  # why its answers vary by nature (not verified), if they do
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +149,7 @@ class SemanticCache:
         if policy is None:
             return None
         key = _key(ctx.tenant or "", route.name, body, context)
-        return CachePlan(key, policy, read=directive != "refresh")
+        return CachePlan(key, policy, read=directive != "refresh", varies=varies(body))
 
     async def prepare(
         self,
@@ -164,7 +166,7 @@ class SemanticCache:
             return None
         inline = (ctx.body_bytes or 0) <= INLINE_KEY_BYTES
         key = await offload.run(inline, _key, ctx.tenant or "", route.name, body, context)
-        return CachePlan(key, policy, read=directive != "refresh")
+        return CachePlan(key, policy, read=directive != "refresh", varies=varies(body))
 
     def _policy(
         self, ctx: RequestContext, route: ModelRoute, body: Json, directive: Directive
@@ -274,8 +276,8 @@ class SemanticCache:
             await self._add_vectors(lazy, plan, now)
         model, policy = plan.key.model, plan.policy
         scope, name = plan.key.scope, self.embedder.name
-        # The bars, raised alike when verification raised the model's threshold.
-        effective = self.verifier.threshold(model, policy)
+        # The bars, raised alike when verification raised the threshold (this tenant's).
+        effective = self.verifier.threshold(model, policy, plan.key.tenant)
         bars = Bars(
             effective,
             policy.judge_similarity + effective - policy.similarity_threshold,
@@ -332,6 +334,7 @@ class SemanticCache:
         """The nearest candidate that may be served: no veto, then no word rule at the
         threshold or the judge's yes at its bar, then verification's marks."""
         model, policy, verifier = plan.key.model, plan.policy, self.verifier
+        tenant = plan.key.tenant
         judged = [j.score for j in judgements if j.score is not None]
         ctx.cache_judge = max(judged) if judged else None
         for (entry, similarity), judgement in zip(candidates, judgements, strict=True):
@@ -340,7 +343,9 @@ class SemanticCache:
                 reason = "verified-threshold"  # only the raised threshold holds it back
             if reason is None:
                 bar = None if judgement.score is None else bars.judged
-                reason = verifier.refusal(model, policy, entry, similarity, ctx.embedding, bar=bar)
+                reason = verifier.refusal(
+                    model, policy, entry, similarity, ctx.embedding, bar=bar, tenant=tenant
+                )
             if reason is None:
                 ctx.cache_judge = judgement.score
                 return self._hit(ctx, CacheHit(entry, "hit-semantic", similarity))
@@ -348,10 +353,17 @@ class SemanticCache:
                 continue  # under the bars: not a near miss
             if ctx.cache_near_miss is None:
                 ctx.cache_near_miss = reason
-            if reason == "verified-threshold" and plan.held_back is None:
-                # the fresh answer will say if it was right
+            held = reason == "verified-threshold" and plan.held_back is None
+            if held and plan.varies is None:  # the fresh answer will say if it was right
                 plan.held_back = verifier.held_back(
-                    model, policy, entry, similarity, plan.key.text, ctx.embedding
+                    model,
+                    policy,
+                    entry,
+                    similarity,
+                    plan.key.text,
+                    ctx.embedding,
+                    tenant,
+                    _bill_to(ctx),
                 )
         return None
 
@@ -365,6 +377,9 @@ class SemanticCache:
             plan.key.text,
             ctx.embedding,
             exact=hit.kind == "hit-exact",
+            tenant=plan.key.tenant,
+            bill_to=_bill_to(ctx),
+            varies=plan.varies,
         )
 
     async def _add_vectors(self, store: LazyVectors, plan: CachePlan, now: float) -> None:
@@ -447,6 +462,13 @@ class SemanticCache:
             await self.store.put(entry)
         except Exception as err:
             self._store_failed(f"write (request {ctx.request_id})", err)
+
+
+def _bill_to(ctx: RequestContext) -> str | None:
+    """The tenant a verification's cost is also counted under, when its policy opts in to
+    per-tenant metrics (the label's values are the configured tenants: bounded)."""
+    opted_in = ctx.policy is not None and ctx.policy.metrics.per_tenant
+    return ctx.tenant if opted_in else None
 
 
 def _key(tenant: str, model: str, body: Json, context: str | None) -> CacheKey:

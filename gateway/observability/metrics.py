@@ -308,7 +308,8 @@ class Metrics:
         )
         self.tenant_cost = Counter(
             "gateway_tenant_cost",
-            "Upstream cost of tenants whose policy opts in (metrics.per_tenant).",
+            "Upstream cost of tenants whose policy opts in (metrics.per_tenant), their "
+            "cache verification's shadow calls included.",
             ["tenant"],
             registry=r,
         )
@@ -400,7 +401,10 @@ class Metrics:
             "gateway_cache_shadow_calls",
             "Hits chosen for verification, by what became of the shadow call: answered, "
             "failed, rate_limited (max_per_minute), breaker_open, shed, not_comparable "
-            "(retrieval did not ground it); judged: a judge model's call (model: the judge).",
+            "(retrieval did not ground it), tenant_limited (the tenant's rate limits), "
+            "oversized (larger than the hit's request), varies (answers that vary by nature: "
+            "not verified, or two fresh answers disagreed); judged: a judge model's call "
+            "(model: the judge).",
             ["model", "outcome"],
             registry=r,
         )
@@ -685,16 +689,26 @@ class CacheVerificationEvents:
         counter = m.cache_verifications if kind == "served" else m.cache_explorations
         m._child(counter, model, "agree" if agree else "disagree").inc()
 
-    def shadow_call(self, model: str, outcome: ShadowOutcome, usage: dict[str, Any] | None) -> None:
+    def shadow_call(
+        self,
+        model: str,
+        outcome: ShadowOutcome,
+        usage: dict[str, Any] | None,
+        tenant: str | None = None,
+    ) -> None:
         m = self._metrics
         m._child(m.cache_shadow_calls, model, outcome).inc()
         if not usage:
             return
-        # The call runs after the request was recorded: its tokens are counted here.
+        # The call runs after the request was recorded: its tokens are counted here, and
+        # its cost in the verified tenant's too (`tenant`: only one that opts in).
         m.count_guard_tokens(model, "cache_verification", usage)
         pricing = self._pricing(model)
         if pricing is not None:
-            m._child(m.cache_verification_cost, model).inc(_cost(usage, pricing))
+            spent = _cost(usage, pricing)
+            m._child(m.cache_verification_cost, model).inc(spent)
+            if tenant is not None:
+                m._child(m.tenant_cost, tenant).inc(spent)
 
 
 class _VerificationStates(Collector):

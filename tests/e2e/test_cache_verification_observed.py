@@ -113,7 +113,8 @@ def _one_agreeing_one_disagreeing(
 ) -> None:
     """A semantic hit the upstream answers the same again (agree), and one whose answer
     changed after it was cached (disagree); each shadow call done before the upstream
-    changes. (An exact hit's verdict is a control for the judge, not a hit's.)"""
+    changes. (An exact hit's verdict is a control for the judge, not a hit's.) The
+    disagreeing one is asked twice (does the upstream disagree with itself?): three calls."""
     _ask(gw, "What is the boiling point of water at sea level?")
     fake.per_model["fake-model"] = Knobs(content="Paris has been the capital since 508 AD.")
     _ask(gw, "Which city is the capital of France?")
@@ -124,7 +125,7 @@ def _one_agreeing_one_disagreeing(
     _wait_for_shadow_calls(gw, server_thread, 1)
     fake.per_model["fake-model"] = Knobs(content="Lyon, the city of lights, without a doubt.")
     assert _ask(gw, "which city is the capital of France")["x-gateway-cache"] == "hit-semantic"
-    _wait_for_shadow_calls(gw, server_thread, 2)
+    _wait_for_shadow_calls(gw, server_thread, 3)
 
 
 def _wait_for_shadow_calls(gw: GatewayServer, server_thread: ServerThread, count: int) -> None:
@@ -159,10 +160,10 @@ def test_verdicts_tokens_cost_and_gauges(
     assert _value(samples, name, **model, result="disagree") == 1.0
     tokens = "gateway_guard_tokens_total"
     purpose = {**model, "purpose": "cache_verification"}
-    assert _value(samples, tokens, **purpose, direction="input") == 20.0  # 2 calls x 10
-    assert _value(samples, tokens, **purpose, direction="output") == 10.0
+    assert _value(samples, tokens, **purpose, direction="input") == 30.0  # 3 calls x 10
+    assert _value(samples, tokens, **purpose, direction="output") == 15.0
     cost = _value(samples, "gateway_cache_verification_cost_total", **model)
-    assert cost == pytest.approx(2 * (10 * PRICE_IN + 5 * PRICE_OUT) / 1e6)
+    assert cost == pytest.approx(3 * (10 * PRICE_IN + 5 * PRICE_OUT) / 1e6)
     # The shadow calls are not the clients' spend.
     assert _value(samples, "gateway_cost_total", **model) == pytest.approx(
         2 * (10 * PRICE_IN + 5 * PRICE_OUT) / 1e6

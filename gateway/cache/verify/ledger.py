@@ -7,6 +7,7 @@ wherever the ledger keeps them, off the request path.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import OrderedDict, deque
 from collections.abc import Sequence
@@ -17,8 +18,29 @@ import numpy as np
 
 from gateway.cache.verify.estimate import Observation
 
-WINDOW = 4000  # verdicts per model the estimate and the threshold are drawn from
+WINDOW = 4000  # verdicts per (tenant, model) the estimate and the threshold are drawn from
+MAX_WINDOWS = 256  # (tenant, model) windows held; the least recently written goes first
 MAX_MARKED_ENTRIES = 100_000
+_TENANT = "#t:"  # between a window's model and its tenant's hash
+
+
+def window_key(tenant: str, model: str) -> str:
+    """The name of a (tenant, model) verdict window in every ledger: the model and a hash of
+    the tenant (a store holds no tenant names). Each tenant's verdicts move only its own."""
+    return f"{model}{_TENANT}{tenant_hash(tenant)}"
+
+
+def tenant_hash(tenant: str) -> str:
+    return hashlib.blake2b(tenant.encode(), digest_size=8).hexdigest()
+
+
+def split_key(key: str) -> tuple[str, str] | None:
+    """(model, tenant hash) of a window key; None for a window of another shape (one written
+    per model, before verification was per tenant: not read)."""
+    model, mark, owner = key.rpartition(_TENANT)
+    if not mark or not model or len(owner) != 16:
+        return None
+    return model, owner
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,13 +60,14 @@ class Ledger(Protocol):
 
     async def close(self) -> None: ...
 
-    def models(self) -> list[str]: ...
+    def models(self) -> list[str]:
+        """The windows held (`window_key`: a tenant's verdicts on a model)."""
 
     def observations(self, model: str) -> Sequence[Observation]:
-        """The model's latest verdicts (at most WINDOW), oldest first."""
+        """The window's latest verdicts (at most WINDOW), oldest first."""
 
     def version(self, model: str) -> int:
-        """Grows with every verdict the model gains (here or, shared, on another replica)."""
+        """Grows with every verdict the window gains (here or, shared, on another replica)."""
 
     async def record(self, model: str, observation: Observation) -> None: ...
 
@@ -54,10 +77,12 @@ class Ledger(Protocol):
 
 
 class MemoryLedger:
-    """Verdicts and marks of this process, in memory."""
+    """Verdicts and marks of this process, in memory: at most MAX_WINDOWS windows (a window
+    dropped is a tenant back on its model's configured threshold until it has evidence
+    again), WINDOW verdicts each, and the marks of MAX_MARKED_ENTRIES entries."""
 
     def __init__(self) -> None:
-        self._windows: dict[str, deque[Observation]] = {}
+        self._windows: OrderedDict[str, deque[Observation]] = OrderedDict()
         self._versions: dict[str, int] = {}
         self._marks: OrderedDict[str, list[Mark]] = OrderedDict()
 
@@ -100,6 +125,11 @@ class MemoryLedger:
         window = self._windows.get(model)
         if window is None:
             window = self._windows[model] = deque(maxlen=WINDOW)
+            while len(self._windows) > MAX_WINDOWS:
+                dropped, _ = self._windows.popitem(last=False)
+                self._versions.pop(dropped, None)
+        else:
+            self._windows.move_to_end(model)
         window.append(observation)
         self._versions[model] = self._versions.get(model, 0) + 1
 

@@ -20,7 +20,7 @@ from gateway.cache.verify import ledger as memory_ledger
 from gateway.cache.verify import redis_ledger
 from gateway.cache.verify.estimate import Observation
 from gateway.cache.verify.judge import Verdict
-from gateway.cache.verify.ledger import Mark
+from gateway.cache.verify.ledger import Mark, window_key
 from gateway.cache.verify.redis_ledger import RedisLedger
 from gateway.cache.verify.verifier import Probe
 from gateway.config import CachePolicy, ModelRoute
@@ -338,7 +338,7 @@ async def test_a_wrong_verdict_on_one_replica_refuses_the_entry_on_the_other(
             is None
         )
         probe = Probe(
-            "m", plan.policy, hit.entry, hit.similarity, ASKED, ctx.embedding, 1.0, "served"
+            "m", plan.policy, hit.entry, hit.similarity, ASKED, ctx.embedding, 1.0, "served", "t"
         )
         await one.verifier.record(probe, Verdict(False, "different"))
 
@@ -351,7 +351,9 @@ async def test_a_wrong_verdict_on_one_replica_refuses_the_entry_on_the_other(
         await _until(refused)
         again, _, _ = await _ask(other, ASKED, route)
         assert again.cache_result == "miss" and again.cache_near_miss == "verified-wrong"
-        assert [o.agree for o in other.verifier.ledger.observations("m")] == [False]
+        assert [o.agree for o in other.verifier.ledger.observations(window_key("t", "m"))] == [
+            False
+        ]
     finally:
         await one.close()
         await other.close()

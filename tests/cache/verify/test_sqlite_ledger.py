@@ -17,7 +17,7 @@ from gateway.cache.verify import ledger as memory_ledger
 from gateway.cache.verify import sqlite_ledger
 from gateway.cache.verify.estimate import Observation
 from gateway.cache.verify.judge import Verdict
-from gateway.cache.verify.ledger import Mark, MemoryLedger
+from gateway.cache.verify.ledger import Mark, MemoryLedger, window_key
 from gateway.cache.verify.redis_ledger import RedisLedger
 from gateway.cache.verify.sqlite_ledger import SqliteLedger
 from gateway.cache.verify.verifier import Probe
@@ -128,7 +128,9 @@ async def test_a_mark_survives_a_restart_of_the_cache(tmp_path: Path) -> None:
     await cache.flush()
     ctx, plan, hit = await _ask(cache, ASKED, route)
     assert hit is not None and hit.kind == "hit-semantic"
-    probe = Probe("m", plan.policy, hit.entry, hit.similarity, ASKED, ctx.embedding, 1.0, "served")
+    probe = Probe(
+        "m", plan.policy, hit.entry, hit.similarity, ASKED, ctx.embedding, 1.0, "served", "t"
+    )
     await cache.verifier.record(probe, Verdict(False, "different"))
     await cache.close()
 
@@ -138,7 +140,8 @@ async def test_a_mark_survives_a_restart_of_the_cache(tmp_path: Path) -> None:
         assert again.cache_result == "miss" and again.cache_near_miss == "verified-wrong"
         exact, _, hit = await _ask(restarted, STORED, route)  # the entry itself is still there
         assert exact.cache_result == "hit-exact"
-        assert [o.agree for o in restarted.verifier.ledger.observations("m")] == [False]
+        window = restarted.verifier.ledger.observations(window_key("t", "m"))
+        assert [o.agree for o in window] == [False]
     finally:
         await restarted.close()
 

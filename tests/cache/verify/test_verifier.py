@@ -85,7 +85,7 @@ class Events:
     def verified(self, model: str, kind: str, agree: bool) -> None:
         self.verdicts.append((model, kind, agree))
 
-    def shadow_call(self, model: str, outcome: str, usage: Any) -> None:
+    def shadow_call(self, model: str, outcome: str, usage: Any, tenant: str | None) -> None:
         self.shadows.append((model, outcome))
 
 
@@ -133,7 +133,9 @@ async def _fill(cache: SemanticCache, route: ModelRoute, answer: str = "Use the 
 def _probe_for(ctx: RequestContext, plan: CachePlan, hit: CacheHit | None, text: str) -> Probe:
     """A served hit's probe, as the sampler would have made it (chance 1)."""
     assert hit is not None
-    return Probe("m", plan.policy, hit.entry, hit.similarity, text, ctx.embedding, 1.0, "served")
+    return Probe(
+        "m", plan.policy, hit.entry, hit.similarity, text, ctx.embedding, 1.0, "served", "t"
+    )
 
 
 def _fields(probe: Probe) -> dict[str, Any]:
@@ -195,7 +197,7 @@ async def test_wrong_hits_below_a_similarity_raise_the_threshold_and_held_back_o
     for i in range(60):
         probe = Probe(**{**_fields(base), "similarity": 0.97 + 0.0004 * i, "vector": None})
         await cache.verifier.record(probe, Verdict(True, "similar"))
-    effective = cache.verifier.threshold("m", route.cache)
+    effective = cache.verifier.threshold("m", route.cache, "t")
     assert 0.962 <= effective <= 0.975
     embedder = _embedder(cache)
     embedder.cosines[ASKED[3]] = 0.955
