@@ -156,6 +156,7 @@ class _State:
     """One (tenant, model)'s decisions: its latest policy, its effective threshold (None: the
     configured one) and the ledger version last reconsidered."""
 
+    key: str  # ledger.window_key(tenant, model)
     model: str
     tenant: str
     policy: CachePolicy
@@ -207,6 +208,8 @@ class Verifier:
         verification of this tenant's hits found the configured one over budget."""
         state = self._state(model, tenant, policy)
         base = policy.similarity_threshold
+        if state.effective is not None and self.ledger.version(state.key) < state.considered:
+            state.considered, state.effective = 0, None  # its window was dropped: no evidence
         if not _adapts(policy) or state.effective is None:
             return base
         return max(base, state.effective)
@@ -215,7 +218,7 @@ class Verifier:
         key = window_key(tenant, model)
         state = self._states.get(key)
         if state is None:  # the first lookup: evidence loaded at start counts
-            state = self._states[key] = _State(model, tenant, policy)
+            state = self._states[key] = _State(key, model, tenant, policy)
             while len(self._states) > MAX_STATES:
                 self._states.popitem(last=False)
             self._reconsider(key)

@@ -164,3 +164,33 @@ def test_the_store_type_decides_where_verdicts_live(
     cache = build_cache(config, [route], shared=RedisTarget("redis://127.0.0.1:1/0", "ns"))
     assert cache is not None
     assert type(cache.verifier.ledger) is ledger  # nothing opened: build only
+
+
+async def test_each_tenants_evidence_survives_a_restart_as_its_own(tmp_path: Path) -> None:
+    """One tenant's disagreeing verdicts, written to the file, raise only its own threshold
+    again after a restart; another tenant's stays the configured one, its window empty."""
+    path, route = tmp_path / "cache.sqlite3", _route()
+    cache = await _started(path)
+    ctx, plan, _ = await _ask(cache, STORED, route)
+    answer = chat_completion("m", {"role": "assistant", "content": "x"}, "stop", usage(9, 3))
+    cache.keep(ctx, plan, answer)
+    await cache.flush()
+    _, plan, hit = await _ask(cache, ASKED, route)
+    assert hit is not None
+    for i in range(60):
+        probe = Probe(
+            "m", plan.policy, hit.entry, 0.6 + 0.003 * i, ASKED, None, 1.0, "served", "attacker"
+        )
+        await cache.verifier.record(probe, Verdict(False, "different"))
+    raised = cache.verifier.threshold("m", route.cache, "attacker")
+    assert raised > 0.6 and cache.verifier.threshold("m", route.cache, "t") == 0.6
+    await cache.close()
+
+    restarted = await _started(path)
+    try:
+        assert restarted.verifier.threshold("m", route.cache, "attacker") == raised
+        assert restarted.verifier.threshold("m", route.cache, "t") == 0.6
+        assert not restarted.verifier.ledger.observations(window_key("t", "m"))
+        assert len(restarted.verifier.ledger.observations(window_key("attacker", "m"))) == 60
+    finally:
+        await restarted.close()

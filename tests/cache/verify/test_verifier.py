@@ -262,3 +262,142 @@ async def test_a_shadow_call_that_fails_costs_the_verdict_only(cache: SemanticCa
     assert sorted(agree for _, _, agree in _events(cache).verdicts) == [False, True]
     estimate = cache.verifier.snapshot()["m"].served
     assert estimate.verified == 2 and estimate.point == pytest.approx(0.5)
+
+
+# --- per tenant (issue 32) -------------------------------------------------------------------
+
+
+async def _ask_as(
+    cache: SemanticCache, tenant: str, text: str, route: ModelRoute
+) -> tuple[RequestContext, CachePlan, CacheHit | None]:
+    ctx = RequestContext(request_id="r", endpoint="chat", tenant=tenant)
+    body = {"model": "m", "messages": [{"role": "user", "content": text}]}
+    plan = cache.plan(ctx, route, body, "default")
+    assert plan is not None
+    return ctx, plan, await cache.lookup(ctx, plan)
+
+
+async def _fill_as(cache: SemanticCache, tenant: str, route: ModelRoute) -> None:
+    ctx, plan, _ = await _ask_as(cache, tenant, STORED, route)
+    cache.keep(ctx, plan, _answer("Use the link."))
+    await cache.flush()
+
+
+async def test_one_tenants_disagreeing_verdicts_leave_another_tenants_threshold_and_estimate(
+    cache: SemanticCache,
+) -> None:
+    route = _route(sample_rate=1.0, max_error_rate=0.05)
+    for tenant in ("victim", "attacker"):
+        await _fill_as(cache, tenant, route)
+    ctx, plan, hit = await _ask_as(cache, "victim", ASKED[0], route)
+    assert hit is not None
+    await cache.verifier.record(
+        Probe(**{**_fields(_probe_for(ctx, plan, hit, ASKED[0])), "tenant": "victim"}),
+        Verdict(True, "identical"),
+    )
+    before = cache.verifier.snapshot()["m"].tenants["victim"]
+    ctx, plan, hit = await _ask_as(cache, "attacker", ASKED[0], route)
+    assert hit is not None
+    attack = Probe(**{**_fields(_probe_for(ctx, plan, hit, ASKED[0])), "tenant": "attacker"})
+    for i in range(2000):  # paraphrases over the whole band, every one "different"
+        similarity = 0.95 + 0.045 * (i % 100) / 100
+        await cache.verifier.record(
+            Probe(**{**_fields(attack), "similarity": similarity}), Verdict(False, "different")
+        )
+    policy = route.cache
+    assert cache.verifier.threshold("m", policy, "attacker") > 0.99  # its own: raised
+    assert cache.verifier.threshold("m", policy, "victim") == 0.95  # the other's: untouched
+    after = cache.verifier.snapshot()["m"].tenants["victim"]
+    assert after == before and after.served.point == 1.0 and after.effective_threshold == 0.95
+    # the victim's paraphrases still hit; the attacker's own are refused
+    victim, _, _ = await _ask_as(cache, "victim", ASKED[1], route)
+    attacker, _, _ = await _ask_as(cache, "attacker", ASKED[1], route)
+    assert victim.cache_result == "hit-semantic"
+    assert attacker.cache_result == "miss" and attacker.cache_near_miss is not None
+    # the model's own line pools both for the operator; its threshold the highest in force
+    pooled = cache.verifier.snapshot()["m"]
+    assert pooled.served.verified == 2001 and pooled.effective_threshold > 0.99
+
+
+async def test_a_tenant_without_evidence_uses_the_configured_threshold_and_states_are_bounded(
+    cache: SemanticCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.cache.verify import ledger
+
+    monkeypatch.setattr(ledger, "MAX_WINDOWS", 2)
+    route = _route(sample_rate=1.0, max_error_rate=0.05)
+    await _fill_as(cache, "a", route)
+    ctx, plan, hit = await _ask_as(cache, "a", ASKED[0], route)
+    base = Probe(**{**_fields(_probe_for(ctx, plan, hit, ASKED[0])), "vector": None})
+    for tenant in ("a", "b", "c"):
+        for _ in range(40):
+            probe = Probe(**{**_fields(base), "tenant": tenant})
+            cache.verifier.threshold("m", route.cache, tenant)  # seen: its state kept
+            await cache.verifier.record(probe, Verdict(False, "different"))
+    assert len(cache.verifier.ledger.models()) == 2  # "a"'s window went first
+    assert cache.verifier.threshold("m", route.cache, "c") > 0.95
+    assert cache.verifier.threshold("m", route.cache, "a") == 0.95  # no evidence held: default
+    assert cache.verifier.threshold("m", route.cache, "never-seen") == 0.95
+
+
+async def test_answers_that_disagree_with_themselves_are_no_verdict_and_not_verified_again(
+    cache: SemanticCache,
+) -> None:
+    route = _route(sample_rate=1.0)
+    await _fill(cache, route)
+    ctx, plan, hit = await _ask(cache, ASKED[0], route)
+    assert hit is not None
+    probe = cache.probe(plan, hit, ctx)
+    assert probe is not None
+    poems = iter(
+        [
+            "Waves fold the grey light under, gulls write their names on foam.",
+            "The harbour sleeps in amber; 7 boats dream of open water.",
+        ]
+    )
+
+    async def a_new_poem_each_time() -> dict[str, Any]:
+        return _answer(next(poems))
+
+    cache.verifier.verify(probe, a_new_poem_each_time)
+    await cache.verifier.flush()
+    events = _events(cache)
+    assert [o for _, o in events.shadows] == ["answered", "answered", "varies"]
+    assert not events.verdicts and not cache.verifier.ledger.models()
+    assert cache.verifier.threshold("m", route.cache, "t") == 0.95
+    # the entry is known to vary: its next hit costs no shadow call
+    ctx, plan, hit = await _ask(cache, ASKED[1], route)
+    assert hit is not None and cache.probe(plan, hit, ctx) is None
+    assert events.shadows[-1] == ("m", "varies")
+
+
+async def test_a_disagreement_the_upstream_repeats_is_a_wrong_hit(cache: SemanticCache) -> None:
+    route = _route(sample_rate=1.0)
+    await _fill(cache, route)
+    ctx, plan, hit = await _ask(cache, ASKED[0], route)
+    assert hit is not None
+    probe = cache.probe(plan, hit, ctx)
+    assert probe is not None
+
+    async def changed() -> dict[str, Any]:
+        return _answer("Call the support line at 555-0100 and ask for a new card.")
+
+    cache.verifier.verify(probe, changed)
+    await cache.verifier.flush()
+    assert [o for _, o in _events(cache).shadows] == ["answered", "answered"]
+    assert _events(cache).verdicts == [("m", "served", False)]
+
+
+async def test_hot_or_creative_requests_are_not_verified(cache: SemanticCache) -> None:
+    route = _route(sample_rate=1.0)
+    await _fill(cache, route)
+    ctx, plan, hit = await _ask(cache, ASKED[0], route)
+    assert hit is not None and plan.varies is None
+    for why in ("temperature", "creative"):
+        plan.varies = why
+        assert cache.probe(plan, hit, ctx) is None
+    assert [o for _, o in _events(cache).shadows] == ["varies", "varies"]
+    hot = RequestContext(request_id="r", endpoint="chat", tenant="t")
+    body = {"model": "m", "messages": [{"role": "user", "content": STORED}], "temperature": 0.9}
+    found = cache.plan(hot, route, body, "default")
+    assert found is not None and found.varies == "temperature"
