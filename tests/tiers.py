@@ -111,6 +111,9 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/cache/traps/": ("slow",),
     "tests/e2e/test_cache.py::test_no_tenant_or_marker_ever_gets_another_ones_answer": ("slow",),
     "tests/e2e/test_cache_verification.py": ("slow",),  # the real MiniLM, verdicts awaited
+    # 52 requests and their shadow calls, each verdict awaited (~0.7 s)
+    "tests/e2e/test_cache_verification_tenants.py::"
+    "test_one_tenants_wrong_verdicts_leave_another_tenants_threshold_and_estimate": ("slow",),
     "tests/observability/test_cardinality.py": ("slow",),
     "tests/server/test_connections.py": ("slow",),  # timeouts of a second or so, two loops
     "tests/routing/test_scorer.py::test_with_minilm_simple_prompts_score_below_hard_ones": (
