@@ -25,7 +25,8 @@ from gateway.resilience.executor import AllUpstreamsUnavailable
 from gateway.responses import native, output
 from gateway.responses import request as translate
 from gateway.responses.events import ResponseEvents
-from gateway.responses.store import ResponseStore, StoredResponse, new_response_id
+from gateway.responses.request import ResponsesRequest
+from gateway.responses.store import Chain, ResponseStore, StoredResponse, new_response_id
 from gateway.wire import chat_params
 
 Json = dict[str, Any]
@@ -34,42 +35,60 @@ Json = dict[str, Any]
 async def create(request: web.Request) -> web.StreamResponse:
     ctx, pipeline = request[CTX], request[RUNTIME].pipeline
     body = await read_json(request)
-    asked = translate.parse(body)
+    asked = _admitted(request, translate.parse(body))
     if asked.stream:
         render.streams(request, _stream_form(asked, body, asked.model))
-    history = await _history(request, asked)
+    chain = await _history(request, asked)
+    history = chain.conversation
     items = translate.input_items(asked)
     if translate.built_in_tools(asked) and native.serves(ctx, pipeline, asked.model):
-        return await _native(request, asked, body, history, items)
-    turn = history + translate.conversation(items)
-    chat = translate.chat_body(asked, body, turn)
+        return await _native(request, asked, body, chain, items)
+    new = translate.conversation(items)
+    chat = translate.chat_body(asked, body, history + new)
     params = chat_params(chat)
     read_chat_headers(request, params, chat)
     reply = await pipeline.chat(ctx, params, chat)
-    return await _answer(request, asked, body, Conversation(turn, items), reply)
+    return await _answer(request, asked, body, Conversation(new, items, chain), reply)
+
+
+_NO_HISTORY = Chain([], [])
 
 
 @dataclass(frozen=True, slots=True)
 class Conversation:
-    """What a stored response keeps beside itself: the chat turns before its answer, and
-    this request's own input items."""
+    """What a stored response keeps beside itself: the chat turns this request added
+    before its answer, this request's own input items, and the chain it continued."""
 
-    turn: list[Json]
+    new: list[Json]
     items: list[Json]
+    chain: Chain
 
 
-async def _history(request: web.Request, asked: translate.ResponsesRequest) -> list[Json]:
+def _admitted(request: web.Request, asked: ResponsesRequest) -> ResponsesRequest:
+    """The request as answered: a store that cannot take it (quota, size, a failing disk)
+    refuses an explicit `store: true` before any upstream call; when `store` was left to
+    its default, the answer says `store: false` instead (docs/RESPONSES.md)."""
+    if not asked.stores:
+        return asked
+    ctx = request[CTX]
+    size = ctx.body_bytes or request.content_length or 0
+    if _store(request).admit(_tenant(ctx), size, explicit=asked.store is True):
+        return asked
+    return asked.model_copy(update={"store": False})
+
+
+async def _history(request: web.Request, asked: translate.ResponsesRequest) -> Chain:
     """The conversation `previous_response_id` continues (the tenant's own only)."""
     if asked.previous_response_id is None:
-        return []
-    previous = await _store(request).get(_tenant(request[CTX]), asked.previous_response_id)
-    if previous is None:
+        return _NO_HISTORY
+    chain = await _store(request).history(_tenant(request[CTX]), asked.previous_response_id)
+    if chain is None:
         raise NotFound(
             f"Previous response with id {echo(asked.previous_response_id)} not found.",
             param="previous_response_id",
             code="previous_response_not_found",
         )
-    return previous.conversation
+    return chain
 
 
 async def _answer(
@@ -124,30 +143,34 @@ async def _keep(
     conversation: Conversation,
     response: Json,
 ) -> None:
-    """Keep `response` for the tenant, with what continuing it needs (when `store` is on)."""
+    """Keep `response` for the tenant, with what continuing it needs (when `store` is on):
+    the turns this request added and the id it continued, not the whole conversation again.
+    Not kept (a limit, a failing store): the client gets the answer with `store: false`."""
     if asked.stores and isinstance(response.get("id"), str):
-        turns = conversation.turn + output.conversation_output(response.get("output") or [])
-        stored = StoredResponse(response, conversation.items, turns)
-        await _store(request).put(_tenant(request[CTX]), stored)
+        turns = conversation.new + output.conversation_output(response.get("output") or [])
+        stored = StoredResponse(response, conversation.items, turns, asked.previous_response_id)
+        kept = await _store(request).put(_tenant(request[CTX]), stored, conversation.chain.ids)
+        if not kept:
+            response["store"] = False
 
 
 async def _native(
     request: web.Request,
     asked: translate.ResponsesRequest,
     body: Json,
-    history: list[Json],
+    chain: Chain,
     items: list[Json],
 ) -> web.StreamResponse:
     """A request with built-in tools, to an upstream that runs them (responses/native.py);
     level 4 when none answers, as on the chat path."""
     ctx, pipeline = request[CTX], request[RUNTIME].pipeline
-    turn = history + translate.conversation(items, provider_items=True)
-    chat = translate.chat_body(asked, body, turn, tools=False)  # for the record and level 4
+    new = translate.conversation(items, provider_items=True)
+    chat = translate.chat_body(asked, body, chain.conversation + new, tools=False)  # level 4
     params = chat_params(chat)
     read_chat_headers(request, params, chat)
-    conversation = Conversation(turn, items)
+    conversation = Conversation(new, items, chain)
     keep = partial(_keep, request, asked, conversation)
-    relayed = native.upstream_body(asked, body, history)
+    relayed = native.upstream_body(asked, body, chain.conversation)
     try:
         answer = await native.relay(ctx, pipeline, relayed, bool(asked.stream), keep)
     except AllUpstreamsUnavailable as err:

@@ -3,7 +3,8 @@ what any replica stored (`responses.store.type: redis`, the server and prefix fr
 
 A row is `<namespace>:<hex SHA-256 of tenant and id>` (namespace `gateway:responses` by
 default) holding the orjson blob, written with `SET ... EX ttl`: Redis expires it itself, so
-nothing sweeps. Bounded by the TTL and the server's `maxmemory` policy, not by a count.
+nothing sweeps (a continuation renews its chain's rows). Bounded by the TTL, the size cap per
+response and the server's `maxmemory` policy, not by a count or per-tenant quotas.
 
 Redis unreachable: a get or delete is a 503 (`store_unavailable`) the client can retry, a put
 is logged and counted and the response not kept; for a second after a failure Redis is not
@@ -20,6 +21,7 @@ from typing import TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from gateway.config.responses import Quota
 from gateway.responses.backend import OnFailure, ResponseStore
 from gateway.state.health import RedisHealth
 from gateway.state.redis import SharedClient, Timeouts
@@ -41,9 +43,15 @@ class RedisResponseStore(ResponseStore):
     outages = (RedisError, OSError)
 
     def __init__(
-        self, url: str, namespace: str, ttl_seconds: int, *, on_failure: OnFailure | None = None
+        self,
+        url: str,
+        namespace: str,
+        ttl_seconds: int,
+        *,
+        on_failure: OnFailure | None = None,
+        max_response_bytes: int | None = None,
     ) -> None:
-        super().__init__(ttl_seconds, on_failure=on_failure)
+        super().__init__(ttl_seconds, on_failure=on_failure, max_response_bytes=max_response_bytes)
         self._client = SharedClient(url, Timeouts(SOCKET_TIMEOUT, CONNECT_TIMEOUT))
         self._prefix = f"{namespace}:"
         self.health = RedisHealth(
@@ -85,10 +93,23 @@ class RedisResponseStore(ResponseStore):
 
     # --- the backend -------------------------------------------------------------------------
 
-    async def _write(self, key: bytes, blob: bytes, expires_at: float) -> None:
+    async def _write(
+        self, key: bytes, blob: bytes, expires_at: float, owner: bytes, quota: Quota
+    ) -> None:
+        """Per-tenant quotas are not counted here (docs/RESPONSES.md): the size cap per
+        response, the TTL and the server's maxmemory bound a Redis store."""
         await self._call(
             "put", lambda: self._redis.set(self.redis_key(key), blob, ex=self.ttl_seconds)
         )
+
+    async def _touch(self, keys: list[bytes], expires_at: float) -> None:
+        async def expire_all() -> None:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.expire(self.redis_key(key), self.ttl_seconds)
+                await pipe.execute()
+
+        await self._call("put", expire_all)
 
     async def _read(self, key: bytes, now: float) -> bytes | None:
         value = await self._call("get", lambda: self._redis.get(self.redis_key(key)))

@@ -15,6 +15,7 @@ import time
 from gateway.config.redis import RedisTarget
 from gateway.config.responses import ResponsesConfig
 from gateway.responses.backend import (
+    Chain,
     Clock,
     Json,
     OnFailure,
@@ -27,6 +28,7 @@ from gateway.responses.redis_store import RedisResponseStore
 
 __all__ = [
     "ID_PREFIX",
+    "Chain",
     "Json",
     "ResponseStore",
     "StoreUnavailable",
@@ -60,12 +62,19 @@ def build_response_store(
         if shared is None:
             raise ValueError("a redis response store needs its Redis (ConfigFile.shared_redis)")
         return RedisResponseStore(
-            shared.url, shared.namespace, config.ttl_seconds, on_failure=on_failure
+            shared.url,
+            shared.namespace,
+            config.ttl_seconds,
+            on_failure=on_failure,
+            max_response_bytes=config.max_response_bytes,
         )
     return EmbeddedResponseStore(
         None if store.type == "memory" else store.path,
         config.ttl_seconds,
         max_entries=store.max_entries,
+        max_bytes=store.max_bytes,
+        max_response_bytes=config.max_response_bytes,
+        quotas=config.quotas.for_tenant,
         clock=clock,
         on_failure=on_failure,
     )

@@ -94,9 +94,12 @@ async def test_keys_expire_at_the_ttl_and_name_no_tenant_or_id(
         assert key.startswith(f"{namespace}:") and len(key) == len(namespace) + 1 + 64
         assert "tenant-with-a-name" not in key and one.response["id"] not in key
         assert TTL - 5 <= await client.ttl(key) <= TTL
-        long = stored("x" * 3_000_000)  # 6 MB with its copies: one value, nothing cut
-        await store.put("acme", long)
+        long = stored("x" * 2_000_000)  # 6 MB with its copies: one value, nothing cut
+        assert await store.put("acme", long) is True
         assert await store.get("acme", long.response["id"]) == long
+        # past max_response_bytes (8 MiB by default) a response is not kept, nor a key made
+        assert await store.put("acme", stored("x" * 3_000_000)) is False
+        assert len([k async for k in client.scan_iter(match=f"{namespace}:*")]) == 2
     finally:
         await client.aclose()
         await store.close()

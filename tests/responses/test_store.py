@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config.responses import ResponsesConfig
-from gateway.responses.embedded_store import EmbeddedResponseStore
+from gateway.responses.embedded_store import EmbeddedResponseStore, Row
 from gateway.responses.store import (
     ResponseStore,
     StoredResponse,
@@ -103,13 +103,14 @@ async def test_the_file_names_no_tenant_and_no_id_in_its_keys(
     await store.put("tenant-with-a-name", one)
     db = sqlite3.connect(tmp_path / "responses.sqlite3")
     try:
-        (key,) = db.execute("SELECT key FROM responses").fetchone()
+        key, owner = db.execute("SELECT key, owner FROM responses").fetchone()
         columns = [row[1] for row in db.execute("PRAGMA table_info(responses)")]
     finally:
         db.close()
     assert len(key) == 32  # a SHA-256
     assert b"tenant-with-a-name" not in key and one.response["id"].encode() not in key
-    assert columns == ["id", "key", "value", "created_at", "expires_at"]
+    assert columns == ["id", "key", "value", "created_at", "expires_at", "owner", "size"]
+    assert len(owner) == 16 and b"tenant-with-a-name" not in owner  # charged by a hash
     mode = stat.S_IMODE((tmp_path / "responses.sqlite3").stat().st_mode)
     assert mode == 0o600  # conversations: readable by this user only
 
@@ -287,10 +288,10 @@ async def test_concurrent_puts_share_transactions_and_are_all_kept(
     transactions = 0
     insert = s._insert
 
-    def counted(batch: list[tuple[bytes, bytes, float]], now: float) -> None:
+    def counted(batch: list[Row], now: float) -> list[bool]:
         nonlocal transactions
         transactions += 1
-        insert(batch, now)
+        return insert(batch, now)
 
     s._insert = counted  # type: ignore[method-assign]
     many = [stored(f"question {i}") for i in range(40)]
