@@ -8,7 +8,10 @@ Sources (licences in scripts/judge_data/README.md):
   never saw the evaluation sets); 15 % of the clusters are held out as dev data;
 - the guard tests' hand-written pairs, `tests/matching/data/{near_miss,paraphrase}_pairs.tsv`;
 - part of the team's trap suite, `tests/cache/traps/`: 60 % of its pairs by a stable hash; the
-  rest is held back, never trained on, and measured (`split == "dev"`).
+  rest is held back, never trained on, and measured (`split == "dev"`);
+- with `edits=True` (`train_judge.py --edits`), minimal pairs made from the English training
+  clusters (`judge_edits.py`, the team's word list `judge_data/word_pairs.tsv`); not in the
+  shipped judge's data (docs/BENCHMARKS.md, "Minimal pairs").
 
 Never `../shared/datasets/paraphrase/` (QQP, SimCLUE): their licences allow evaluation only.
 """
@@ -149,11 +152,13 @@ def trap_pairs() -> Iterator[Pair]:
             yield Pair(row["a"], row["b"], label, "traps", row["lang"], split, row["kind"])
 
 
-def all_pairs(langs: tuple[str, ...] = ("en", "zh")) -> list[Pair]:
+def all_pairs(langs: tuple[str, ...] = ("en", "zh"), *, edits: bool = False) -> list[Pair]:
+    """Every pair, training and dev. `edits`: with the minimal pairs of judge_edits.py (not in
+    the shipped judge's data: docs/BENCHMARKS.md, "Minimal pairs")."""
     pairs = [
         *train_sets(langs),
         *team_pairs(langs),
-        *(edit_pairs() if "en" in langs else ()),
+        *(edit_pairs() if edits and "en" in langs else ()),
         *(p for p in guard_pairs() if p.lang in langs),
         *(p for p in trap_pairs() if p.lang in langs),
     ]
@@ -164,7 +169,7 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def data_files(langs: tuple[str, ...]) -> list[Path]:
+def data_files(langs: tuple[str, ...], *, edits: bool = False) -> list[Path]:
     """Every file the pairs are read from, for the manifest."""
     sets = [
         TRAIN_SETS / f
@@ -179,7 +184,7 @@ def data_files(langs: tuple[str, ...]) -> list[Path]:
     return [
         *sets,
         *sorted(TEAM.glob("*.jsonl")),
-        WORD_PAIRS,
+        *([WORD_PAIRS] if edits else []),
         GUARD_DATA / "near_miss_pairs.tsv",
         GUARD_DATA / "paraphrase_pairs.tsv",
         TRAPS / "traps.jsonl",

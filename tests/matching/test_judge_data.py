@@ -62,7 +62,7 @@ def test_minimal_pairs_are_seeded_and_hold_both_labels() -> None:
 def test_training_pairs_never_hold_evaluation_text_or_dev_clusters() -> None:
     from judge_pairs import all_pairs
 
-    pairs = all_pairs(("en",))
+    pairs = all_pairs(("en",), edits=True)
     train = [p for p in pairs if p.split == "train"]
     dev_texts = {t for p in pairs if p.split == "dev" and p.source == "team" for t in (p.a, p.b)}
     edited = [p for p in train if p.source == "edits"]
