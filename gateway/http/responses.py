@@ -71,7 +71,8 @@ def _admitted(request: web.Request, asked: ResponsesRequest) -> ResponsesRequest
     if not asked.stores:
         return asked
     ctx = request[CTX]
-    size = ctx.body_bytes or request.content_length or 0
+    # A row keeps the request's input twice (input items, chat turns): about twice the body.
+    size = 2 * (ctx.body_bytes or request.content_length or 0)
     if _store(request).admit(_tenant(ctx), size, explicit=asked.store is True):
         return asked
     return asked.model_copy(update={"store": False})
