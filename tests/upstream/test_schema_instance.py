@@ -17,7 +17,12 @@ import pytest
 from jsonschema.validators import validator_for
 from pydantic import BaseModel, Field
 
+from gateway.guard.schemas import Budget
 from gateway.upstream.schema_instance import BUILD_SECONDS, instance, pattern_example
+
+# What a value is, apart from how fast it is built: a budget no loaded test machine spends (the
+# default, BUILD_SECONDS, is what the budget tests below check).
+UNHURRIED = 30.0
 
 Json = dict[str, Any]
 BFCL = Path(__file__).resolve().parents[1] / "data" / "datasets" / "tools" / "bfcl"
@@ -199,7 +204,7 @@ def test_the_instance_is_valid(name: str) -> None:
         judged: Any = {"type": "object", "properties": {"x": {"type": "number"}}}
     else:
         judged = schema
-    value = instance(schema, "What is the capital of France?")
+    value = instance(schema, "What is the capital of France?", budget=Budget(UNHURRIED))
     assert errors(judged, value) == [], json.dumps(value)[:300]
 
 
@@ -277,7 +282,7 @@ class Household(BaseModel):
 @pytest.mark.parametrize("model", [Person, Node, Address, Household], ids=lambda m: m.__name__)
 def test_pydantic_models_accept_the_instance(model: type[BaseModel], mode: Any) -> None:
     schema = model.model_json_schema(mode=mode)
-    value = instance(schema, "Describe someone")
+    value = instance(schema, "Describe someone", budget=Budget(UNHURRIED))
     assert errors(schema, value) == []
     model.model_validate(value)
 
@@ -358,7 +363,11 @@ def test_every_bfcl_function_gets_valid_arguments() -> None:
     invalid = {
         name: found
         for name, schema in schemas.values()
-        if (found := errors(schema, instance(schema, "Find the area of a triangle")))
+        if (
+            found := errors(
+                schema, instance(schema, "Find the area of a triangle", budget=Budget(UNHURRIED))
+            )
+        )
     }
     assert not invalid, f"{len(invalid)} of {len(schemas)} invalid: {list(invalid.items())[:3]}"
 
