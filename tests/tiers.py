@@ -37,6 +37,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/scaleout/": ("process", "redis"),
     # gateway processes, the CLI, fake upstreams in their own process
     "tests/e2e/test_cache_process.py": ("process",),
+    "tests/e2e/test_shipped_config_large_prompts.py": ("process", "slow"),  # issue 32, item 8
     "tests/e2e/test_cache.py::test_a_restarted_gateway_still_serves_its_hits": ("process",),
     "tests/e2e/test_policy_reload.py": ("process",),
     "tests/e2e/test_rate_limits_shared.py": ("process", "redis"),

@@ -16,6 +16,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
+from gateway.cache.bounds import INLINE_KEY_BYTES
 from gateway.config import AliasConfig, ModelRoute, Settings
 from gateway.context import RequestContext
 from gateway.errors import ModelNotFound
@@ -23,6 +26,7 @@ from gateway.routing.decision import RouteDecision
 from gateway.routing.features import Features, extract
 from gateway.routing.scorer import ComplexityScorer, Score
 from gateway.routing.thresholds import Thresholds
+from gateway.util import offload
 from gateway.wire import last_user_text
 
 if TYPE_CHECKING:
@@ -87,14 +91,18 @@ class Router:
     async def decide(self, ctx: RequestContext, alias: str, body: Json) -> RouteDecision:
         """The tier for a request to `alias`, with its tiers as the request's policy has them."""
         config = self.settings.policies.of(ctx).routing.aliases[alias]
-        features = extract(body)
+        # Reading a multi-MB prompt (features, conversation key) takes tens of ms: off the loop
+        # for large bodies (issue 32), in place for the usual small ones.
+        inline = (ctx.body_bytes or 0) <= INLINE_KEY_BYTES
+        features, key = await offload.run(
+            inline, _read_request, ctx.tenant, alias, body, config.sticky
+        )
         score = self.scorer.score(features, await self._vector(ctx, body))
         tier = tier_for(config, score, self.thresholds)
         reason = "score"
         floor, why = self._floor(config, features, ctx.tenant)
         if floor > tier:
             tier, reason = floor, f"escalated:{why}"
-        key = _conversation_key(ctx.tenant, alias, body) if config.sticky else None
         if key is not None and self._sticky.get(key, 0) > tier:
             tier, reason = self._sticky[key], "sticky"
         tier, moved = self._available(config, tier)
@@ -204,13 +212,34 @@ def tier_for(config: AliasConfig, score: Score, thresholds: Thresholds) -> int:
     return len(config.tiers) - 1
 
 
+def _read_request(
+    tenant: str | None, alias: str, body: Json, sticky: bool
+) -> tuple[Features, str | None]:
+    """A request's routing features and, for a sticky alias, its conversation key."""
+    return extract(body), _conversation_key(tenant, alias, body) if sticky else None
+
+
 def _conversation_key(tenant: str | None, alias: str, body: Json) -> str | None:
     """A conversation is known by its tenant, alias, system prompt and first user message
-    (what every later request of it repeats)."""
+    (what every later request of it repeats). Each part is hashed as its UTF-8 bytes (text) or
+    JSON (anything else), length-prefixed: no repr() of a multi-MB prompt (issue 32)."""
     messages = body.get("messages") or []
     system = next((m for m in messages if m.get("role") in ("system", "developer")), None)
     first = next((m for m in messages if m.get("role") == "user"), None)
     if first is None:
         return None
-    doc = repr((tenant, alias, system and system.get("content"), first.get("content")))
-    return hashlib.sha256(doc.encode()).hexdigest()
+    digest = hashlib.sha256()
+    for part in (tenant, alias, system and system.get("content"), first.get("content")):
+        data = _key_bytes(part)
+        digest.update(b"%d:" % len(data))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def _key_bytes(part: object) -> bytes:
+    if isinstance(part, str):
+        return b"s" + part.encode("utf-8", "surrogatepass")
+    try:
+        return b"j" + orjson.dumps(part)
+    except (TypeError, orjson.JSONEncodeError):
+        return b"r" + repr(part).encode("utf-8", "surrogatepass")
