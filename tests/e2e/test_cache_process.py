@@ -3,24 +3,17 @@ driven by the real synchronous OpenAI SDK: what a client sees right after an ans
 
 from __future__ import annotations
 
-import http.client
-import json
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-import orjson
 import pytest
 
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from gateway.testing.harness.configs import Json, write_config
 from gateway.testing.harness.starters import start_gateway
 from tests.clients import sdk_client
+from tests.e2e.huge_prompts import CONCURRENT, burst, p99, summary
 from tests.resilience.test_redis_breakers import unique_namespace
 
 REPEATS = 200
@@ -87,34 +80,6 @@ def test_an_immediate_repeat_is_an_exact_hit_plain_and_streamed(
     assert results["stream"] == ["hit-exact"] * REPEATS, results["stream"]
 
 
-POLLER = """
-import http.client, json, sys, time
-host, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-conn = http.client.HTTPConnection(host, port, timeout=10)
-latencies, end = [], time.monotonic() + seconds
-print("ready", flush=True)
-while time.monotonic() < end:
-    started = time.perf_counter()
-    conn.request("GET", "/healthz")
-    conn.getresponse().read()
-    latencies.append(time.perf_counter() - started)
-    time.sleep(0.005)
-print(json.dumps(latencies), flush=True)
-"""
-HUGE = 3 * 1024 * 1024
-CONCURRENT = 20
-
-
-def _huge_prompt(i: int) -> str:
-    """3 MB that twenty prompts share, differing only near the end."""
-    words = (
-        "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
-        "incididunt ut labore et dolore magna aliqua Ünïcödé café "
-    )
-    body = (words * (HUGE // len(words) + 1))[:HUGE]
-    return f"{body}\nQuestion {i}: what does clause {1000 + i} say? Thanks."
-
-
 def test_huge_near_duplicates_do_not_stall_the_event_loop(
     tmp_path: Path, fake_upstream: FakeUpstream
 ) -> None:
@@ -125,45 +90,8 @@ def test_huge_near_duplicates_do_not_stall_the_event_loop(
     store = {"type": "sqlite", "path": str(tmp_path / "cache.sqlite3")}
     server = {"max_body_bytes": 16777216}
     with cached_gateway(tmp_path, fake_upstream.url, store, server) as url:
-        host, port = url.removeprefix("http://").split(":")
-        bodies = [
-            orjson.dumps({"model": "fake-model", "messages": [{"role": "user", "content": p}]})
-            for p in (_huge_prompt(i) for i in range(CONCURRENT))
-        ]
-        poller = subprocess.Popen(
-            [sys.executable, "-c", POLLER, host, port, "12"], stdout=subprocess.PIPE, text=True
-        )
-        try:
-            assert poller.stdout is not None and poller.stdout.readline().strip() == "ready"
-            time.sleep(0.5)  # a baseline before the burst
-
-            def post(body: bytes) -> tuple[int, dict[str, Any], str]:
-                conn = http.client.HTTPConnection(host, int(port), timeout=60)
-                conn.request(
-                    "POST", "/v1/chat/completions", body, {"Content-Type": "application/json"}
-                )
-                resp = conn.getresponse()
-                data = orjson.loads(resp.read())
-                conn.close()
-                return resp.status, data, resp.headers.get("x-gateway-cache", "")
-
-            for _ in range(2):  # the second round repeats every prompt: exact hits
-                with ThreadPoolExecutor(CONCURRENT) as pool:
-                    answers = list(pool.map(post, bodies))
-                for i, (status, data, _) in enumerate(answers):
-                    assert status == 200, data
-                    tail = _huge_prompt(i)[-80:]
-                    assert data["choices"][0]["message"]["content"] == f"Echo: {tail}"
-            assert [cache for *_, cache in answers] == ["hit-exact"] * CONCURRENT
-            latencies = json.loads(poller.communicate(timeout=30)[0].strip().splitlines()[-1])
-        finally:
-            if poller.poll() is None:
-                poller.kill()
-                poller.wait()
-    latencies.sort()
-    p99 = latencies[int(0.99 * (len(latencies) - 1))]
-    print(
-        f"healthz: {len(latencies)} polls, p50 {latencies[len(latencies) // 2] * 1000:.1f} ms, "
-        f"p99 {p99 * 1000:.1f} ms, max {latencies[-1] * 1000:.1f} ms"
-    )
-    assert p99 < 0.050, f"/healthz p99 {p99 * 1000:.1f} ms"
+        done = burst(url, "fake-model", 12)
+    assert [cache for *_, cache in done.answers] == ["hit-exact"] * CONCURRENT
+    latencies = done.latencies(during=False)
+    print(summary(latencies))
+    assert p99(latencies) < 0.050, summary(latencies)

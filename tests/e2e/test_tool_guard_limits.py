@@ -143,7 +143,9 @@ def test_ten_thousand_tools_are_refused_at_once(
     with pytest.raises(openai.BadRequestError) as raised:
         sdk_client(roomy.url).chat.completions.create(model="fake-model", messages=ASK, tools=tools)
     assert raised.value.code == "tools_over_limit"
-    assert time.perf_counter() - started < 2.0  # the SDK's own work on a 1 MB body included
+    # The SDK's own work on a 1 MB body included (about 1 s on a loaded 2-core machine; it was
+    # 2.005 s once in the full suite); compiling the 10,000 schemas took 5-7 s more.
+    assert time.perf_counter() - started < 4.0
     assert upstream_requests(fake_upstream) == []
 
 

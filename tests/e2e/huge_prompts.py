@@ -1,0 +1,111 @@
+"""Twenty concurrent 3 MB prompts against a running gateway, twice, while /healthz is polled
+from another process: what the loop-stall tests share (test_cache_process.py on a minimal
+config, test_shipped_config_large_prompts.py on the shipped one)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+HUGE = 3 * 1024 * 1024
+CONCURRENT = 20
+# Each probe's wall-clock start and latency.
+POLLER = """
+import http.client, json, sys, time
+host, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+conn = http.client.HTTPConnection(host, port, timeout=10)
+probes, end = [], time.monotonic() + seconds
+print("ready", flush=True)
+while time.monotonic() < end:
+    at, started = time.time(), time.perf_counter()
+    conn.request("GET", "/healthz")
+    conn.getresponse().read()
+    probes.append((at, time.perf_counter() - started))
+    time.sleep(0.005)
+print(json.dumps(probes), flush=True)
+"""
+
+
+def huge_prompt(i: int) -> str:
+    """3 MB that twenty prompts share, differing only near the end."""
+    words = (
+        "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
+        "incididunt ut labore et dolore magna aliqua Ünïcödé café "
+    )
+    body = (words * (HUGE // len(words) + 1))[:HUGE]
+    return f"{body}\nQuestion {i}: what does clause {1000 + i} say? Thanks."
+
+
+@dataclass
+class Burst:
+    answers: list[tuple[int, dict[str, Any], str]]  # the second round's (status, body, cache)
+    probes: list[tuple[float, float]]  # every /healthz probe: (started at, latency)
+    started: float
+    ended: float
+
+    def latencies(self, *, during: bool) -> list[float]:
+        """The probes' latencies, sorted: all of them, or only those sent during the burst."""
+        return sorted(
+            latency for at, latency in self.probes if not during or self.started <= at <= self.ended
+        )
+
+
+def burst(url: str, model: str, poll_seconds: float) -> Burst:
+    """Send the twenty prompts to `model` twice (the second time exact hits), checking each
+    answer echoes its own prompt's tail (the upstream's `echo_tail=80`)."""
+    host, port = url.removeprefix("http://").split(":")
+    bodies = [
+        orjson.dumps({"model": model, "messages": [{"role": "user", "content": p}]})
+        for p in (huge_prompt(i) for i in range(CONCURRENT))
+    ]
+
+    def post(body: bytes) -> tuple[int, dict[str, Any], str]:
+        conn = http.client.HTTPConnection(host, int(port), timeout=120)
+        conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = orjson.loads(resp.read())
+        conn.close()
+        return resp.status, data, resp.headers.get("x-gateway-cache", "")
+
+    poller = subprocess.Popen(
+        [sys.executable, "-c", POLLER, host, port, str(poll_seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert poller.stdout is not None and poller.stdout.readline().strip() == "ready"
+        time.sleep(0.5)  # a baseline before the burst
+        started = time.time()
+        for _ in range(2):
+            with ThreadPoolExecutor(CONCURRENT) as pool:
+                answers = list(pool.map(post, bodies))
+            for i, (status, data, _) in enumerate(answers):
+                assert status == 200, data
+                tail = huge_prompt(i)[-80:]
+                assert data["choices"][0]["message"]["content"] == f"Echo: {tail}"
+        ended = time.time()
+        probes = json.loads(poller.communicate(timeout=60)[0].strip().splitlines()[-1])
+    finally:
+        if poller.poll() is None:
+            poller.kill()
+            poller.wait()
+    return Burst(answers, [tuple(p) for p in probes], started, ended)
+
+
+def p99(latencies: list[float]) -> float:
+    return latencies[int(0.99 * (len(latencies) - 1))]
+
+
+def summary(latencies: list[float]) -> str:
+    return (
+        f"healthz: {len(latencies)} polls, p50 {latencies[len(latencies) // 2] * 1000:.1f} ms, "
+        f"p99 {p99(latencies) * 1000:.1f} ms, max {latencies[-1] * 1000:.1f} ms"
+    )
