@@ -1,5 +1,6 @@
 """What `gateway cache stats` prints of a running gateway's cache verification: a readable
-block per model from GET /admin/cache/stats's `verification` (ModelVerification.as_json)."""
+block per model from GET /admin/cache/stats's `verification` (ModelVerification.as_json), the
+model's pooled figures first, then each tenant's own threshold and precision."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def _model_lines(model: str, state: Json) -> list[str]:
             f"({precision['disagreements']} disagreeing, effective n {precision['effective_n']})"
         )
     verdict = "unknown (too few verdicts)" if within is None else ("yes" if within else "NO")
+    tenants = [_tenant_line(name, own) for name, own in sorted(state.get("tenants", {}).items())]
     return [
         f"  {model}:",
         f"    threshold {configured:.4f} configured -> {effective:.4f} effective{raised}",
@@ -42,4 +44,17 @@ def _model_lines(model: str, state: Json) -> list[str]:
         f"within budget: {verdict}",
         f"    sample rate {state['sample_rate']:.1%}; explored {explored['verified']} held-back "
         f"candidates, {explored['agreeing']} agreeing",
+        *(["    per tenant (each moves only its own threshold):"] if tenants else []),
+        *tenants,
     ]
+
+
+def _tenant_line(name: str, own: Json) -> str:
+    precision = own["precision"]
+    measured = (
+        "no verdicts yet"
+        if precision["point"] is None
+        else f"precision {precision['point']:.3f} on {precision['verified']} verdicts "
+        f"({precision['disagreements']} disagreeing)"
+    )
+    return f"      {name}: threshold {own['effective_threshold']:.4f}, {measured}"

@@ -207,6 +207,8 @@ def test_the_cli_prints_a_block_per_model(
     assert "precision 0.500 [" in block and "on 2 verdicts (1 disagreeing" in block
     assert "budget 5.0% wrong (lower bound >= 0.950): within budget: NO" in block
     assert "explored 0 held-back candidates" in block
+    assert "per tenant (each moves only its own threshold):" in block
+    assert "precision 0.500 on 2 verdicts (1 disagreeing)" in block  # the one tenant's own
     assert '"entries": 2' in out  # the store's stats first
 
     monkeypatch.setenv(ADMIN_ENV, "not-the-key")  # refused: says so, exits 1
