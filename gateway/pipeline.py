@@ -35,7 +35,7 @@ from gateway.guard.conversation import ConversationGuard
 from gateway.guard.tool_guard import ToolCallGuard
 from gateway.rag.grounding import Sources, grounded_messages, sources_field
 from gateway.rag.service import Grounding, Knowledge
-from gateway.ratelimit import Permit, RateLimited
+from gateway.ratelimit import Permit, RateLimited, unpaid_tokens
 from gateway.reply import chunks
 from gateway.reply.headers import answer_headers, replayable
 from gateway.reply.reply import Reply
@@ -340,9 +340,7 @@ async def _settle(permits: list[Permit], charged: int, usage: Any) -> None:
     """The tokens a call used beyond those charged before it, on the tenant's minute."""
     if not isinstance(usage, dict):
         return
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    extra = max(0, prompt - charged) if isinstance(prompt, int) else 0
-    extra += completion if isinstance(completion, int) else 0
+    extra = unpaid_tokens(usage, charged)
     for permit in permits:
         await permit.record_tokens(extra)
 

@@ -28,7 +28,7 @@ from gateway.errors import (
 )
 from gateway.http import auth, render
 from gateway.http.keys import ACCESS_LOG, CTX, DRAIN, LIMITER, METRICS, RUNTIME, RUNTIME_REF
-from gateway.ratelimit import Permit, RateLimited
+from gateway.ratelimit import Permit, RateLimited, unpaid_tokens
 from gateway.server.shutdown import ShuttingDown
 from gateway.util import fair
 
@@ -137,11 +137,8 @@ async def _settle_permit(permit: Permit, ctx: RequestContext) -> None:
     """Charge what admission could not know: the completion's tokens, and the prompt's beyond
     what was charged on admission (a chunked body has no Content-Length to estimate from: its
     size once read counts, or the upstream's own count when that is larger)."""
-    usage = ctx.usage or {}
-    reported, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    prompt = max((ctx.body_bytes or 0) // 4, reported if isinstance(reported, int) else 0)
-    extra = max(0, prompt - ctx.tokens_charged)
-    await permit.record_tokens(extra + (completion if isinstance(completion, int) else 0))
+    size = (ctx.body_bytes or 0) // 4
+    await permit.record_tokens(unpaid_tokens(ctx.usage, ctx.tokens_charged, size))
     await permit.release()
 
 

@@ -10,6 +10,6 @@ A request is admitted only if every limit admits it, and a refused one consumes 
 """
 
 from gateway.ratelimit.backend import Refusal
-from gateway.ratelimit.limiter import Permit, RateLimited, RateLimiter
+from gateway.ratelimit.limiter import Permit, RateLimited, RateLimiter, unpaid_tokens
 
-__all__ = ["Permit", "RateLimited", "RateLimiter", "Refusal"]
+__all__ = ["Permit", "RateLimited", "RateLimiter", "Refusal", "unpaid_tokens"]

@@ -104,6 +104,16 @@ class Permit:
         await self.release()
 
 
+def unpaid_tokens(usage: object, charged: int, prompt_at_least: int = 0) -> int:
+    """The tokens a call used beyond the `charged` ones counted before it: its prompt's (the
+    upstream's count, or `prompt_at_least` when that is larger) past them, and its
+    completion's. `usage`: the upstream's usage object, if any."""
+    found = usage if isinstance(usage, dict) else {}
+    reported, completion = found.get("prompt_tokens"), found.get("completion_tokens")
+    prompt = max(prompt_at_least, reported if isinstance(reported, int) else 0)
+    return max(0, prompt - charged) + (completion if isinstance(completion, int) else 0)
+
+
 class RateLimiter:
     """Admits or refuses requests per tenant, against the limits passed with each call (so a
     config reload applies at once, and counters survive it).
