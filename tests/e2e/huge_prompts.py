@@ -1,6 +1,7 @@
-"""Twenty concurrent 3 MB prompts against a running gateway, twice, while /healthz is polled
-from another process: what the loop-stall tests share (test_cache_process.py on a minimal
-config, test_shipped_config_large_prompts.py on the shipped one)."""
+"""What the loop-stall tests share: /healthz polled from another process (`polled`), and
+twenty concurrent 3 MB prompts against a running gateway, twice, while it is polled (`burst`:
+test_cache_process.py on a minimal config, test_shipped_config_large_prompts.py on the shipped
+one; test_tool_guard_limits.py polls during hostile schemas)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +47,29 @@ def huge_prompt(i: int) -> str:
     return f"{body}\nQuestion {i}: what does clause {1000 + i} say? Thanks."
 
 
+@contextmanager
+def polled(url: str, seconds: float) -> Iterator[list[tuple[float, float]]]:
+    """/healthz polled from another process (the caller's threads and garbage collections
+    never delay a probe) for `seconds` from entry; the list yielded fills with every probe's
+    (started at, latency) once the block has run and the poller has finished."""
+    host, port = url.removeprefix("http://").split(":")
+    probes: list[tuple[float, float]] = []
+    poller = subprocess.Popen(
+        [sys.executable, "-c", POLLER, host, port, str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert poller.stdout is not None and poller.stdout.readline().strip() == "ready"
+        yield probes
+        lines = poller.communicate(timeout=60 + seconds)[0].strip().splitlines()
+        probes.extend((at, latency) for at, latency in json.loads(lines[-1]))
+    finally:
+        if poller.poll() is None:
+            poller.kill()
+            poller.wait()
+
+
 @dataclass
 class Burst:
     answers: list[tuple[int, dict[str, Any], str]]  # the second round's (status, body, cache)
@@ -75,13 +101,7 @@ def burst(url: str, model: str, poll_seconds: float) -> Burst:
         conn.close()
         return resp.status, data, resp.headers.get("x-gateway-cache", "")
 
-    poller = subprocess.Popen(
-        [sys.executable, "-c", POLLER, host, port, str(poll_seconds)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert poller.stdout is not None and poller.stdout.readline().strip() == "ready"
+    with polled(url, poll_seconds) as probes:
         time.sleep(0.5)  # a baseline before the burst
         started = time.time()
         for _ in range(2):
@@ -92,12 +112,7 @@ def burst(url: str, model: str, poll_seconds: float) -> Burst:
                 tail = huge_prompt(i)[-80:]
                 assert data["choices"][0]["message"]["content"] == f"Echo: {tail}"
         ended = time.time()
-        probes = json.loads(poller.communicate(timeout=60)[0].strip().splitlines()[-1])
-    finally:
-        if poller.poll() is None:
-            poller.kill()
-            poller.wait()
-    return Burst(answers, [tuple(p) for p in probes], started, ended)
+    return Burst(answers, probes, started, ended)
 
 
 def p99(latencies: list[float]) -> float:

@@ -6,23 +6,31 @@ validators cached. Over real sockets, with the OpenAI SDK and the fake upstream.
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from gateway.guard.schemas import DEFAULT_CACHE
 from gateway.testing.fake_upstream import FakeUpstream
-from gateway.testing.harness.fake_settings import settings_for
+from gateway.testing.harness.configs import write_config
+from gateway.testing.harness.fake_settings import (
+    FAKE_PROVIDER_KEY,
+    FAKE_PROVIDER_KEY_ENV,
+    TEST_RESILIENCE,
+    fake_config,
+    settings_for,
+)
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
+from gateway.testing.harness.starters import start_gateway
 from tests.chat import function_tool
 from tests.clients import sdk_client
 from tests.e2e.helpers import upstream_requests
+from tests.e2e.huge_prompts import p99, polled, summary
 
 Json = dict[str, Any]
 KEY_A, KEY_B = "sk-gw-tenant-a-0123456789", "sk-gw-tenant-b-0123456789"
@@ -217,62 +225,55 @@ def test_hostile_patterns_are_answered_within_the_budget_and_said(
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
 def test_healthz_stays_fast_while_a_tenant_sends_hostile_schemas(
-    gw: GatewayServer, fake_upstream: FakeUpstream, streamed: bool
+    tmp_path: Path, fake_upstream: FakeUpstream, streamed: bool
 ) -> None:
-    """Four clients send hostile schemas back to back for three seconds; /healthz p99 stays
-    under 100 ms (unbudgeted, each of their requests held the event loop for seconds)."""
+    """Four clients send hostile schemas back to back for three seconds to a gateway process;
+    /healthz, polled from another process, keeps a p99 under 100 ms (unbudgeted, each of their
+    requests held the event loop for seconds). A process of its own: in the test process the
+    clients' threads and a full-suite heap's garbage collections delayed the probes (829 ms)."""
+    config = write_config(tmp_path, {**fake_config(fake_upstream.url), **TEST_RESILIENCE})
+    env = {FAKE_PROVIDER_KEY_ENV: FAKE_PROVIDER_KEY}
     stop = threading.Event()
     answered: list[float] = []
     failures: list[BaseException] = []
 
-    def attack() -> None:
-        client = sdk_client(gw.url, key=f"attacker-{threading.get_ident()}")
+    def attack(url: str) -> None:
+        client = sdk_client(url, key=f"attacker-{threading.get_ident()}")
         while not stop.is_set():
             started = time.perf_counter()
             try:
+                reply = client.chat.completions.create(
+                    model="fake-model",
+                    messages=ASK,
+                    tools=HOSTILE_TOOLS,
+                    extra_body=_scripted(HOSTILE_CALL),
+                    stream=streamed,
+                )
                 if streamed:
-                    list(
-                        client.chat.completions.create(
-                            model="fake-model",
-                            messages=ASK,
-                            tools=HOSTILE_TOOLS,
-                            extra_body=_scripted(HOSTILE_CALL),
-                            stream=True,
-                        )
-                    )
-                else:
-                    client.chat.completions.create(
-                        model="fake-model",
-                        messages=ASK,
-                        tools=HOSTILE_TOOLS,
-                        extra_body=_scripted(HOSTILE_CALL),
-                    )
+                    list(reply)
             except BaseException as exc:  # reported below, not lost in the thread
                 failures.append(exc)
                 return
             answered.append(time.perf_counter() - started)
 
-    attackers = [threading.Thread(target=attack, daemon=True) for _ in range(4)]
-    for thread in attackers:
-        thread.start()
-    probes: list[float] = []
-    try:
-        with httpx.Client(base_url=gw.url, timeout=10) as probe:
+    with start_gateway(tmp_path, config, env=env, timeout=30) as gateway:
+        attackers = [threading.Thread(target=attack, args=(gateway.url,)) for _ in range(4)]
+        with polled(gateway.url, 3.5) as probes:
+            for thread in attackers:
+                thread.start()
             time.sleep(0.3)  # the attack under way
-            deadline = time.monotonic() + 3.0
-            while time.monotonic() < deadline:
-                started = time.perf_counter()
-                assert probe.get("/healthz").status_code == 200
-                probes.append(time.perf_counter() - started)
-                time.sleep(0.02)
-    finally:
-        stop.set()
-        for thread in attackers:
-            thread.join(timeout=30)
+            began = time.time()
+            time.sleep(3.0)
+            ended = time.time()
+            stop.set()
+            for thread in attackers:
+                thread.join(timeout=30)
     assert not failures, failures[0]
     assert len(answered) >= 4, "the attack ran"
-    p99 = statistics.quantiles(probes, n=100)[98]
-    assert p99 < 0.100, f"/healthz p99 {p99 * 1000:.0f} ms over {len(probes)} probes"
+    latencies = sorted(latency for at, latency in probes if began <= at <= ended)
+    assert len(latencies) >= 20, summary(latencies)  # a stalled loop answers few probes
+    print(f"{summary(latencies)}; {len(answered)} hostile requests answered")
+    assert p99(latencies) < 0.100, summary(latencies)
 
 
 # --- one tenant's flood of schemas leaves another's validators cached ---------------------
