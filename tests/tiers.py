@@ -38,6 +38,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     # gateway processes, the CLI, fake upstreams in their own process
     "tests/e2e/test_cache_process.py": ("process",),
     "tests/e2e/test_shipped_config_large_prompts.py": ("process", "slow"),  # issue 32, item 8
+    "tests/e2e/test_noisy_neighbour.py": ("process", "slow"),  # issue 32, item 9
     "tests/e2e/test_cache.py::test_a_restarted_gateway_still_serves_its_hits": ("process",),
     "tests/e2e/test_policy_reload.py": ("process",),
     "tests/e2e/test_rate_limits_shared.py": ("process", "redis"),

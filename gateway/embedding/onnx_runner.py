@@ -13,7 +13,8 @@ import numpy as np
 
 
 class OnnxRunner:
-    """Tokenize with the model's own fast tokenizer and run the graph; one caller at a time."""
+    """Tokenize with the model's own fast tokenizer and run the graph. Nothing changes per
+    call: two threads may call it at once (a batcher's two lanes; ONNX Runtime allows it)."""
 
     def __init__(self, path: Path, *, max_seq_length: int, threads: int, chunk: int = 8) -> None:
         import onnxruntime as ort

@@ -23,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from gateway.embedding.batching import MicroBatcher
+from gateway.embedding.batching import BATCH_TOKENS, LONG_TOKENS, MicroBatcher
 from gateway.embedding.onnx_runner import OnnxRunner
 from gateway.util.maths import logistic
 
@@ -80,6 +80,9 @@ class PairJudge:
             window_ms=self._batching["window_ms"],
             policy="adaptive",
             thread_name="cache-judge",
+            cost=_tokens,
+            max_cost=BATCH_TOKENS,
+            long_from=LONG_TOKENS,  # ONNX Runtime: one session may run on two threads
         )
 
     def _here(self) -> MicroBatcher[Pair, float]:
@@ -131,6 +134,11 @@ class PairJudge:
 
     async def close(self) -> None:
         await self._batcher.close()
+
+
+def _tokens(pair: Pair) -> int:
+    """About how many tokens the judge reads of a pair (its batch cost; embedder._tokens)."""
+    return min(MAX_TOKENS, 3 + (len(pair[0]) + len(pair[1])) // 4)  # English: no encode
 
 
 def _graph(manifest: dict[str, object]) -> str:

@@ -46,11 +46,21 @@ class FairQueue(Generic[T]):
 
     def take(self) -> T:
         """The next owner's oldest item; that owner goes to the back of the line."""
-        owner, queue = next(iter(self._queues.items()))
+        return self._pop(next(iter(self._queues)))
+
+    def take_first(self, fits: Callable[[T], bool]) -> T | None:
+        """The oldest item of the first owner in turn whose oldest item `fits` (each owner's
+        items still leave in order); None when no owner's does."""
+        for owner, queue in self._queues.items():
+            if fits(queue[0]):
+                return self._pop(owner)
+        return None
+
+    def _pop(self, owner: str) -> T:
+        queue = self._queues.pop(owner)
         item = queue.popleft()
         self._size -= 1
-        del self._queues[owner]
-        if queue:
+        if queue:  # to the back of the line
             self._queues[owner] = queue
         return item
 

@@ -100,3 +100,75 @@ async def test_a_batch_takes_every_tenant_before_a_second_text_of_one() -> None:
     await asyncio.gather(first, flood, quiet)
     await batcher.close()
     assert "q" in seen[1]  # the first batch after the flood queued holds the quiet text
+
+
+def test_take_first_passes_over_owners_whose_next_item_does_not_fit() -> None:
+    queue: FairQueue[int] = FairQueue()
+    for owner, items in (("a", [100, 1]), ("b", [2, 3]), ("c", [4])):
+        for item in items:
+            queue.put(item, owner)
+    assert queue.take_first(lambda n: n < 10) == 2  # a's next is too large: b's is taken
+    assert queue.take_first(lambda n: n < 3) is None  # only owners' next items are looked at
+    assert queue.take_first(lambda n: n < 10) == 4
+    assert list(queue.drain()) == [100, 3, 1]  # each owner's order kept; b went to the back
+
+
+async def test_a_batch_s_padded_cost_stays_within_its_budget() -> None:
+    seen: list[list[int]] = []
+    gate = threading.Event()
+
+    def batch(items: list[int]) -> list[int]:
+        gate.wait(5)
+        seen.append(list(items))
+        return items
+
+    # Each item costs its value: 4 items of 100 pad to 400; a 30 joins only a batch that
+    # still fits with it.
+    batcher: MicroBatcher[int, int] = MicroBatcher(batch, max_batch=32, cost=int, max_cost=400)
+    first = asyncio.create_task(batcher.submit(1))
+    await asyncio.sleep(0.05)  # the worker is busy with it; the rest queue up
+    wide = asyncio.create_task(_as("wide", batcher.submit_many, [100] * 6))
+    narrow = asyncio.create_task(_as("narrow", batcher.submit_many, [30] * 3))
+    await asyncio.sleep(0.01)
+    gate.set()
+    await asyncio.gather(first, wide, narrow)
+    await batcher.close()
+    for run in seen:
+        assert len(run) * max(run) <= 400 or len(run) == 1, run
+    assert sorted(x for run in seen for x in run) == sorted([1] + [100] * 6 + [30] * 3)
+
+
+async def test_a_short_item_never_waits_for_a_long_lane_batch() -> None:
+    """Items costing `long_from` or more run on a second thread: a short one is answered
+    while a long batch is still running."""
+    long_running = threading.Event()
+    release = threading.Event()
+    threads: dict[int, str] = {}
+
+    def batch(items: list[int]) -> list[int]:
+        threads[max(items)] = threading.current_thread().name
+        if max(items) >= 50:
+            long_running.set()
+            release.wait(5)
+        return items
+
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        batch, cost=int, max_cost=512, long_from=50, thread_name="test-lanes"
+    )
+    try:
+        long = asyncio.create_task(_as("flooder", batcher.submit_many, [120, 110, 100]))
+        while not long_running.is_set():
+            await asyncio.sleep(0.005)
+        assert await asyncio.wait_for(_as("quiet", batcher.submit, 7), 2) == 7
+        assert not long.done()  # the long batch is still held
+        release.set()
+        assert await long == [120, 110, 100]
+    finally:
+        release.set()
+        await batcher.close()
+    assert threads[7] != threads[120] and threads[120].startswith("test-lanes-L")
+
+
+def test_a_long_lane_needs_a_cost() -> None:
+    with pytest.raises(ValueError, match="cost"):
+        MicroBatcher(lambda items: items, long_from=10)
