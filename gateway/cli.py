@@ -342,7 +342,7 @@ def _cache_stats(settings: Settings, url: str | None) -> int:
             "or GET /admin/cache/stats)"
         )
         return 1
-    stats = file_stats(store.path, store.max_entries)
+    stats = file_stats(store.path, store.max_entries, store.max_bytes)
     print(json.dumps(asdict(stats), indent=2))
     return 0
 

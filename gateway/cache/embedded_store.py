@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import itertools
 import sqlite3
 import time
 from collections import Counter, OrderedDict
@@ -55,6 +54,12 @@ _ROW = (
 )
 
 
+# What an entry takes on disk, as `_write` counts it: question, answer, headers, vector.
+_ENTRY_BYTES = (
+    "length(CAST(text AS BLOB)) + length(response) + coalesce(length(headers), 0) "
+    "+ coalesce(length(vector), 0)"
+)
+
 _PENDING_TRIES = 3  # a lookup follows an answer replaced while it waited, this many times
 
 _HOT_ENTRIES = 256  # entries held in memory besides the pending ones
@@ -68,18 +73,33 @@ class _Meta:
     model: str
     embedder: str | None
     expires_at: float
+    size: int = 0  # bytes on disk (question, answer, headers, vector); 0 until written
 
 
 class EmbeddedStore:
-    def __init__(self, path: str | None, max_entries: int, approximate_above: int) -> None:
+    """Entries in SQLite (a file, or memory only), their keys and vectors in memory. Bounded by
+    `max_entries` and `max_bytes`: past either, expired entries go, then the least recently used
+    of the tenant holding the most (bytes, or entries): one tenant's flood evicts its own
+    entries, never a lighter tenant's."""
+
+    def __init__(
+        self,
+        path: str | None,
+        max_entries: int,
+        approximate_above: int,
+        max_bytes: int | None = None,
+    ) -> None:
         self.path = path  # None: in memory only
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self.approximate_above = approximate_above
         self._executor = single_worker("cache-store")
         self._db: sqlite3.Connection | None = None
         self._meta: dict[int, _Meta] = {}
         self._by_exact: dict[str, int] = {}
-        self._lru: OrderedDict[int, None] = OrderedDict()
+        self._lru: dict[str, OrderedDict[int, None]] = {}  # per tenant, least recent first
+        self._bytes = 0
+        self._bytes_by_tenant: Counter[str] = Counter()
         self._touched: dict[int, float] = {}
         self._expiries: list[tuple[float, int]] = []  # a heap; stale pairs are skipped
         self._indexes = IndexesByEmbedder(approximate_above)
@@ -104,9 +124,11 @@ class EmbeddedStore:
         if self._opened:
             return
         rows = await self._run(self._open_db, time.time())
-        for row_id, exact_key, scope, tenant, model, embedder, vector, expires_at in rows:
+        for row_id, exact_key, scope, tenant, model, embedder, vector, expires_at, size in rows:
             self._next_id = max(self._next_id, row_id + 1)
-            self._remember(row_id, _Meta(scope, exact_key, tenant, model, embedder, expires_at))
+            meta = _Meta(scope, exact_key, tenant, model, embedder, expires_at)
+            self._remember(row_id, meta)
+            self._count_bytes(meta, size)
             if vector is not None and embedder is not None:
                 self._indexes.add(embedder, scope, row_id, np.frombuffer(vector, np.float32))
         self._opened = True
@@ -227,7 +249,7 @@ class EmbeddedStore:
         assert row_id is not None
         vector = None if entry.vector is None else entry.vector.astype(np.float32).tobytes()
         try:
-            await self._run(self._write, entry, vector)
+            size = await self._run(self._write, entry, vector)
         except BaseException:
             self._forget(row_id)  # memory must not claim what the disk lacks
             raise
@@ -236,9 +258,10 @@ class EmbeddedStore:
             self._commits.end(row_id, row_id in self._meta)
         if row_id in self._meta:
             self._keep_hot([entry])
+            self._count_bytes(self._meta[row_id], size)
         if row_id not in self._meta:  # evicted, purged or replaced while it was being written
             await self._run(self._delete_and_touch, [row_id], {})
-        if len(self._meta) > self.max_entries:
+        if self._over():
             await self.evict(time.time())
         return row_id
 
@@ -249,12 +272,17 @@ class EmbeddedStore:
             meta = self._meta.get(row_id)
             if meta is not None and meta.expires_at == expires_at:
                 doomed.append(row_id)
-        overflow = len(self._meta) - len(doomed) - self.max_entries
-        if overflow > 0:
-            expired = set(doomed)
-            doomed += list(itertools.islice((i for i in self._lru if i not in expired), overflow))
         for row_id in doomed:
             self._forget(row_id)
+        while self._over() and self._lru:
+            # The tenant holding the most of what is over gives up its least recently used.
+            if len(self._meta) > self.max_entries:
+                heaviest = max(self._lru, key=lambda tenant: len(self._lru[tenant]))
+            else:
+                heaviest = max(self._lru, key=self._bytes_by_tenant.__getitem__)
+            row_id = next(iter(self._lru[heaviest]))
+            self._forget(row_id)
+            doomed.append(row_id)
         touched, self._touched = self._touched, {}
         await self._run(self._delete_and_touch, doomed, touched)
         return len(doomed)
@@ -280,6 +308,8 @@ class EmbeddedStore:
             by_model=dict(Counter(m.model for m in metas)),
             bytes_on_disk=size,
             max_entries=self.max_entries,
+            entry_bytes=self._bytes,
+            max_bytes=self.max_bytes,
         )
 
     async def wait_for_index_builds(self) -> None:
@@ -296,7 +326,7 @@ class EmbeddedStore:
             self._expiries = [(m.expires_at, i) for i, m in self._meta.items()]
             heapq.heapify(self._expiries)
         self._by_exact[meta.exact_key] = row_id
-        self._lru[row_id] = None
+        self._lru.setdefault(meta.tenant, OrderedDict())[row_id] = None
         self._scopes.setdefault(meta.scope, set()).add(row_id)
         if meta.embedder is None:
             self._vectorless.setdefault(meta.scope, set()).add(row_id)
@@ -307,7 +337,12 @@ class EmbeddedStore:
             return
         if self._by_exact.get(meta.exact_key) == row_id:
             del self._by_exact[meta.exact_key]
-        self._lru.pop(row_id, None)
+        recent = self._lru.get(meta.tenant)
+        if recent is not None:
+            recent.pop(row_id, None)
+            if not recent:
+                del self._lru[meta.tenant]
+        self._count_bytes(meta, -meta.size)
         self._touched.pop(row_id, None)
         self._hot.pop(row_id, None)
         if self._pending.pop(row_id, None) is not None:
@@ -316,13 +351,27 @@ class EmbeddedStore:
         _discard(self._scopes, meta.scope, row_id)
         _discard(self._vectorless, meta.scope, row_id)
 
+    def _count_bytes(self, meta: _Meta, size: int) -> None:
+        """Add `size` bytes to what `meta`'s entry and its tenant hold (negative: release)."""
+        meta.size += size
+        self._bytes += size
+        self._bytes_by_tenant[meta.tenant] += size
+        if self._bytes_by_tenant[meta.tenant] <= 0:
+            del self._bytes_by_tenant[meta.tenant]
+
+    def _over(self) -> bool:
+        over_bytes = self.max_bytes is not None and self._bytes > self.max_bytes
+        return len(self._meta) > self.max_entries or over_bytes
+
     def _live(self, row_id: int, now: float) -> bool:
         meta = self._meta.get(row_id)
         return meta is not None and meta.expires_at > now
 
     def _used(self, entry: CacheEntry, now: float) -> CacheEntry:
         assert entry.id is not None
-        self._lru.move_to_end(entry.id)
+        meta = self._meta.get(entry.id)
+        if meta is not None:
+            self._lru[meta.tenant].move_to_end(entry.id)
         self._touched[entry.id] = now
         return entry
 
@@ -357,8 +406,8 @@ class EmbeddedStore:
         db.execute("DELETE FROM entries WHERE expires_at <= ?", (now,))
         self._db = db
         return db.execute(
-            "SELECT id, exact_key, scope, tenant, model, embedder, vector, expires_at "
-            "FROM entries ORDER BY last_used"
+            "SELECT id, exact_key, scope, tenant, model, embedder, vector, expires_at, "
+            f"{_ENTRY_BYTES} FROM entries ORDER BY last_used"
         ).fetchall()
 
     def _write_vector(self, row_id: int, vector: bytes, embedder: str) -> None:
@@ -367,9 +416,13 @@ class EmbeddedStore:
             "UPDATE entries SET vector = ?, embedder = ? WHERE id = ?", (vector, embedder, row_id)
         )
 
-    def _write(self, entry: CacheEntry, vector: bytes | None) -> None:
+    def _write(self, entry: CacheEntry, vector: bytes | None) -> int:
+        """Write `entry`; the bytes it takes (question, answer, headers, vector)."""
         assert self._db is not None
         now = time.time()
+        text = entry.text.encode("utf-8", "surrogatepass")
+        response = orjson.dumps(entry.response)
+        headers = orjson.dumps(entry.headers) if entry.headers else None
         # `WHERE excluded.id > id`: a write that lost a race to a newer one changes nothing.
         self._db.execute(
             "INSERT INTO entries (id, exact_key, scope, tenant, model, text, response, headers, "
@@ -389,8 +442,8 @@ class EmbeddedStore:
                 entry.tenant,
                 entry.model,
                 entry.text,
-                orjson.dumps(entry.response),
-                orjson.dumps(entry.headers) if entry.headers else None,
+                response,
+                headers,
                 entry.embedder,
                 vector,
                 now,
@@ -398,6 +451,7 @@ class EmbeddedStore:
                 now,
             ),
         )
+        return len(text) + len(response) + len(headers or b"") + len(vector or b"")
 
     def _read(self, ids: list[int]) -> list[CacheEntry]:
         assert self._db is not None
@@ -449,17 +503,24 @@ def _discard(by_scope: dict[str, set[int]], scope: str, row_id: int) -> None:
             del by_scope[scope]
 
 
-def file_stats(path: str, max_entries: int) -> StoreStats:
+def file_stats(path: str, max_entries: int, max_bytes: int | None = None) -> StoreStats:
     """Statistics read straight from a store file, without loading it (the CLI's view, safe
     while a gateway has it open: WAL lets readers in)."""
     if not Path(path).exists():
-        return StoreStats(entries=0, scopes=0, bytes_on_disk=0, max_entries=max_entries)
+        return StoreStats(
+            entries=0,
+            scopes=0,
+            bytes_on_disk=0,
+            max_entries=max_entries,
+            entry_bytes=0,
+            max_bytes=max_bytes,
+        )
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         now = time.time()
         live = "FROM entries WHERE expires_at > ?"
-        count = f"SELECT COUNT(*), COUNT(DISTINCT scope) {live}"
-        entries, scopes = db.execute(count, (now,)).fetchone()
+        count = f"SELECT COUNT(*), COUNT(DISTINCT scope), SUM({_ENTRY_BYTES}) {live}"
+        entries, scopes, entry_bytes = db.execute(count, (now,)).fetchone()
         by_tenant = dict(db.execute(f"SELECT tenant, COUNT(*) {live} GROUP BY tenant", (now,)))
         by_model = dict(db.execute(f"SELECT model, COUNT(*) {live} GROUP BY model", (now,)))
     finally:
@@ -471,6 +532,8 @@ def file_stats(path: str, max_entries: int) -> StoreStats:
         by_model=by_model,
         bytes_on_disk=_disk_size(path),
         max_entries=max_entries,
+        entry_bytes=entry_bytes or 0,
+        max_bytes=max_bytes,
     )
 
 

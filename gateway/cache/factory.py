@@ -64,6 +64,7 @@ def build_cache(
             None if config.store.type == "memory" else config.store.path,
             max_entries=config.store.max_entries,
             approximate_above=config.store.approximate_above,
+            max_bytes=config.store.max_bytes,
         )
         if config.store.type == "sqlite":  # verdicts and marks kept across restarts
             ledger = SqliteLedger(config.store.path)

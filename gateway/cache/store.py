@@ -40,6 +40,8 @@ class StoreStats:
     by_model: dict[str, int] = field(default_factory=dict)
     bytes_on_disk: int | None = None
     max_entries: int = 0
+    entry_bytes: int | None = None  # what the entries take (SQLite and memory stores)
+    max_bytes: int | None = None
 
 
 class CacheStore(Protocol):

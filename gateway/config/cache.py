@@ -232,12 +232,23 @@ class JudgeConfig(Strict):
         return self.type == "minilm"
 
 
+DEFAULT_CACHE_MAX_BYTES = 1 << 30  # 1 GiB: a 3 MB prompt is 340 entries, a question ~6 KB
+
+
 class CacheStoreConfig(StorageSection):
     type: Literal["sqlite", "memory", "redis"] = Field(
         "sqlite", description="redis: shared by every replica (docs/DEPLOY.md)."
     )
     path: str = Field("data/cache.sqlite3", description="sqlite: the file (WAL mode).")
     max_entries: int = Field(100_000, ge=1)
+    max_bytes: int | None = Field(
+        DEFAULT_CACHE_MAX_BYTES,
+        ge=1024,
+        description="sqlite and memory: past this many bytes of entries (questions, answers, "
+        "vectors; all tenants) the tenant holding the most gives up its least recently used "
+        "first. null: only max_entries bounds the store. redis: bound Redis itself "
+        "(maxmemory).",
+    )
     approximate_above: int = Field(
         20_000, ge=1, description="Entries in one scope past which search uses HNSW, not flat."
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.cache.embedded_store import EmbeddedStore, file_stats
+from gateway.cache.store import CacheEntry
 from tests.cache.entries import entry as make_entry
 from tests.cache.entries import vector as unit_vector
 
@@ -94,6 +95,55 @@ async def test_least_recently_used_goes_first_past_the_cap(store: EmbeddedStore)
     assert len(store) == 50
     assert await store.get("s:0", time.time()) is not None
     assert await store.get("s:1", time.time()) is None  # the least recently used went
+
+
+def _sized(n: int, tenant: str, size: int) -> CacheEntry:
+    """Entry `n` of `tenant` whose question takes `size` bytes."""
+    made = make_entry(n, tenant=tenant)
+    made.text = f"question {n} ".ljust(size, "x")
+    return made
+
+
+async def test_past_the_entry_cap_the_tenant_holding_most_gives_up_its_own(
+    store: EmbeddedStore,
+) -> None:
+    """A flood of one tenant's entries evicts its own least recently used, never a lighter
+    tenant's (with one tenant, that is plain LRU, as above)."""
+    for n in range(5):
+        await store.put(make_entry(n, tenant="quiet"))
+    for n in range(100, 200):
+        await store.put(make_entry(n, tenant="flood"))
+    assert len(store) == 50
+    now = time.time()
+    assert all([await store.get(f"s:{n}", now) for n in range(5)])  # the quiet tenant's all kept
+    assert (await store.stats()).by_tenant == {"quiet": 5, "flood": 45}
+    assert await store.get("s:199", now) is not None and await store.get("s:100", now) is None
+
+
+async def test_past_the_byte_cap_the_heaviest_tenant_gives_up_its_own(tmp_path: Path) -> None:
+    path = str(tmp_path / "cache.sqlite3")
+    store = EmbeddedStore(path, max_entries=1000, approximate_above=1000, max_bytes=200_000)
+    await store.open()
+    try:
+        for n in range(10):
+            await store.put(_sized(n, "quiet", 1_000))
+        for n in range(100, 140):  # 40 entries of 10 KB: twice the cap
+            await store.put(_sized(n, "flood", 10_000))
+        stats = await store.stats()
+        assert stats.entry_bytes is not None and stats.entry_bytes <= 200_000
+        assert stats.by_tenant["quiet"] == 10, stats  # never the lighter tenant's
+        assert 10 <= stats.by_tenant["flood"] < 20, stats
+        assert await store.get("s:139", time.time()) is not None  # the newest kept
+    finally:
+        await store.close()
+    # Reopened, the entries' sizes are read back from the file; the CLI reads them too.
+    reopened = EmbeddedStore(path, max_entries=1000, approximate_above=1000, max_bytes=200_000)
+    await reopened.open()
+    try:
+        assert (await reopened.stats()).entry_bytes == stats.entry_bytes
+    finally:
+        await reopened.close()
+    assert file_stats(path, 1000, 200_000).entry_bytes == stats.entry_bytes
 
 
 async def test_purge_by_tenant_model_or_all(store: EmbeddedStore) -> None:
