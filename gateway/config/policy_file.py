@@ -16,6 +16,7 @@ from gateway.config.cache import CachePolicyOverride
 from gateway.config.degradation import DegradationConfig
 from gateway.config.guard import GuardConfig
 from gateway.config.rate_limits import RateLimitConfig
+from gateway.config.responses import StorageQuotaConfig
 from gateway.config.routing import AliasConfig
 
 NO_KNOWLEDGE_BASE = "none"
@@ -95,6 +96,11 @@ class PolicyFile(Strict):
     byok: ByokConfig | None = Field(
         None, description="Per tenant: a policy that sets it cannot narrow models."
     )
+    storage: StorageQuotaConfig | None = Field(
+        None,
+        description="Per tenant: the stored responses it may keep (responses.quotas in "
+        "config.yaml); a policy that sets it cannot narrow models.",
+    )
     overload: OverloadConfig | None = None
     metrics: MetricsPolicy | None = None
 
@@ -108,11 +114,12 @@ SECTIONS: dict[str, type[Strict]] = {
     "degradation": DegradationConfig,
     "rate_limits": RateLimitConfig,
     "byok": ByokConfig,
+    "storage": StorageQuotaConfig,
     "overload": OverloadConfig,
     "metrics": MetricsPolicy,
 }
 # Decided before the request body is read, so they can depend on the tenant only.
-TENANT_SECTIONS = frozenset({"rate_limits", "byok"})
+TENANT_SECTIONS = frozenset({"rate_limits", "byok", "storage"})
 # Old spellings of sections, one name per concept since: accepted with a warning.
 RENAMED_SECTIONS = {"rate_limit": "rate_limits", "knowledge": "knowledge_base"}
 

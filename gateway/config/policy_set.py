@@ -40,6 +40,7 @@ from gateway.config.policy_file import (
     PolicyRouting,
 )
 from gateway.config.rate_limits import RateLimitConfig
+from gateway.config.responses import StorageQuotaConfig
 from gateway.config.routing import RoutingConfig
 from gateway.util.merge import deep_merge
 
@@ -128,6 +129,7 @@ class Resolved:
     degradation: DegradationConfig
     rate_limits: RateLimitConfig
     byok: ByokConfig
+    storage: StorageQuotaConfig
     overload: OverloadConfig
     metrics: MetricsPolicy
     _cache_changes: Json = field(default_factory=dict, repr=False)
@@ -257,6 +259,8 @@ class PolicySet:
             return PolicyRouting(aliases=self.file.routing.aliases)
         if name == "rate_limits":
             return self.file.rate_limits.for_tenant(tenant)
+        if name == "storage":
+            return self.file.responses.quotas.of(tenant)
         if name in self._defaults:
             return self._defaults[name]
         return SECTIONS[name]()

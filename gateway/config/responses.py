@@ -91,8 +91,11 @@ class StorageQuotasConfig(Strict):
         default_factory=dict, description="Tenant -> its own quota (replacing the default)."
     )
 
+    def of(self, tenant: str) -> StorageQuotaConfig:
+        return self.tenants.get(tenant, self.default)
+
     def for_tenant(self, tenant: str) -> Quota:
-        return self.tenants.get(tenant, self.default).quota()
+        return self.of(tenant).quota()
 
 
 class ResponsesConfig(Strict):

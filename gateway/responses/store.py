@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 from gateway.config.redis import RedisTarget
-from gateway.config.responses import ResponsesConfig
+from gateway.config.responses import Quota, ResponsesConfig
 from gateway.responses.backend import (
     Chain,
     Clock,
@@ -53,10 +54,12 @@ def build_response_store(
     *,
     clock: Clock = time.time,
     on_failure: OnFailure | None = None,
+    quotas: Callable[[str], Quota] | None = None,
 ) -> ResponseStore:
     """The store `responses:` describes. `shared`: `ConfigFile.shared_redis().target(
     "responses")`, None unless `responses.store.type` is redis. `on_failure` is told each
-    failed operation ("put", "get", "delete"), for a metric."""
+    failed operation ("put", "get", "delete"), for a metric. `quotas`: each tenant's, read
+    when it stores (the running config's policies); by default config.yaml's."""
     store = config.store
     if store.type == "redis":
         if shared is None:
@@ -74,7 +77,7 @@ def build_response_store(
         max_entries=store.max_entries,
         max_bytes=store.max_bytes,
         max_response_bytes=config.max_response_bytes,
-        quotas=config.quotas.for_tenant,
+        quotas=quotas or config.quotas.for_tenant,
         clock=clock,
         on_failure=on_failure,
     )

@@ -89,6 +89,8 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
         settings.file.responses,
         redis.target("responses"),
         on_failure=metrics.response_store_failed,
+        # Read at each write: a reload or a policy file changes a tenant's quota at once.
+        quotas=lambda tenant: ref.current.settings.policies.for_tenant(tenant).storage.quota(),
     )
     app[DRAIN] = Drain()
     connections = app[CONNECTIONS] = Connections(

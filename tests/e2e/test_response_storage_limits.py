@@ -19,14 +19,27 @@ import openai
 import pytest
 
 from gateway.http.keys import CACHE as CACHE_KEY
-from gateway.http.keys import RESPONSES
+from gateway.http.keys import RELOADER, RESPONSES
 from gateway.responses import backend
 from gateway.responses.embedded_store import EmbeddedResponseStore
 from gateway.testing.fake_upstream import FakeUpstream
-from gateway.testing.harness.fake_settings import settings_for
+from gateway.testing.harness.configs import write_yaml
+from gateway.testing.harness.fake_settings import (
+    FAKE_PROVIDER_KEY,
+    FAKE_PROVIDER_KEY_ENV,
+    TEST_RESILIENCE,
+    fake_config,
+    settings_for,
+)
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.clients import sdk_client
-from tests.e2e.helpers import RawResponse, assert_raw_error, request, upstream_requests
+from tests.e2e.helpers import (
+    RawResponse,
+    assert_raw_error,
+    request,
+    settings_from_files,
+    upstream_requests,
+)
 
 Json = dict[str, Any]
 MODEL = "fake-model"
@@ -268,3 +281,37 @@ async def test_a_failing_disk_refuses_store_true_and_answers_everything_else(
         await asyncio.sleep(1.1)
         back = await post(gw, {"model": MODEL, "input": "after", "store": True}, KEY_A)
         assert back.status == 200 and back.json()["store"] is True
+
+
+async def test_a_policy_sets_a_tenants_quota_and_a_reload_changes_it(
+    server_thread: ServerThread,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A policy's `storage` gives team B a quota of its own (config.yaml's stays team A's); the
+    store reads the running config at each write, so a reload changes it at once."""
+    config = {
+        **fake_config(fake_upstream.url),
+        **TEST_RESILIENCE,
+        **KEYS,
+        "responses": {"store": {"type": "memory"}, "quotas": {"default": QUOTA}},
+    }
+    small = {"match": {"tenants": ["team-b"]}, "storage": {"max_responses": 2}}
+    for name, value in {**ENVIRON, FAKE_PROVIDER_KEY_ENV: FAKE_PROVIDER_KEY}.items():
+        monkeypatch.setenv(name, value)  # read again by the reload
+    settings = settings_from_files(tmp_path, config, {"team-b": small})
+    with running_gateway(server_thread, settings) as gw:
+        b = sdk_client(gw.url, key=KEY_B).responses
+        assert all(store_flag(b.create(model=MODEL, input=f"q{i}", store=True)) for i in (1, 2))
+        with pytest.raises(openai.PermissionDeniedError) as refused:
+            b.create(model=MODEL, input="a third", store=True)
+        assert refused.value.code == "storage_quota_exceeded"
+        a = sdk_client(gw.url, key=KEY_A).responses  # config.yaml's 40 for team A
+        assert all(store_flag(a.create(model=MODEL, input=f"q{i}", store=True)) for i in range(3))
+        # the policy file edited and reloaded: team B's next write has the larger quota
+        larger = {**small, "storage": {"max_responses": 3}}
+        write_yaml(tmp_path / "policies" / "team-b.yaml", larger)
+        outcome = server_thread.call(gw.app[RELOADER].reload())
+        assert outcome.result == "reloaded", outcome
+        assert store_flag(b.create(model=MODEL, input="a third", store=True)) is True

@@ -121,7 +121,7 @@ BAD = [
         [
             "<dir>/a.yaml: caches (line 2): not a policy field; allowed: byok, cache, "
             "degradation, description, guard, knowledge_base, match, metrics, overload, "
-            "rate_limits, routing"
+            "rate_limits, routing, storage"
         ],
     ),
     (
