@@ -251,7 +251,9 @@ def test_a_budget_bounds_keywords_as_well_as_patterns() -> None:
     started = time.perf_counter()
     with pytest.raises(BudgetSpent), budget.running():
         compiled.errors(["not a number"] * 1_000)
-    assert time.perf_counter() - started < 0.4
+    # Unbudgeted: about 11 s. A second leaves room for a collection in a loaded test process
+    # (0.4 s was missed once in the fast tier).
+    assert time.perf_counter() - started < 1.0
 
 
 def test_a_budget_is_summed_over_its_runs_and_unbudgeted_checks_are_unchanged() -> None:
