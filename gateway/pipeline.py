@@ -30,7 +30,7 @@ from gateway.cache.verify.judge import JudgeCall
 from gateway.cache.verify.verifier import NotComparable, TenantLimited
 from gateway.config import ModelRoute, Settings
 from gateway.context import RequestContext
-from gateway.errors import InvalidRequest, ModelNotFound, echo
+from gateway.errors import GatewayError, InvalidRequest, ModelNotFound, echo
 from gateway.guard.conversation import ConversationGuard
 from gateway.guard.tool_guard import ToolCallGuard
 from gateway.rag.grounding import Sources, grounded_messages, sources_field
@@ -69,6 +69,9 @@ class Pipeline:
         self.tool_guard = tool_guard
         self.knowledge = knowledge
         self.cache = cache
+        # Per model, the output limit a shadow call adds when the client set none: max_tokens,
+        # or max_completion_tokens once the upstream refused max_tokens (reasoning models).
+        self._output_limit: dict[str, str] = {}
 
     async def chat(self, ctx: RequestContext, request: ChatParams, body: Json) -> Reply:
         policy = self.settings.policies.of(ctx)
@@ -187,7 +190,8 @@ class Pipeline:
             return verifier.skip(probe, "breaker_open")
         if sheds(ctx, "verification"):
             return verifier.skip(probe, "shed")
-        shadow_body = _shadow_body(body, hit.entry.response)
+        limit = self._output_limit.get(route.name, "max_tokens")
+        shadow_body = _shadow_body(body, hit.entry.response, limit)
         tokens = estimate_prompt_tokens(shadow_body["messages"])
         if tokens > max(SHADOW_MIN_TOKENS, (ctx.body_bytes or 0) // 4):
             return verifier.skip(probe, "oversized")
@@ -205,14 +209,33 @@ class Pipeline:
                 if grounding is None or grounding.level != 1:
                     raise NotComparable("retrieval did not ground the shadow call")
                 prompt = _prompt(shadow_body, grounding)
-            answer = await self.executor.on_behalf(
-                shadow, route, prompt, "cache_verification", fallbacks=False
-            )
+            answer = await self._shadow_call(shadow, route, prompt, body)
             await _settle(permits, tokens, answer.get("usage"))
             return answer
 
         judge = self._judge_call(shadow, plan.policy.verify.judge_model, probe.bill_to, permits)
         verifier.verify(probe, fresh, judge)
+
+    async def _shadow_call(
+        self, ctx: RequestContext, route: ModelRoute, prompt: Json, served: Json
+    ) -> Json:
+        """The shadow call; once more with the other output limit when the upstream refuses
+        the one this call added (OpenAI's reasoning models take only max_completion_tokens),
+        remembered for the model."""
+        try:
+            return await self.executor.on_behalf(
+                ctx, route, prompt, "cache_verification", fallbacks=False
+            )
+        except GatewayError as err:
+            added = next((f for f in _OUTPUT_LIMITS if f in prompt and f not in served), None)
+            if added is None or err.status != 400 or err.param != added:
+                raise
+        other = _OUTPUT_LIMITS[added]
+        self._output_limit[route.name] = other
+        renamed = {k: v for k, v in prompt.items() if k != added} | {other: prompt[added]}
+        return await self.executor.on_behalf(
+            ctx, route, renamed, "cache_verification", fallbacks=False
+        )
 
     def _judge_call(
         self,
@@ -314,13 +337,18 @@ SHADOW_MIN_TOKENS = 256
 SHADOW_MIN_OUTPUT = 256
 
 
-def _shadow_body(body: Json, cached: Json) -> Json:
+# The two names of a chat request's output limit, each to the other.
+_OUTPUT_LIMITS = {"max_completion_tokens": "max_tokens", "max_tokens": "max_completion_tokens"}
+
+
+def _shadow_body(body: Json, cached: Json, added: str = "max_tokens") -> Json:
     """The request a shadow call sends: the hit's as a miss would send it, one plain answer,
-    its length bounded by the answer it is compared with (`SHADOW_MIN_OUTPUT`)."""
+    its length bounded by the answer it is compared with (`SHADOW_MIN_OUTPUT`): in the
+    client's own limit field, else in `added`."""
     shadow = {k: v for k, v in body.items() if k not in _NOT_SHADOWED}
     stored = (cached.get("usage") or {}).get("completion_tokens")
     limit = max(SHADOW_MIN_OUTPUT, 2 * stored if isinstance(stored, int) else 0)
-    field = "max_completion_tokens" if "max_completion_tokens" in shadow else "max_tokens"
+    field = next((f for f in _OUTPUT_LIMITS if f in shadow), added)
     given = shadow.get(field)
     shadow[field] = min(given, limit) if isinstance(given, int) and given > 0 else limit
     return shadow

@@ -78,6 +78,9 @@ class Knobs(BaseModel):
     words_per_chunk: int = 1
     reasoning_content: str | None = None
     extra: Json = Field(default_factory=dict)  # extra top-level response fields
+    # Request fields this model refuses with OpenAI's 400 (as its reasoning models refuse
+    # max_tokens: "Unsupported parameter ... Use 'max_completion_tokens' instead.")
+    unsupported: list[str] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,9 @@ class FakeUpstream:
                 await asyncio.sleep(knobs.latency_ms / 1000)
             if knobs.status and self._should_fail(str(body.get("model")), knobs):
                 return _error_response(knobs)
+            refused = next((name for name in knobs.unsupported if name in body), None)
+            if refused is not None:
+                return _unsupported(refused)
             response: web.StreamResponse = await reply(request, body, knobs)
             return response
         except (asyncio.CancelledError, ConnectionResetError):
@@ -508,6 +514,18 @@ def _stream_error(name: str | None, knobs: Knobs, sequence: int) -> tuple[str | 
 
 def _logprobs(body: Json) -> Json | None:
     return {"content": [], "refusal": None} if body.get("logprobs") else None
+
+
+def _unsupported(field: str) -> web.Response:
+    """OpenAI's 400 for a parameter the model does not take."""
+    instead = " Use 'max_completion_tokens' instead." if field == "max_tokens" else ""
+    error = {
+        "message": f"Unsupported parameter: '{field}' is not supported with this model.{instead}",
+        "type": "invalid_request_error",
+        "param": field,
+        "code": "unsupported_parameter",
+    }
+    return web.json_response({"error": error}, status=400)
 
 
 def _error_response(knobs: Knobs) -> web.Response:

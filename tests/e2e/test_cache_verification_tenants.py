@@ -145,6 +145,36 @@ def test_a_shadow_call_is_charged_to_its_tenant_and_bounded_by_the_hit(
     assert len(orjson.dumps(shadow)) <= len(orjson.dumps(served)) + len(b',"max_tokens":256')
 
 
+def test_a_shadow_call_the_model_refuses_for_max_tokens_is_sent_again_with_the_other_limit(
+    tenants: GatewayServer, server_thread: ServerThread, fake_upstream: FakeUpstream
+) -> None:
+    """A reasoning model refuses max_tokens (OpenAI's 400, param max_tokens). A shadow call for
+    a client that set no limit adds one: refused, it is sent once more with
+    max_completion_tokens, and the model's next shadow call uses that at once."""
+    fake_upstream.per_model["fake-model"] = Knobs(unsupported=["max_tokens"])
+    assert _ask(tenants, "victim", QUESTION) == "miss"
+    _settle(tenants, server_thread)
+    for round in (1, 2):  # the same paraphrase twice: each hit verified
+        fake_upstream.received.clear()
+        assert _ask(tenants, "victim", PARAPHRASE) == "hit-semantic"
+
+        def answered(round: int = round) -> bool:
+            _settle(tenants, server_thread)
+            return _shadow_calls(tenants, "answered") == round
+
+        assert poll_until(answered, timeout=10), _samples(tenants)
+        sent = [r["body"] for r in fake_upstream.received if r["path"].endswith("/completions")]
+        limits = [[f for f in ("max_tokens", "max_completion_tokens") if f in b] for b in sent]
+        # the first: refused, then sent again; the second: the limit the model takes, at once
+        expected = (
+            [["max_tokens"], ["max_completion_tokens"]]
+            if round == 1
+            else [["max_completion_tokens"]]
+        )
+        assert limits == expected, limits
+        assert sent[-1]["max_completion_tokens"] == 256
+
+
 def test_one_tenants_wrong_verdicts_leave_another_tenants_threshold_and_estimate(
     tenants: GatewayServer, server_thread: ServerThread, fake_upstream: FakeUpstream
 ) -> None:
