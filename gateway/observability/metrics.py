@@ -39,7 +39,7 @@ from gateway.resilience.breaker import STATE_VALUES, Breaker
 
 if TYPE_CHECKING:
     from gateway.cache.verify.estimate import Kind
-    from gateway.cache.verify.verifier import ShadowOutcome, Verifier
+    from gateway.cache.verify.verifier import ModelVerification, ShadowOutcome, Verifier
     from gateway.state.shared import SharedState
 
 # Millisecond resolution at the low end (cache hits, overhead), minutes at the top (long streams).
@@ -566,10 +566,16 @@ class Metrics:
         config's price of a model, for the shadow calls' cost."""
         return CacheVerificationEvents(self, pricing)
 
-    def watch_verification(self, verifier: Verifier, models: Iterable[str] = ()) -> None:
+    def watch_verification(
+        self,
+        verifier: Verifier,
+        models: Iterable[str] = (),
+        per_tenant: Callable[[str, str], bool] | None = None,
+    ) -> None:
         """Export, at scrape time, each verifying model's precision estimate, effective
         threshold and budget; `models` (those configured to verify) get their counters at 0
-        from the start."""
+        from the start. `per_tenant(tenant, model)`: whether that tenant's policy opts in to
+        per-tenant metrics (its own estimate, threshold and budget: what its hits decide by)."""
         for model in models:
             for result in ("agree", "disagree"):
                 self._child(self.cache_verifications, model, result)
@@ -577,6 +583,7 @@ class Metrics:
             self._child(self.cache_shadow_calls, model, "answered")
             self._child(self.cache_verification_cost, model)
         self._verification.verifier = verifier
+        self._verification.per_tenant = per_tenant
 
     def watch_breakers(self, breakers: Iterable[Breaker]) -> None:
         """Export each breaker's state at scrape time (0 closed, 1 half-open, 2 open)."""
@@ -716,6 +723,7 @@ class _VerificationStates(Collector):
 
     def __init__(self) -> None:
         self.verifier: Verifier | None = None
+        self.per_tenant: Callable[[str, str], bool] | None = None
 
     def collect(self) -> Iterator[Metric]:
         estimate = GaugeMetricFamily(
@@ -740,16 +748,41 @@ class _VerificationStates(Collector):
             "Verdicts on served hits in the verification window (what the estimate rests on).",
             labels=["model"],
         )
+        # Each tenant's own figures (its hits are decided by them, not by the pooled ones),
+        # for tenants that opt in: the same four under gateway_tenant_*, labelled by tenant.
+        pooled = (estimate, threshold, budget, verified)
+        mine = tuple(
+            GaugeMetricFamily(
+                family.name.replace("gateway_", "gateway_tenant_", 1),
+                f"{family.documentation} Per tenant, for tenants whose policy opts in "
+                "(metrics.per_tenant).",
+                labels=["tenant", "model", "bound"] if family is estimate else ["tenant", "model"],
+            )
+            for family in pooled
+        )
         states = self.verifier.snapshot() if self.verifier is not None else {}
         for model, state in states.items():
-            served = state.served
-            if served.point is not None and served.lower is not None:
-                estimate.add_metric([model, "point"], served.point)
-                estimate.add_metric([model, "lower"], served.lower)
-            threshold.add_metric([model], state.effective_threshold)
-            budget.add_metric([model], state.max_error_rate)
-            verified.add_metric([model], served.verified)
-        yield from (estimate, threshold, budget, verified)
+            _add_verification(pooled, [], model, state)
+            for tenant, own in state.tenants.items():
+                if self.per_tenant is not None and self.per_tenant(tenant, model):
+                    _add_verification(mine, [tenant], model, own)
+        yield from (*pooled, *mine)
+
+
+def _add_verification(
+    families: tuple[GaugeMetricFamily, ...],
+    tenant: list[str],
+    model: str,
+    state: ModelVerification,
+) -> None:
+    estimate, threshold, budget, verified = families
+    served = state.served
+    if served.point is not None and served.lower is not None:
+        estimate.add_metric([*tenant, model, "point"], served.point)
+        estimate.add_metric([*tenant, model, "lower"], served.lower)
+    threshold.add_metric([*tenant, model], state.effective_threshold)
+    budget.add_metric([*tenant, model], state.max_error_rate)
+    verified.add_metric([*tenant, model], served.verified)
 
 
 class _BreakerStates(Collector):

@@ -103,7 +103,7 @@ def build_app(settings: Settings, access_log: AccessLog | None = None) -> web.Ap
     if cache is not None:
         metrics.cache_entries.set_function(lambda: len(cache.store))
         cache.verifier.events = metrics.verification_events(partial(_pricing, ref))
-        metrics.watch_verification(cache.verifier, _verifying(settings))
+        metrics.watch_verification(cache.verifier, _verifying(settings), partial(_per_tenant, ref))
     shared = app[SHARED_STATE] = SharedState.of(cache, breakers, limiter, responses)
     metrics.watch_shared_state(shared)
     app.cleanup_ctx.append(_cache_lifetime)
@@ -121,6 +121,11 @@ def _pricing(ref: RuntimeRef, model: str) -> Pricing | None:
     """A model's price in the running config (reloads change it)."""
     route = ref.current.settings.routes.get(model)
     return route.pricing if route is not None else None
+
+
+def _per_tenant(ref: RuntimeRef, tenant: str, model: str) -> bool:
+    """Whether the running config's policies give `tenant` its own series for `model`."""
+    return ref.current.settings.policies.resolve(tenant, model).metrics.per_tenant
 
 
 def _verifying(settings: Settings) -> list[str]:

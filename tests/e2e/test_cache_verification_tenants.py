@@ -215,6 +215,22 @@ def test_one_tenants_wrong_verdicts_leave_another_tenants_threshold_and_estimate
     assert _ask(tenants, "victim", "which city is the capital of France") == "hit-semantic"
     _settle(tenants, server_thread)
     assert poll_until(lambda: "victim" in _stats(tenants)["tenants"], timeout=10)
-    victim = _stats(tenants)["tenants"]["victim"]
+    after = _stats(tenants)
+    victim, attacker_now = after["tenants"]["victim"], after["tenants"]["attacker"]
     assert victim["effective_threshold"] == configured
     assert victim["precision"]["verified"] <= 1 and victim["precision"]["disagreements"] == 0
+    # Each tenant's own figures in /metrics (the policy opts every tenant in): what its hits
+    # are decided by, and what the per-tenant alert reads.
+    samples = _samples(tenants)
+
+    def own(name: str, tenant: str, **labels: str) -> float | None:
+        return _value(
+            samples, f"gateway_tenant_cache_{name}", tenant=tenant, model="fake-model", **labels
+        )
+
+    assert own("effective_threshold", "attacker") == attacker_now["effective_threshold"]
+    assert own("effective_threshold", "victim") == configured
+    assert own("verified_hits", "attacker") == attacker_now["precision"]["verified"]
+    assert own("error_budget", "attacker") == pytest.approx(attacker_now["max_error_rate"])
+    lower = own("precision_estimate", "attacker", bound="lower")
+    assert lower is not None and lower < 1 - attacker_now["max_error_rate"]  # the alert's case

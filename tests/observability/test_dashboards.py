@@ -101,6 +101,7 @@ def test_alert_rules_are_annotated() -> None:
         "GatewayHighLatencyP99",
         "GatewayCacheHitRateCollapse",
         "GatewayCachePrecisionBelowBudget",
+        "GatewayCacheTenantPrecisionBelowBudget",
         "GatewayLevel4Degradation",
         "GatewayConfigReloadRefused",
         "GatewayConnectionsRefused",
