@@ -65,7 +65,7 @@ class ResponseStoreConfig(StorageSection):
 
 
 class StorageQuotaConfig(Strict):
-    """What one tenant may keep stored (sqlite and memory stores)."""
+    """What one tenant may keep stored (every store type; Redis counts it for all replicas)."""
 
     max_responses: int | None = Field(
         DEFAULT_MAX_RESPONSES,

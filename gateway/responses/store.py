@@ -70,6 +70,7 @@ def build_response_store(
             config.ttl_seconds,
             on_failure=on_failure,
             max_response_bytes=config.max_response_bytes,
+            quotas=quotas or config.quotas.for_tenant,
         )
     return EmbeddedResponseStore(
         None if store.type == "memory" else store.path,

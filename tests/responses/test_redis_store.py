@@ -4,6 +4,7 @@ two stores are two replicas; an outage is a 503 on reads, a logged and counted f
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator
@@ -14,7 +15,7 @@ import redis.asyncio as aioredis
 
 from gateway.config.redis import RedisTarget
 from gateway.config.resilience import BreakerConfig
-from gateway.config.responses import ResponsesConfig
+from gateway.config.responses import Quota, ResponsesConfig
 from gateway.ratelimit import RateLimiter
 from gateway.resilience.breaker import Breakers
 from gateway.responses.redis_store import RedisResponseStore
@@ -89,20 +90,57 @@ async def test_keys_expire_at_the_ttl_and_name_no_tenant_or_id(
         one = stored()
         await store.put("tenant-with-a-name", one)
         keys = [k.decode() async for k in client.scan_iter(match=f"{namespace}:*")]
-        assert len(keys) == 1
-        (key,) = keys
+        # the row, its owner pointer, and the owner's rows and sizes (its quota's count)
+        assert len(keys) == 4
+        (key,) = [k for k in keys if ":" not in k.removeprefix(f"{namespace}:")]
         assert key.startswith(f"{namespace}:") and len(key) == len(namespace) + 1 + 64
-        assert "tenant-with-a-name" not in key and one.response["id"] not in key
-        assert TTL - 5 <= await client.ttl(key) <= TTL
+        for name in keys:
+            assert "tenant-with-a-name" not in name and one.response["id"] not in name
+            assert TTL - 5 <= await client.ttl(name) <= TTL
         long = stored("x" * 2_000_000)  # 6 MB with its copies: one value, nothing cut
         assert await store.put("acme", long) is True
         assert await store.get("acme", long.response["id"]) == long
         # past max_response_bytes (8 MiB by default) a response is not kept, nor a key made
         assert await store.put("acme", stored("x" * 3_000_000)) is False
-        assert len([k async for k in client.scan_iter(match=f"{namespace}:*")]) == 2
+        assert len([k async for k in client.scan_iter(match=f"{namespace}:*")]) == 8
     finally:
         await client.aclose()
         await store.close()
+
+
+async def test_a_tenants_quota_is_counted_in_redis_for_every_replica(
+    redis_url: str, namespace: str
+) -> None:
+    """Three responses per tenant, written through two replicas: the fourth is refused on
+    either, another tenant is unaffected, a delete frees a place, and expired rows leave the
+    count."""
+    three = Quota(max_responses=3, max_bytes=None)
+    a, b = (
+        RedisResponseStore(redis_url, namespace, TTL, quotas=lambda tenant: three),
+        RedisResponseStore(redis_url, namespace, 1, quotas=lambda tenant: three),
+    )
+    for store in (a, b):
+        await store.start()
+    try:
+        kept = [stored(f"q{i}") for i in range(3)]
+        for response in kept:
+            assert await a.put("acme", response) is True
+        assert await b.put("acme", stored("a fourth")) is False  # the other replica counts too
+        assert b.refused["storage_quota_exceeded"] == 1 and b.usage("acme")[0] == 3
+        assert await b.put("globex", stored("theirs")) is True  # another tenant's own quota
+        assert await b.delete("acme", kept[0].response["id"]) is True
+        assert await a.put("acme", stored("in its place")) is True
+        assert await a.put("acme", stored("one too many")) is False
+        # rows written with b's 1 s TTL expire, and leave the count with them
+        assert await a.delete("acme", kept[1].response["id"]) is True
+        assert await b.put("acme", stored("short-lived")) is True
+        assert await a.put("acme", stored("no room")) is False
+        await asyncio.sleep(1.2)
+        assert await a.put("acme", stored("room again")) is True
+        assert a.usage("acme")[0] == 3
+    finally:
+        for store in (a, b):
+            await store.close()
 
 
 async def test_an_outage_is_a_503_on_reads_and_a_counted_failed_put(
