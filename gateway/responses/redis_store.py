@@ -44,6 +44,8 @@ class RedisPaused(RedisError):
     """Not asked: Redis failed less than a second ago."""
 
 
+# The scripts name some keys they derive (an owner's set from a row's pointer): fine on the one
+# Redis server the gateway's replicas share, not on a Redis Cluster (nor is the rest of it).
 # The owner's bookkeeping, before a write: rows past their expiry leave the set and the total.
 _PRUNE = """
 local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
