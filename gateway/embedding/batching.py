@@ -8,7 +8,7 @@ a model pads every item to the longest, so a batch costs its size times its wide
 With `long_from` too, items that costly go to a lane of their own, a second worker thread: a
 short question never waits for a batch of long prompts to finish. Measured with one tenant
 flooding long near-duplicates, another tenant's short questions went from 13-14x their idle
-p50 to 1.4-2.4x (docs/RELIABILITY.md, "Fair shares"). Only for a model that may run on two
+p50 to 1.4-2.5x (docs/RELIABILITY.md, "Fair shares"). Only for a model that may run on two
 threads at once (an ONNX Runtime session may).
 """
 
