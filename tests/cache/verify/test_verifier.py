@@ -130,6 +130,17 @@ async def _fill(cache: SemanticCache, route: ModelRoute, answer: str = "Use the 
     await cache.flush()
 
 
+async def _probed_hit(cache: SemanticCache) -> tuple[ModelRoute, Probe]:
+    """A route that verifies every hit, its entries stored, and the probe of a hit on it."""
+    route = _route(sample_rate=1.0)
+    await _fill(cache, route)
+    ctx, plan, hit = await _ask(cache, ASKED[0], route)
+    assert hit is not None
+    probe = cache.probe(plan, hit, ctx)
+    assert probe is not None
+    return route, probe
+
+
 def _probe_for(ctx: RequestContext, plan: CachePlan, hit: CacheHit | None, text: str) -> Probe:
     """A served hit's probe, as the sampler would have made it (chance 1)."""
     assert hit is not None
@@ -236,12 +247,7 @@ async def test_hits_are_probed_at_their_rate_and_within_the_call_budget(
 
 
 async def test_a_shadow_call_that_fails_costs_the_verdict_only(cache: SemanticCache) -> None:
-    route = _route(sample_rate=1.0)
-    await _fill(cache, route)
-    ctx, plan, hit = await _ask(cache, ASKED[0], route)
-    assert hit is not None
-    probe = cache.probe(plan, hit, ctx)
-    assert probe is not None
+    _, probe = await _probed_hit(cache)
 
     async def failing() -> dict[str, Any]:
         raise ConnectionError("upstream away")
@@ -343,12 +349,7 @@ async def test_a_tenant_without_evidence_uses_the_configured_threshold_and_state
 async def test_answers_that_disagree_with_themselves_are_no_verdict_and_not_verified_again(
     cache: SemanticCache,
 ) -> None:
-    route = _route(sample_rate=1.0)
-    await _fill(cache, route)
-    ctx, plan, hit = await _ask(cache, ASKED[0], route)
-    assert hit is not None
-    probe = cache.probe(plan, hit, ctx)
-    assert probe is not None
+    route, probe = await _probed_hit(cache)
     poems = iter(
         [
             "Waves fold the grey light under, gulls write their names on foam.",
@@ -372,12 +373,7 @@ async def test_answers_that_disagree_with_themselves_are_no_verdict_and_not_veri
 
 
 async def test_a_disagreement_the_upstream_repeats_is_a_wrong_hit(cache: SemanticCache) -> None:
-    route = _route(sample_rate=1.0)
-    await _fill(cache, route)
-    ctx, plan, hit = await _ask(cache, ASKED[0], route)
-    assert hit is not None
-    probe = cache.probe(plan, hit, ctx)
-    assert probe is not None
+    _, probe = await _probed_hit(cache)
 
     async def changed() -> dict[str, Any]:
         return _answer("Call the support line at 555-0100 and ask for a new card.")
