@@ -146,6 +146,7 @@ class RedisResponseStore(ResponseStore):
         )
         self._client = SharedClient(url, Timeouts(SOCKET_TIMEOUT, CONNECT_TIMEOUT))
         self._prefix = f"{namespace}:"
+        self._owners = f"{namespace}:owner:"  # each owner's rows and sizes are under it
         # Each owner's (rows, bytes) as Redis last said (a write's answer): the up-front check's
         # view; the write itself checks in Redis, atomically, what every replica stored.
         self._usage: dict[bytes, tuple[int, int]] = {}
@@ -159,9 +160,6 @@ class RedisResponseStore(ResponseStore):
 
     def redis_key(self, key: bytes) -> str:
         return self._prefix + key.hex()
-
-    def _owner_prefix(self) -> str:
-        return f"{self._prefix}owner:"
 
     def usage(self, tenant: str) -> tuple[int, int]:
         return self._usage.get(owner_key(tenant), (0, 0))
@@ -199,7 +197,7 @@ class RedisResponseStore(ResponseStore):
     ) -> None:
         """The row, if its owner's quota (counted in Redis) has room; else QuotaRefused."""
         row, name = self.redis_key(key), owner.hex()
-        owned = self._owner_prefix() + name
+        owned = self._owners + name
         keys = [row, f"{owned}:rows", f"{owned}:sizes", f"{row}:owner"]
         limits = [_limit(quota.max_responses), _limit(quota.max_bytes)]
         args: list[bytes | str | int] = [_ms(time.time()), blob, _ms(expires_at), *limits, name]
@@ -212,7 +210,7 @@ class RedisResponseStore(ResponseStore):
 
     async def _touch(self, keys: list[bytes], expires_at: float) -> None:
         rows = [self.redis_key(key) for key in keys]
-        args: list[str | int] = [_ms(expires_at), self._owner_prefix(), _ms(time.time())]
+        args: list[str | int] = [_ms(expires_at), self._owners, _ms(time.time())]
         await self._call("put", lambda: self._redis.eval(_TOUCH, len(rows), *rows, *args))
 
     async def _read(self, key: bytes, now: float) -> bytes | None:
@@ -222,7 +220,7 @@ class RedisResponseStore(ResponseStore):
 
     async def _remove(self, key: bytes, now: float) -> bool:
         row = self.redis_key(key)
-        keys, prefix = [row, f"{row}:owner"], self._owner_prefix()
+        keys, prefix = [row, f"{row}:owner"], self._owners
         removed = await self._call(
             "delete", lambda: self._redis.eval(_DELETE, len(keys), *keys, prefix)
         )
