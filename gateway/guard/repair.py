@@ -4,9 +4,17 @@ is wrong, and when that does not fix them, apply the policy (strip, pass, or fai
 parameters instead of the whole call, when what remains is valid.
 
 Works on one assistant message (a plain answer's, or a stream's once its calls are complete),
-so plain and streamed answers are judged by the same code. The checks run on the offload thread
-unless the catalog and the arguments are small (`inline`); when the catalog's budget runs out,
-the answer goes on as it is, `unchecked`, and no more repairs are asked for.
+so plain and streamed answers are judged by the same code.
+
+What a repair answers is read for its tool calls only: the client gets the first answer's text
+(already sent, in a stream) with the settled calls, never the model's reply to the guard's
+feedback. A repair that answers with no tool call at all (prose, an apology, an echo of the
+feedback) has failed, and the policy applies to the last attempt that made calls, as when
+repairs run out; only under `tool_choice: none` is an answer without calls the fix.
+
+The checks run on the offload thread unless the catalog and the arguments are small
+(`inline`); when the catalog's budget runs out, the answer goes on as it is, `unchecked`, and
+no more repairs are asked for.
 """
 
 from __future__ import annotations
@@ -31,6 +39,11 @@ STRIPPED_TEXT = (
     "I could not make a valid tool call for this request, so I did not call any tool. "
     "Please rephrase or give more detail."
 )
+# How the feedback a repair sends begins; the demo model (upstream/demo.py) reads these to
+# answer a repair as a model would.
+CALL_ERROR = "Error, the call was not executed: "
+CALL_SKIPPED = "Not executed, because another call in the same answer was invalid."
+RULES_BROKEN = "Your answer does not follow the rules: "
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,19 +72,32 @@ async def settle(
     too); otherwise the checks run on the offload thread."""
     current, repairs = message, 0
     conversation: list[Json] = []  # every failed attempt and its feedback, oldest first
+    attempt = message  # the last answer judged
+    checked: list[CheckedCall] = []
+    problems: list[Problem] = []
     while True:
+        if repairs and not _calls(current) and tool_choice != "none":
+            # No call to judge: the repair failed; the policy applies to the last attempt.
+            return await _give_up(
+                message, attempt, checked, problems, config, repairs, catalog, inline
+            )
+        attempt = current
         checked, problems = await _check(current, catalog, tool_choice, inline)
         if any(c.unchecked for c in checked):  # out of time: nothing more is judged
-            message = _with_calls(current, [c.call for c in checked])
-            return Settled(message, "unchecked", problems, repairs, _reasons(checked))
+            answer = _with_calls(message, [c.call for c in checked])
+            return Settled(answer, "unchecked", problems, repairs, _reasons(checked))
         if not problems:
             cleaned = any(c.changes for c in checked)
             outcome: Outcome = "repaired" if repairs else "cleaned" if cleaned else "ok"
-            message = _with_calls(current, [c.call for c in checked])
-            return Settled(message, outcome, [], repairs, _reasons(checked))
+            answer = _with_calls(message, [c.call for c in checked])
+            if repairs and tool_choice == "none":  # the fix is an answer without calls
+                answer = _with_calls(current, [])
+            return Settled(answer, outcome, [], repairs, _reasons(checked))
         fixable = all(p.kind in MODEL_FIXABLE for p in problems)
         if not fixable or repairs >= config.repair_attempts:
-            return await _give_up(current, checked, problems, config, repairs, catalog, inline)
+            return await _give_up(
+                message, attempt, checked, problems, config, repairs, catalog, inline
+            )
         repairs += 1
         # The model sees all its failed attempts, so it cannot go back to an earlier mistake.
         conversation += feedback(current, checked, problems)
@@ -92,24 +118,22 @@ def feedback(message: Json, checked: list[CheckedCall], problems: list[Problem])
         out = [{"role": "assistant", "content": message.get("content") or ""}]
     for call, result in zip(calls, checked, strict=True):
         if result.problems:
-            text = "Error, the call was not executed: " + "; ".join(map(str, result.problems))
+            text = CALL_ERROR + "; ".join(map(str, result.problems))
             text += ". Send the call again, corrected."
         else:
-            text = (
-                "Not executed, because another call in the same answer was invalid. Send it again."
-            )
+            text = CALL_SKIPPED + " Send it again."
         out.append({"role": "tool", "tool_call_id": call["id"], "content": text})
     choice_problems = [p for p in problems if p.kind == "tool_choice"]
     if choice_problems:
         wrong = "; ".join(map(str, choice_problems))
-        out.append({"role": "user", "content": f"Your answer does not follow the rules: {wrong}."})
+        out.append({"role": "user", "content": f"{RULES_BROKEN}{wrong}."})
     return out
 
 
 async def _check(
     message: Json, catalog: ToolCatalog, tool_choice: Any, inline: bool
 ) -> tuple[list[CheckedCall], list[Problem]]:
-    calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+    calls = _calls(message)
     small = inline and sum(map(_arguments_size, calls)) < SMALL_BYTES
     checked = await offload.run(small, _check_all, catalog, calls)
     problems = [p for c in checked for p in c.problems]
@@ -128,8 +152,14 @@ def _arguments_size(call: Json) -> int:
     return len(arguments) if isinstance(arguments, str) else SMALL_BYTES  # odd: off the loop
 
 
+def _calls(message: Json) -> list[Json]:
+    calls = message.get("tool_calls")
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
 async def _give_up(
     message: Json,
+    attempt: Json,
     checked: list[CheckedCall],
     problems: list[Problem],
     config: ToolGuardConfig,
@@ -137,8 +167,10 @@ async def _give_up(
     catalog: ToolCatalog,
     inline: bool,
 ) -> Settled:
+    """The policy applied to the last `attempt` judged (its calls `checked`), sent with the
+    first answer's `message` text."""
     if config.on_failure == "pass":
-        return Settled(message, "passed", problems, repairs)
+        return Settled(_with_calls(message, _calls(attempt)), "passed", problems, repairs)
     if config.on_failure == "error":
         return Settled(message, "failed", problems, repairs)
     small = inline and sum(_arguments_size(dict(c.call)) for c in checked) < SMALL_BYTES

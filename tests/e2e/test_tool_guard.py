@@ -1,21 +1,25 @@
 """The tool-call guard end to end, with the OpenAI SDK and the fake upstream scripted to
-hallucinate tools, send bad arguments, fix them on feedback or refuse to, plain and streamed."""
+hallucinate tools, send bad arguments, fix them on feedback or refuse to, or answer the
+feedback with prose, plain and streamed, chat completions and the Responses API."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 
+from gateway.guard.repair import STRIPPED_TEXT
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.harness.fake_settings import settings_for
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from tests.chat import function_tool
 from tests.clients import sdk_client
 from tests.e2e.helpers import request, upstream_requests
+from tests.e2e.responses_client import Responses, function_calls, output_text
 from tests.e2e.sdk import Sdk
 
 Json = dict[str, Any]
@@ -217,3 +221,136 @@ def test_each_repair_carries_the_earlier_attempts(sdk: Sdk, fake_upstream: FakeU
     assert [c["name"] for c in calls] == ["transfer"] and args(calls[0]) == GOOD["arguments"]
     last = upstream_requests(fake_upstream)[-1]["body"]["messages"]
     assert [m["role"] for m in last] == ["user", "assistant", "tool", "assistant", "tool"]
+
+
+# --- a repair answered without a tool call --------------------------------------------------------
+PROSE = "Sorry about that! I will be more careful with the tool names."
+ECHO = (  # what a model that parrots its last message sends back: the guard's own feedback
+    "Error, the call was not executed: tool 'transfer_money' does not exist (did you mean "
+    "'transfer'?); available tools: transfer, balance. Send the call again, corrected."
+)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("reply", [PROSE, ECHO], ids=["prose", "echo"])
+def test_a_repair_answered_with_text_is_a_failed_repair(
+    sdk: Sdk, fake_upstream: FakeUpstream, streamed: bool, reply: str
+) -> None:
+    content, calls = ask(sdk, [{"tool_calls": [HALLUCINATED]}, {"content": reply}], streamed)
+    assert calls == [] and content == STRIPPED_TEXT
+    assert len(upstream_requests(fake_upstream)) == 2, "no call to judge: no more repairs"
+
+
+def test_a_failed_text_repair_is_reported_as_stripped(
+    gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    raw = _client(gw).chat.completions.with_raw_response.create(
+        model="fake-model",
+        messages=[{"role": "user", "content": "Send Bob 10 euros."}],
+        tools=TOOLS,
+        extra_body={"fake": {"replies": [{"tool_calls": [BAD_ARGS]}, {"content": ECHO}]}},
+    )
+    assert raw.headers["x-gateway-tool-guard"] == "stripped"
+    message = raw.parse().choices[0]
+    assert message.message.content == STRIPPED_TEXT and message.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_the_first_answers_text_stays_and_the_repairs_prose_never_comes(
+    sdk: Sdk, fake_upstream: FakeUpstream, streamed: bool
+) -> None:
+    first = {"content": "Let me do that.", "tool_calls": [BAD_ARGS]}
+    content, calls = ask(sdk, [first, {"content": PROSE}], streamed)
+    assert content == "Let me do that." and calls == []
+    fixed = {"content": "Sorry, here is the corrected call.", "tool_calls": [GOOD]}
+    content, calls = ask(sdk, [first, fixed], streamed)
+    assert content == "Let me do that." and args(calls[0]) == GOOD["arguments"]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_a_successful_repairs_prose_is_not_sent(
+    sdk: Sdk, fake_upstream: FakeUpstream, streamed: bool
+) -> None:
+    fixed = {"content": "Sorry, here is the corrected call.", "tool_calls": [GOOD]}
+    content, calls = ask(sdk, [{"tool_calls": [HALLUCINATED]}, fixed], streamed)
+    assert not content and [c["name"] for c in calls] == ["transfer"]
+
+
+def test_under_tool_choice_none_an_answer_without_calls_is_the_fix(
+    sdk: Sdk, fake_upstream: FakeUpstream
+) -> None:
+    content, calls = ask(
+        sdk,
+        [{"tool_calls": [GOOD]}, {"content": "Done: 10 euros to Bob."}],
+        False,
+        tool_choice="none",
+    )
+    assert content == "Done: 10 euros to Bob." and calls == []
+
+
+def test_pass_forwards_the_last_calls_made_not_the_repairs_text(
+    pass_gw: GatewayServer, fake_upstream: FakeUpstream
+) -> None:
+    raw = _client(pass_gw).chat.completions.with_raw_response.create(
+        model="fake-model",
+        messages=[{"role": "user", "content": "x"}],
+        tools=TOOLS,
+        extra_body={"fake": {"replies": [{"tool_calls": [HALLUCINATED]}, {"content": ECHO}]}},
+    )
+    assert raw.headers["x-gateway-tool-guard"] == "passed"
+    message = raw.parse().choices[0].message
+    assert message.content is None
+    assert [c.function.name for c in message.tool_calls or []] == ["transfer_money"]
+
+
+@pytest.fixture(scope="module")
+def error_after_repair_gw(
+    server_thread: ServerThread, fake: FakeUpstream
+) -> Iterator[GatewayServer]:
+    yield from tool_guard(server_thread, fake, on_failure="error", repair_attempts=2)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_error_answers_502_when_the_repair_is_text(
+    error_after_repair_gw: GatewayServer, fake_upstream: FakeUpstream, streamed: bool
+) -> None:
+    with pytest.raises(openai.APIError) as info:
+        stream = _client(error_after_repair_gw).chat.completions.create(
+            model="fake-model",
+            messages=[{"role": "user", "content": "x"}],
+            tools=TOOLS,
+            stream=streamed,
+            extra_body={"fake": {"replies": [{"tool_calls": [BAD_ARGS]}, {"content": ECHO}]}},
+        )
+        for _ in stream if streamed else ():  # type: ignore[union-attr]
+            pass
+    assert getattr(info.value, "code", None) == "invalid_tool_call"
+    assert "GBP" in info.value.message and "not executed" not in info.value.message
+
+
+RESPONSES_TOOLS = [{"type": "function", **t["function"]} for t in TOOLS]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_the_responses_api_never_gets_the_repairs_text(
+    sdk: Sdk, fake_upstream: FakeUpstream, streamed: bool
+) -> None:
+    kw: Any = {
+        "model": "fake-model",
+        "input": "Send Bob 10 euros.",
+        "tools": RESPONSES_TOOLS,
+        "extra_body": {"fake": {"replies": [{"tool_calls": [HALLUCINATED]}, {"content": ECHO}]}},
+    }
+    responses = Responses(sdk)
+    if streamed:
+        [done] = [e for e in responses.stream(**kw) if e.type == "response.completed"]
+        response = done.response.model_dump()
+    else:
+        response, _ = responses.create_raw(**kw)
+    assert function_calls(response) == [] and output_text(response) == STRIPPED_TEXT
+    fixed = {"content": PROSE, "tool_calls": [GOOD]}
+    kw["extra_body"] = {"fake": {"replies": [{"tool_calls": [HALLUCINATED]}, fixed]}}
+    response, headers = responses.create_raw(**kw)
+    assert headers["x-gateway-tool-guard"] == "repaired"
+    assert [c["name"] for c in function_calls(response)] == ["transfer"]
+    assert PROSE not in json.dumps(response)
