@@ -266,15 +266,19 @@ def _check_knowledge_bases(settings: Settings) -> None:
     for name, kb in settings.knowledge_bases.items():
         if kb.type != "embedded":
             continue
+        path = kb_path(name, kb)
         try:
-            current = read_current(kb_path(name, kb))
+            current = read_current(path)
         except VersionError as exc:
-            print(f"  note: knowledge base '{name}' is unreadable ({exc}): {reingest_hint(name)}")
+            print(
+                f"  note: knowledge base '{name}' at {path} is unreadable ({exc}): "
+                f"{reingest_hint(name)}"
+            )
             continue
         if current is None:
             print(
-                f"  note: knowledge base '{name}' is not ingested yet (its requests are answered "
-                f"at level 3 until it is): run {reingest_hint(name)}"
+                f"  note: knowledge base '{name}' is not ingested yet in {path} (its requests "
+                f"are answered at level 3 until it is): run {reingest_hint(name)}"
             )
 
 
@@ -343,7 +347,13 @@ def _cache_stats(settings: Settings, url: str | None) -> int:
         )
         return 1
     stats = file_stats(store.path, store.max_entries, store.max_bytes)
-    print(json.dumps(asdict(stats), indent=2))
+    print(json.dumps({"path": store.path, **asdict(stats)}, indent=2))
+    if not Path(store.path).exists():
+        print(
+            f"  note: no cache file at {store.path} yet: a gateway on {settings.source} makes "
+            "it with its first cached answer (relative paths resolve beside the config)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -413,7 +423,7 @@ def _kb_ingest(settings: Settings, name: str, source: Path, *, quiet: bool) -> i
         f"Ingested {_count(report.documents, 'document')} into knowledge base '{name}': "
         f"{_count(report.chunks, 'chunk')}{skipped}, in {report.seconds:.1f} s. "
         f"Version {report.version_path.name} is now current in {kb_path(name, config)}; "
-        "a running gateway picks it up within a second."
+        f"a gateway running on {settings.source} picks it up within a second."
     )
     for path, reason in report.skipped[:_SKIPPED_SHOWN]:
         print(f"  skipped {path}: {reason}")
@@ -436,6 +446,25 @@ async def _run_ingest(
         return await ingest(name, config, kb_path(name, config), source, embedder, progress)
     finally:
         await embedder.close()
+
+
+def _data_files(settings: Settings) -> str:
+    """Where this process keeps its files (absolute: resolved beside the config)."""
+    from gateway.cache.factory import cache_wanted
+    from gateway.rag.embedded import kb_path
+
+    file = settings.file
+    files = []
+    if cache_wanted(settings) and file.cache.store.type == "sqlite":
+        files.append(f"cache {file.cache.store.path}")
+    if file.responses.store.type == "sqlite":
+        files.append(f"responses {file.responses.store.path}")
+    files += [
+        f"knowledge base '{name}' {kb_path(name, kb)}"
+        for name, kb in settings.knowledge_bases.items()
+        if kb.type == "embedded"
+    ]
+    return ", ".join(files)
 
 
 def _count(n: int, noun: str) -> str:
@@ -524,6 +553,8 @@ async def _run(settings: Settings, host: str, port: int) -> None:
         print(f"  warning: {problem}", file=sys.stderr, flush=True)
     models = ", ".join(sorted(r.name for r in settings.served_models()))
     print(f"  serving models: {models}", flush=True)
+    if files := _data_files(settings):
+        print(f"  data: {files}", flush=True)
     if settings.server.tune_gc:
         _tune_gc()
     stop = asyncio.Event()

@@ -97,6 +97,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/reliability/test_isolation.py": ("process",),
     "tests/resilience/test_redis_breakers.py": ("process", "redis"),
     "tests/test_cli.py": ("process",),
+    "tests/test_cli_paths.py": ("process",),  # the CLI from another directory, a gateway
     "tests/observability/test_logging_setup.py": ("process",),
     "tests/deploy/test_kustomize.py::test_kubectl_kustomize": ("process",),  # kubectl
     "tests/deploy/test_resolution.py": ("process", "slow"),  # pip, resolving against PyPI

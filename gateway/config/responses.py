@@ -37,7 +37,9 @@ class ResponseStoreConfig(StorageSection):
         description="sqlite: a file, kept across restarts; memory: this process only, lost on "
         "restart; redis: shared by every replica (the server: redis.url).",
     )
-    path: str = Field("data/responses.sqlite3", description="sqlite: the file (WAL mode).")
+    path: str = Field(
+        "data/responses.sqlite3", description="sqlite: the file (WAL mode), relative to this file."
+    )
     max_entries: int | None = Field(
         DEFAULT_MAX_ENTRIES,
         ge=1,

@@ -156,7 +156,9 @@ class ScoringConfig(Strict):
         ),
     )
     exemplars: str | None = Field(
-        None, description="YAML file of labelled prompts that vote; default: the shipped set."
+        None,
+        description="YAML file of labelled prompts that vote, relative to this file; default: "
+        "the shipped set.",
     )
     neighbours: int | None = Field(
         None, ge=1, le=50, description="Exemplars that vote; default (null): the model's (15)."

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
+from gateway.config.paths import DEFAULT_KB_ROOT
 from gateway.rag.base import Passage, RetrievalFailed
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ INDEX_FILE = "index.faiss"
 CHUNKS_FILE = "chunks.jsonl"
 MANIFEST_FILE = "manifest.json"
 FORMAT = 1
-DEFAULT_ROOT = Path("data/kb")
+DEFAULT_ROOT = DEFAULT_KB_ROOT  # data/kb, beside the config (gateway/config/paths.py)
 CHECK_INTERVAL = 1.0  # seconds between stats of CURRENT on the search path
 # Flat search costs one multiply-add per stored float: past this many (~10k MiniLM chunks,
 # about a millisecond) a search runs in a worker thread instead of on the event loop.
@@ -54,7 +55,9 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def kb_path(name: str, config: KnowledgeBaseConfig) -> Path:
-    """Where an embedded knowledge base lives (relative paths: to the working directory)."""
+    """Where an embedded knowledge base lives: absolute once loaded from a file (relative paths
+    resolve beside the config, gateway/config/paths.py); relative to the working directory in
+    a config with no file."""
     return Path(config.path) if config.path else DEFAULT_ROOT / name
 
 
