@@ -5,6 +5,11 @@ request of that tenant gets 401. Serious ones (callers the config names are refu
 door the config meant to lock is open) are warnings; optional parts switched off are notes.
 A variable may be set only where the gateway runs, so neither fails `check` unless asked
 (`gateway check --require-env`).
+
+A variable that is set to a placeholder (`replace-me`, `sk-...`: config/placeholders.py) is
+another matter: the config does not load (`placeholder_problems`, called by build_settings),
+so `serve` refuses to start, `check` fails and a reload keeps the running config. The message
+names the variable and the fix, never the value.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from gateway.config.file import ConfigFile
+from gateway.config.placeholders import placeholder
 
 # Every field of config.yaml that names a variable, as a path pattern (`*`: any name, `[]`:
 # any entry). tests/config/test_environment.py checks no `*_env` field is missing here.
@@ -62,6 +69,66 @@ def unset_variables(
                 )
             )
     return sorted(found, key=lambda v: not v.serious)
+
+
+def named_variables(file: ConfigFile) -> list[tuple[str, str, str]]:
+    """Every variable the config names (each field of ENV_FIELDS): (variable, the field
+    naming it, the fix for a wrong value)."""
+    fresh = "a new one: openssl rand -hex 32"
+    found = [
+        (
+            p.api_key_env,
+            f"providers.{name}.api_key_env",
+            f"put the API key of provider {name!r} there, or unset it to disable the provider",
+        )
+        for name, p in file.providers.items()
+        if p.api_key_env
+    ]
+    auth = file.auth
+    found += [
+        (key.env, f"auth.keys[{i}].env", f"put the key of tenant {key.tenant!r} there ({fresh})")
+        for i, key in enumerate(auth.keys)
+    ]
+    if auth.admin_key_env:
+        fix = f"put an admin key of your own there ({fresh}), or unset it to turn the admin API off"
+        found.append((auth.admin_key_env, "auth.admin_key_env", fix))
+    if auth.metrics_key_env:
+        fix = f"put a key of your own there ({fresh}) and give it to Prometheus"
+        found.append((auth.metrics_key_env, "auth.metrics_key_env", fix))
+    found += [
+        (kb.api_key_env, f"knowledge_bases.{name}.api_key_env", "put the retriever's token there")
+        for name, kb in file.knowledge_bases.items()
+        if kb.api_key_env
+    ]
+    return found
+
+
+def placeholder_problems(file: ConfigFile, environ: Mapping[str, str] | None = None) -> list[str]:
+    """One line for each secret that holds a placeholder: a variable the config names, or the
+    password in the Redis URL the sharing parts use. Names where, never the value."""
+    env = os.environ if environ is None else environ
+    problems = []
+    for variable, where, fix in named_variables(file):
+        kind = placeholder(env.get(variable, ""))
+        if kind:
+            problems.append(
+                f"{variable} ({where}) holds a placeholder ({kind}), not a secret: {fix}"
+            )
+    for url in sorted({target.url for target in file.shared_redis().targets.values()}):
+        kind = placeholder(urlsplit(url).password or "")
+        if kind:
+            problems.append(
+                f"redis.url: the password in it is a placeholder ({kind}): put the Redis "
+                "server's password there (redis://:PASSWORD@host:6379/0), or none if it needs none"
+            )
+    return problems
+
+
+def refuse_placeholders(file: ConfigFile, environ: Mapping[str, str]) -> None:
+    """Raises ValueError, one problem a line, when a secret holds a placeholder."""
+    problems = placeholder_problems(file, environ)
+    if problems:
+        raise ValueError("\n".join(problems))
 
 
 def no_tenant_can_sign_in(file: ConfigFile, unset: list[UnsetVariable]) -> bool:

@@ -61,8 +61,8 @@ def load_settings(path: Path | str = DEFAULT_CONFIG_PATH) -> Settings:
         raise ConfigError(str(path), problems)
     try:
         return build_settings(file, str(path), policies=policies)
-    except ValueError as err:  # keys that collide (named by variable, never by value)
-        raise ConfigError(str(path), [str(err)]) from None
+    except ValueError as err:  # keys that collide, placeholders (by variable, never by value)
+        raise ConfigError(str(path), str(err).splitlines()) from None
 
 
 def policy_files(config_path: Path, file: ConfigFile) -> list[Path]:

@@ -16,6 +16,7 @@ from pydantic import SecretStr
 
 from gateway.config.cache import CachePolicy
 from gateway.config.degradation import DegradationConfig
+from gateway.config.environment import refuse_placeholders
 from gateway.config.file import ConfigFile
 from gateway.config.guard import GuardConfig
 from gateway.config.knowledge_bases import KnowledgeBaseConfig
@@ -165,6 +166,7 @@ def build_settings(
     admin_env, metrics_env = file.auth.admin_key_env, file.auth.metrics_key_env
     admin_key = env.get(admin_env) if admin_env else None
     metrics_key = env.get(metrics_env) if metrics_env else None
+    refuse_placeholders(file, env)  # replace-me, sk-...: first, as several may be alike
     _check_distinct_keys(file, env)
     kb_secrets = {
         name: SecretStr(env[kb.api_key_env])
