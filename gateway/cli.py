@@ -489,10 +489,17 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     limit_blas_threads()
     if _check_routing(settings):  # unknown weights, cuts out of order: a line, not a traceback
         return 1
+    from gateway.server.exposure import open_to_anyone, reaches_other_machines
+
+    host = host or settings.server.host
+    public = reaches_other_machines(host)
+    if public and (problem := open_to_anyone(settings.file.auth, host)):
+        print(f"gateway: {problem}", file=sys.stderr)
+        return 1
     listen_port = settings.server.port if port is None else port
     try:
         with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=_loop) as runner:
-            runner.run(_run(settings, host or settings.server.host, listen_port))
+            runner.run(_run(settings, host, listen_port, public=public))
     except (ListenError, StartupError) as err:
         print(f"gateway: {err}", file=sys.stderr)
         return 1
@@ -519,13 +526,14 @@ def _loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-async def _run(settings: Settings, host: str, port: int) -> None:
+async def _run(settings: Settings, host: str, port: int, *, public: bool = False) -> None:
     from gateway.http.keys import CONNECTIONS, DRAIN, RELOADER
     from gateway.server.app import build_app
     from gateway.server.connections import BoundedSite, open_file_problem
     from gateway.server.shutdown import server_timeout
 
     app = build_app(settings)
+    app[RELOADER].public_host = host if public else None  # no reload may drop the last key
     drain, server = app[DRAIN], settings.server  # server settings take a restart to change
     timeout = server_timeout(server.shutdown_timeout_seconds)  # ours acts first: Drain.ending
     runner = web.AppRunner(

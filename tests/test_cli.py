@@ -146,8 +146,9 @@ def test_serve_names_unset_variables_at_start(
 
 
 def _serve_fails(tmp_path: Path, *args: str, wrapper: tuple[str, ...] = ()) -> str:
-    """`gateway serve ARGS` that cannot listen: its one line on stderr (and nothing else)."""
-    config = str(write_config(tmp_path, DEMO))
+    """`gateway serve ARGS` that cannot listen: its one line on stderr (and nothing else).
+    Anonymous callers allowed, so that an address of another machine gets as far as listening."""
+    config = str(write_config(tmp_path, {**DEMO, "auth": {"anonymous": True}}))
     result = run_gateway_cli("serve", "--config", config, *args, wrapper=wrapper)
     assert result.returncode == 1
     assert result.stdout == ""

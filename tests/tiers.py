@@ -102,6 +102,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/deploy/test_kustomize.py::test_kubectl_kustomize": ("process",),  # kubectl
     "tests/deploy/test_resolution.py": ("process", "slow"),  # pip, resolving against PyPI
     "tests/deploy/test_read_only_root.py": ("process",),  # unshare, a gateway process
+    "tests/deploy/test_safe_start.py": ("process",),  # gateway serve and check, refusing
     "tests/test_reload.py::test_sighup_reloads_a_running_gateway": ("process",),
     # redis-server started by the test itself
     "tests/cache/test_redis_store.py": ("redis",),

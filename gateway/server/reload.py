@@ -26,6 +26,7 @@ from gateway.config import ConfigError, Settings, load_settings
 from gateway.config.environment import unset_variables
 from gateway.config.loading import policy_files
 from gateway.resilience.breaker import Breakers
+from gateway.server.exposure import open_to_anyone
 from gateway.server.runtime import Runtime, RuntimeRef
 
 log = logging.getLogger("gateway.reload")
@@ -56,6 +57,9 @@ class Reloader:
         self._lock = asyncio.Lock()
         self._digest = _digest(ref.current.settings)
         self._closing: set[asyncio.Task[None]] = set()
+        # The address `gateway serve` listens on when other machines reach it (server/exposure.py):
+        # there, a config without keys needs auth.anonymous, at a reload as at the start.
+        self.public_host: str | None = None
 
     @property
     def path(self) -> Path:
@@ -84,6 +88,12 @@ class Reloader:
             self._digest = digest  # do not retry the same bad content every second
             log.error("config reload refused, still running the previous config: %s", err)
             return ReloadOutcome("invalid", str(path), tuple(err.problems))
+        if self.public_host is not None:
+            problem = open_to_anyone(settings.file.auth, self.public_host)
+            if problem:
+                self._digest = digest
+                log.error("config reload refused, still running the previous config: %s", problem)
+                return ReloadOutcome("invalid", str(path), (problem,))
         if _same(settings, self.ref.current.settings):
             self._digest = _digest(settings)
             return ReloadOutcome("unchanged", str(path))
