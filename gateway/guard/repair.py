@@ -53,6 +53,7 @@ class Settled:
     problems: list[Problem] = field(default_factory=list)  # what remained wrong, if anything
     repairs: int = 0  # times the model was asked again
     cleanings: list[str] = field(default_factory=list)  # the reason of each change sent on
+    found: list[Problem] = field(default_factory=list)  # repaired: what the first answer had
 
     @property
     def finish_reason(self) -> str:
@@ -73,6 +74,7 @@ async def settle(
     current, repairs = message, 0
     conversation: list[Json] = []  # every failed attempt and its feedback, oldest first
     attempt = message  # the last answer judged
+    found: list[Problem] = []
     checked: list[CheckedCall] = []
     problems: list[Problem] = []
     while True:
@@ -83,6 +85,7 @@ async def settle(
             )
         attempt = current
         checked, problems = await _check(current, catalog, tool_choice, inline)
+        found = found if repairs else problems
         if any(c.unchecked for c in checked):  # out of time: nothing more is judged
             answer = _with_calls(message, [c.call for c in checked])
             return Settled(answer, "unchecked", problems, repairs, _reasons(checked))
@@ -92,7 +95,7 @@ async def settle(
             answer = _with_calls(message, [c.call for c in checked])
             if repairs and tool_choice == "none":  # the fix is an answer without calls
                 answer = _with_calls(current, [])
-            return Settled(answer, outcome, [], repairs, _reasons(checked))
+            return Settled(answer, outcome, [], repairs, _reasons(checked), found)
         fixable = all(p.kind in MODEL_FIXABLE for p in problems)
         if not fixable or repairs >= config.repair_attempts:
             return await _give_up(

@@ -121,6 +121,13 @@ class ToolCallGuard:
             log.info(
                 "request %s: %d undeclared tool-call parameter(s) removed", ctx.request_id, dropped
             )
+        if settled.outcome == "repaired":  # what the model fixed: an operator's only trace of it
+            log.info(
+                "request %s: tool calls repaired after %d repair(s); the first answer: %s",
+                ctx.request_id,
+                settled.repairs,
+                "; ".join(map(str, settled.found)),
+            )
         if settled.problems:
             log.info(
                 "request %s: tool calls %s after %d repair(s): %s",
