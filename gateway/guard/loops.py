@@ -38,6 +38,8 @@ StopReason = Literal[
     "max_rounds", "identical_calls", "tool_failures", "no_progress", "token_budget"
 ]
 
+# How the `finalize` instruction begins (the demo model reads it to answer as a model would).
+FINALIZE_OPENING = "[gateway] Tool calls are stopped: "
 # Comparing long round texts: difflib on the head and tail, plus token counts over the whole.
 _WINDOW = 1000
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -94,7 +96,7 @@ def finalize_request(body: Json, stop: LoopStop) -> Json:
     disabled = {"tools", "tool_choice", "parallel_tool_calls", "functions", "function_call"}
     finalized = {k: v for k, v in body.items() if k not in disabled}
     instruction = (
-        f"[gateway] Tool calls are stopped: {stop.message} Do not call any more tools. "
+        f"{FINALIZE_OPENING}{stop.message} Do not call any more tools. "
         "Answer the original request now from the information already gathered; if it is "
         "incomplete, say what is missing."
     )

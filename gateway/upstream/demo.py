@@ -6,7 +6,11 @@ demo tiers of a routed alias). It echoes the question; calls a declared tool whe
 sent, with arguments valid against the tool's JSON Schema; answers from a tool result; answers
 `response_format` with JSON (an object for `json_object`, an instance valid against the schema
 for `json_schema`); gives `n` distinct choices; streams word by word; and returns deterministic
-embeddings (hashed character trigrams, so similar texts land near each other).
+embeddings (hashed character trigrams, so similar texts land near each other). Asked by the
+loop guard to stop calling tools, it answers from the last tool result.
+
+`demo-misbehave` (upstream/demo_mistakes.py) makes the tool-call mistakes agents make, on
+request, so the guards can be tried offline.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ import orjson
 from pydantic import SecretStr
 
 from gateway import wire
+from gateway.guard.loops import FINALIZE_OPENING
 from gateway.guard.schemas import Budget
+from gateway.upstream import demo_mistakes
 from gateway.upstream.base import Json, Provider
 from gateway.upstream.schema_instance import BUILD_SECONDS, instance
 from gateway.util import offload
@@ -153,6 +159,11 @@ def _answer(
     tools = body.get("tools") or []
     tool_choice = body.get("tool_choice")
     label = notice(model) + (f" (choice {index + 1} of {count})" if count > 1 else "")
+    if demo_mistakes.misbehaves(model):
+        functions = _functions(tools, tool_choice)
+        made = demo_mistakes.answer(body, label, functions, index, budget or Budget(BUILD_SECONDS))
+        if made is not None:
+            return made, "tool_calls" if made.get("tool_calls") else "stop"
     if tools and tool_choice != "none" and last.get("role") != "tool":
         tool = _chosen_tool(tools, tool_choice)
         if tool is not None:
@@ -164,6 +175,10 @@ def _answer(
     if last.get("role") == "tool":
         result = message_text(last)[:200]
         return _text(f"{label} The tool returned: {result}"), "stop"
+    if last.get("role") == "user" and message_text(last).startswith(FINALIZE_OPENING):
+        result = next((message_text(m) for m in reversed(messages) if m.get("role") == "tool"), "")
+        said = f"The tools returned: {result[:200]}" if result else "No tool returned anything."
+        return _text(f"{label} The gateway stopped the tool calls. {said}"), "stop"
     return _text(f"{label} You asked: {question}"), "stop"
 
 
@@ -189,14 +204,21 @@ def _text(content: str) -> Json:
 
 def _chosen_tool(tools: list[Json], tool_choice: Any) -> Json | None:
     """The tool `tool_choice` names, or the first one (`auto` and `required` alike)."""
+    functions = _functions(tools, tool_choice)
+    return functions[0] if functions else None
+
+
+def _functions(tools: list[Json], tool_choice: Any) -> list[Json]:
+    """The declared functions that may be called, in order: only the one `tool_choice` names,
+    when it names one."""
     declared = [
         t.get("function") for t in tools if isinstance(t, dict) and t.get("type") == "function"
     ]
     functions: list[Json] = [f for f in declared if isinstance(f, dict) and "name" in f]
     if isinstance(tool_choice, dict):
         wanted = (tool_choice.get("function") or {}).get("name")
-        return next((f for f in functions if f.get("name") == wanted), None)
-    return functions[0] if functions else None
+        return [f for f in functions if f.get("name") == wanted]
+    return functions
 
 
 def _tool_call(function: Json, text: str, index: int, budget: Budget | None = None) -> Json:

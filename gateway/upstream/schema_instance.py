@@ -89,6 +89,20 @@ def instance(
         return next((v for v in GENERIC_VALUES if builder.valid(v, schema)), value)
 
 
+def is_valid(schema: Any, value: Any, budget: Budget | None = None) -> bool | None:
+    """Whether `value` satisfies `schema` by the guard's validators; None when that cannot be
+    told (a schema too large or unusable, the budget spent)."""
+    budget = budget or Budget(BUILD_SECONDS)
+    with budget.running():
+        validator = _validator(schema)
+        if validator is None:
+            return None
+        try:
+            return bool(validator.is_valid(value))
+        except Exception:  # a $ref that cannot be resolved, a broken pattern, the budget
+            return None
+
+
 def _validator(schema: Any) -> Any:
     """The schema's validator; None (built unchecked) when it is too large or too deep."""
     try:

@@ -4,6 +4,7 @@ import struct
 import orjson
 
 from gateway.config import build_settings, parse_config
+from gateway.guard.loops import LoopStop, finalize_request
 from gateway.upstream.demo import DEMO_NOTICE, DemoProvider
 
 SETTINGS = build_settings(
@@ -59,6 +60,18 @@ async def test_a_tool_result_gets_a_text_answer() -> None:
     ]
     reply = await DEMO.chat({**ASK, "messages": history, "tools": TOOLS})
     assert reply["choices"][0]["message"]["content"].endswith("The tool returned: sunny")
+
+
+async def test_the_loop_guards_stop_is_answered_from_the_tool_results_not_echoed() -> None:
+    history = [
+        *ASK["messages"],
+        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    stop = LoopStop("identical_calls", "The tool `book` was called 3 times.", 3, 3, "book")
+    body = finalize_request({**ASK, "messages": history, "tools": TOOLS}, stop)
+    content = (await DEMO.chat(body))["choices"][0]["message"]["content"]
+    assert content == f"{DEMO_NOTICE} The gateway stopped the tool calls. The tools returned: sunny"
 
 
 async def test_stream_reassembles_to_the_plain_answer_with_usage_last() -> None:
