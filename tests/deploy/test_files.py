@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from gateway.config import load_settings
+from gateway.config.environment import named_variables
 from tests.deploy.manifests import K8S, ROOT, SCALEOUT, grace_needed, render_from_files
 
 DIGEST = re.compile(r"^[\w./-]+(:[\w.-]+)?@sha256:[0-9a-f]{64}$")
@@ -47,6 +48,15 @@ def test_compose_replicas_are_balanced_and_scraped() -> None:
     settings = load_settings(SCALEOUT / "config.yaml").server
     grace = compose["services"]["gateway-1"]["stop_grace_period"]
     assert int(grace.removesuffix("s")) >= grace_needed(settings)
+
+
+def test_compose_replicas_get_every_variable_the_config_names() -> None:
+    # The tenant's key above all: the replicas listen on 0.0.0.0, where the config lists keys.
+    file = load_settings(SCALEOUT / "config.yaml").file
+    assert file.auth.keys and not file.auth.anonymous
+    gateway = yaml.safe_load((SCALEOUT / "docker-compose.yml").read_text())["services"]["gateway-1"]
+    named = {variable for variable, _, _ in named_variables(file)}
+    assert named <= set(gateway["environment"])
 
 
 def test_compose_mounts_the_config_the_kubernetes_configmap_is_made_of() -> None:

@@ -9,12 +9,16 @@ the files read directly (fast; what is left where kubectl is missing)."""
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from gateway.config import load_settings
+from gateway.config import build_settings, load_settings
+from gateway.config.environment import named_variables, placeholder_problems
+from gateway.config.placeholders import placeholder
+from gateway.server.exposure import reaches_other_machines
 from tests.deploy.manifests import (
     SCALEOUT,
     Manifest,
@@ -88,9 +92,29 @@ def the_secret_holds_every_key_the_config_names(objects: list[Manifest]) -> None
     _, gateway = _gateway(objects)
     secret = one(objects, "Secret", "gateway-keys")
     assert {"secretRef": {"name": "gateway-keys"}} in gateway["envFrom"]
-    named = set(re.findall(r"_env:\s*(\w+)", CONFIG.read_text()))
+    named = {variable for variable, _, _ in named_variables(load_settings(CONFIG).file)}
     assert named
     assert named <= set(secret.get("stringData", {})) | set(secret.get("data", {}))
+
+
+def every_caller_needs_a_key_from_the_secret(objects: list[Manifest]) -> None:
+    # The replicas listen where other machines reach them: tenant keys, not anonymous callers.
+    file = load_settings(CONFIG).file
+    assert reaches_other_machines(file.server.host)
+    assert file.auth.keys and not file.auth.anonymous
+    secret = one(objects, "Secret", "gateway-keys")["stringData"]
+    assert {key.env for key in file.auth.keys} <= set(secret)
+    # As shipped, every value is a placeholder, so an unfilled Secret stops the pods at start
+    # (naming each variable) instead of serving with a key anyone can read here ...
+    assert all(placeholder(value) for value in secret.values())
+    problems = placeholder_problems(file, secret)
+    assert {p.split()[0] for p in problems} == set(secret)
+    with pytest.raises(ValueError):
+        build_settings(file, str(CONFIG), secret)
+    # ... and filled in, as the --dry-run recipe in secret.yaml does, it loads.
+    filled = {name: secrets.token_hex(32) for name in secret}
+    settings = build_settings(file, str(CONFIG), filled)
+    assert set(settings.tenant_by_key_hash.values()) == {key.tenant for key in file.auth.keys}
 
 
 def probes_and_ports_meet_the_gateway(objects: list[Manifest]) -> None:
@@ -148,6 +172,7 @@ CHECKS: list[Check] = [
     the_config_is_mounted_where_the_gateway_reads_it,
     the_policies_are_mounted_where_the_config_looks,
     the_secret_holds_every_key_the_config_names,
+    every_caller_needs_a_key_from_the_secret,
     probes_and_ports_meet_the_gateway,
     services_and_the_autoscaler_find_their_pods,
     the_gateway_runs_locked_down,
