@@ -23,6 +23,7 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 
 HEADER = "x-gateway-degraded"
 LEVEL_HEADER = "x-gateway-level"
+CAUSE_HEADER = "x-gateway-unavailable-cause"  # level 4: the last failure's code
 REASONS = {2: "general-knowledge", 3: "retrieval-unavailable", 4: "unavailable"}
 
 

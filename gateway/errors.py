@@ -117,6 +117,18 @@ class UpstreamError(GatewayError):
     code = "upstream_error"
 
 
+class ProviderMisconfigured(UpstreamError):
+    """The gateway's own configuration of a provider is wrong: the provider rejects the
+    gateway's key, does not know the model a deployment names (or the base_url misses its
+    API path), or cannot be reached and never has been since the provider was configured.
+    Not an outage: no retry, no breaker, no level-4 answer. The client gets this 502 with the
+    fix in its message, and `x-should-retry: false` so the OpenAI SDKs do not retry it."""
+
+    def __init__(self, message: str, *, code: str, provider: str) -> None:
+        super().__init__(message, code=code, headers={"x-should-retry": "false"})
+        self.provider = provider
+
+
 class InvalidUpstreamAnswer(UpstreamError):
     """A 200 that is not the answer it claims to be (another content type, not JSON, no
     choices, a choice without its message or delta, an error object...): an upstream failure

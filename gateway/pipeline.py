@@ -287,6 +287,8 @@ class Pipeline:
         if policy.mode == "error":
             raise err
         ctx.response_headers["Retry-After"] = str(err.retry_after)
+        # Why, for whoever reads headers (an outage's cause: upstream_timeout, circuit_open...)
+        ctx.response_headers[degradation.CAUSE_HEADER] = err.code or "upstream_error"
         ctx.error_code = err.code  # logged and counted; the client gets a normal answer
         text = degradation.localized(policy.message, last_user_text(body))
         completion = degradation.unavailable_completion(request.model, text, request.n or 1)

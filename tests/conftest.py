@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.testing.fake_upstream import FakeUpstream
+from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from gateway.testing.harness.fake_settings import settings_for
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread
 from tests import tiers
@@ -43,6 +43,16 @@ def server_thread() -> Iterator[ServerThread]:
 @pytest.fixture(scope="session")
 def fake(server_thread: ServerThread) -> Iterator[FakeUpstream]:
     upstream = server_thread.call(FakeUpstream().start())
+    yield upstream
+    server_thread.call(upstream.stop())
+
+
+@pytest.fixture(scope="session")
+def down(server_thread: ServerThread) -> Iterator[FakeUpstream]:
+    """A provider in an outage: it answers every call with 503. (A closed port is no outage: a
+    provider that never answered is a configuration fault, an error: docs/RESILIENCE.md.)"""
+    upstream = server_thread.call(FakeUpstream().start())
+    upstream.defaults = Knobs(status=503)
     yield upstream
     server_thread.call(upstream.stop())
 

@@ -51,3 +51,10 @@ class ResilienceConfig(Strict):
         description="Longest one attempt may take to its first byte, so that a slow upstream "
         "leaves time in the deadline for fallbacks (default: the rest of the deadline).",
     )
+    probe_seconds: float = Field(
+        60,
+        ge=0,
+        le=86_400,
+        description="How often each provider's health is probed (GET /models with its key; "
+        "shown per provider in /readyz): at start, then every this many seconds. 0: never.",
+    )

@@ -40,6 +40,7 @@ class ProviderSettings:
     stream_usage: bool
     disabled_reason: str | None = None
     native: frozenset[str] = frozenset()  # endpoints it serves itself (config/providers.py)
+    api_key_env: str | None = None  # the variable the key came from: named in fixes, not read
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,4 +263,5 @@ def _provider_settings(name: str, p: ProviderConfig, env: Mapping[str, str]) -> 
         stream_usage=p.stream_usage,
         disabled_reason=disabled,
         native=frozenset(p.native),
+        api_key_env=p.api_key_env,
     )

@@ -171,7 +171,11 @@ async def readyz(request: web.Request) -> web.StreamResponse:
             "shared_state": {name: "ok" if up else "unreachable" for name, up in shared.items()},
             "config": Path(runtime.settings.source).name,  # not the path: /readyz is open
             "models": len(models),
-            "providers": runtime.upstreams.names(),
+            # each provider's last health probe (upstream/health.py); not part of "status":
+            # a provider in trouble degrades answers, it does not make the replica unready
+            "providers": {
+                name: health.summary() for name, health in runtime.upstreams.health.items()
+            },
             "cache": _cache_state(request.app[CACHE]),
             "knowledge_bases": runtime.knowledge.state(),
         },

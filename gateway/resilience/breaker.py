@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import pybreaker
 
 from gateway.config import BreakerConfig, RedisTarget
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, ProviderMisconfigured
 from gateway.resilience.shared_storage import SharedStorage
 from gateway.state.health import RedisHealth
 from gateway.state.redis import CONNECTIONS, Timeouts
@@ -50,6 +50,8 @@ class BreakerOpen(Exception):
 def is_upstream_fault(exc: BaseException) -> bool | None:
     """True: counts against the upstream (5xx, 429, timeouts, broken connections). False: the
     upstream answered properly (a 4xx is the client's mistake). None: not the upstream's doing."""
+    if isinstance(exc, ProviderMisconfigured):
+        return None  # the gateway's configuration is wrong, not the upstream's health
     if isinstance(exc, GatewayError):
         if not getattr(exc, "blame_upstream", True):
             return None

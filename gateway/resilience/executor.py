@@ -4,8 +4,12 @@ For one request: the model's deployments in weighted random order, then each fal
 each deployment behind its circuit breaker (an open one is skipped without a network call) and
 retried with backoff while its failures are worth retrying; all of it inside the request's
 deadline. A client error (4xx other than 429) ends the walk at once: every model would refuse
-the same request. When nothing answers, AllUpstreamsUnavailable carries the last cause and a
-Retry-After, and the pipeline decides what the client receives (degradation level 4).
+the same request. A deployment whose provider is misconfigured (ProviderMisconfigured: a
+rejected key, an unknown model, a base_url that never answered) is moved on from without a
+retry or a breaker count, and logged at ERROR once per cause. When nothing answers,
+AllUpstreamsUnavailable carries the last cause and a Retry-After, and the pipeline decides what
+the client receives (degradation level 4); but when every failure was a configuration fault,
+that fault is the answer: an error, since waiting will not fix it.
 
 A caller who brings its own provider key is served only by deployments on the providers the
 key is for (its policy's `byok.providers`), so its requests never spend the gateway's keys.
@@ -27,7 +31,13 @@ from pydantic import SecretStr
 
 from gateway.config import Deployment, ModelRoute, Settings
 from gateway.context import RequestContext
-from gateway.errors import GatewayError, InvalidRequest, InvalidUpstreamAnswer, UpstreamTimeout
+from gateway.errors import (
+    GatewayError,
+    InvalidRequest,
+    InvalidUpstreamAnswer,
+    ProviderMisconfigured,
+    UpstreamTimeout,
+)
 from gateway.reply.native import chat_usage
 from gateway.reply.stream import ChunkStream
 from gateway.resilience.breaker import CLOSED, BreakerOpen, Breakers
@@ -190,6 +200,7 @@ class UpstreamExecutor:
         deadline = loop.time() + self.time_left(ctx, route)
         attempt_cap = self.settings.resilience.attempt_timeout_seconds or math.inf
         last: GatewayError | None = None
+        outage = False  # any failure that waiting may cure (not a configuration fault)
         waits: list[float] = []  # what upstreams and breakers said about when to come back
         chain = list(self._chain(route)) if fallbacks else [route]
         if ctx.byok_key is not None:
@@ -210,7 +221,7 @@ class UpstreamExecutor:
                         with breaker.attempt():
                             ctx.attempts += 1  # only calls that go out count
                             upstream_body = {**body, "model": deployment.upstream_model}
-                            return await _attempt(
+                            result = await _attempt(
                                 call,
                                 provider,
                                 upstream_body,
@@ -218,7 +229,10 @@ class UpstreamExecutor:
                                 cap=attempt_cap,
                                 time_left=remaining,
                             )
+                        self.upstreams.note_answer(provider.name)
+                        return result
                     except BreakerOpen as err:
+                        outage = True
                         ctx.note_failure(deployment.key, "breaker_open")
                         if err.retry_in is not None:
                             waits.append(err.retry_in)
@@ -229,6 +243,10 @@ class UpstreamExecutor:
                             raise
                         last = err
                         ctx.note_failure(deployment.key, failure_reason(err))
+                        if isinstance(err, ProviderMisconfigured):
+                            self.upstreams.note_fault(err)
+                            break
+                        outage = True
                         if isinstance(err, InvalidUpstreamAnswer):
                             ctx.invalid_answers.append((deployment.key, err.reason))
                         asked = retry_after_seconds(err)
@@ -239,6 +257,8 @@ class UpstreamExecutor:
                             break
                         ctx.retries += 1
                         await asyncio.sleep(delay)
+        if isinstance(last, ProviderMisconfigured) and not outage:
+            raise last
         raise self._unavailable(last, waits, deadline_passed=False)
 
     def time_left(self, ctx: RequestContext, route: ModelRoute) -> float:

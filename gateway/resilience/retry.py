@@ -10,7 +10,18 @@ from enum import Enum
 from time import time
 
 from gateway.config import RetryConfig
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, ProviderMisconfigured
+
+# Error codes that are their own failure reason (a bounded set: they are metric labels).
+_REASONS = frozenset(
+    (
+        "upstream_unreachable",
+        "upstream_auth_failed",
+        "upstream_model_unknown",
+        "upstream_not_found",
+        "upstream_invalid_response",
+    )
+)
 
 
 class Outcome(Enum):
@@ -20,8 +31,8 @@ class Outcome(Enum):
 
 
 def classify(err: GatewayError) -> Outcome:
-    if err.code == "upstream_auth_failed":
-        return Outcome.MOVE_ON  # our key for this provider is bad; retrying cannot fix it
+    if isinstance(err, ProviderMisconfigured):
+        return Outcome.MOVE_ON  # our key, model or URL for it is wrong; a retry cannot fix it
     if err.status == 429 or err.status >= 500:
         return Outcome.RETRY
     return Outcome.GIVE_UP
@@ -33,7 +44,7 @@ def failure_reason(err: GatewayError) -> str:
         return "rate_limited"
     if err.status == 504:
         return "timeout"
-    if err.code in ("upstream_unreachable", "upstream_auth_failed", "upstream_invalid_response"):
+    if err.code in _REASONS:
         return err.code.removeprefix("upstream_")
     if err.status >= 500:
         return "server_error"

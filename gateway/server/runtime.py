@@ -6,6 +6,7 @@ owned by the application and passed in."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 
 from gateway.cache.factory import shared_embedder
@@ -30,6 +31,7 @@ class Runtime:
     pipeline: Pipeline
     active: int = 0  # requests running on this runtime
     _idle: asyncio.Event | None = None
+    _probing: asyncio.Task[None] | None = None  # the providers' health probes
 
     def enter(self) -> None:
         self.active += 1
@@ -66,8 +68,17 @@ class Runtime:
     async def start(self) -> None:
         await self.knowledge.start()
         await self.router.start()
+        interval = self.settings.resilience.probe_seconds
+        if interval > 0 and self._probing is None:
+            self._probing = asyncio.get_running_loop().create_task(
+                self.upstreams.watch(interval), name="provider-probes"
+            )
 
     async def close(self) -> None:
+        if self._probing is not None:
+            self._probing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probing
         await self.router.close()
         await self.knowledge.close()
         await self.upstreams.close()

@@ -14,8 +14,10 @@ that only look valid (`shape`, `content_type`: gateway/testing/fake_shapes.py), 
 content and tool calls (one reply per assistant turn already in the history), reasoning
 content, and response extras. Besides chat and embeddings it serves `/v1/completions` and
 `/v1/responses` itself, as an upstream with `native:` endpoints does
-(gateway/testing/fake_native.py), under the same knobs. `GET /_fake/requests` returns the
-bodies and headers received, `GET /_fake/stats` counts requests and client disconnects.
+(gateway/testing/fake_native.py), under the same knobs. Like a real provider it can accept only
+some keys (401 otherwise) and serve only some models (404 otherwise): `keys`, `served_models`.
+`GET /_fake/requests` returns the bodies and headers received, `GET /_fake/stats` counts
+requests and client disconnects.
 
 Faults no knob describes are injected with a `Fault` (`FakeUpstream(fault=...)` or
 `upstream.inject(...)`): a function given each request (`Received`) that may answer it itself
@@ -107,9 +109,15 @@ class FakeUpstream:
         port: int = 0,
         history: int = 1000,
         fault: Fault | None = None,
+        keys: list[str] | None = None,
+        served_models: list[str] | None = None,
     ) -> None:
         self.host, self.port = host, port
         self.fault = fault
+        # As a real provider: only these bearer keys are accepted (401 otherwise) and only
+        # these models served (404 otherwise); None accepts any. Also set by /_fake/config.
+        self.keys = keys
+        self.served_models = served_models
         self.defaults = Knobs()
         self.per_model: dict[str, Knobs] = {}
         self.received: deque[Json] = deque(maxlen=history)
@@ -159,6 +167,7 @@ class FakeUpstream:
 
     def reset(self) -> None:
         self.fault = None
+        self.keys = self.served_models = None
         self.defaults, self.per_model = Knobs(), {}
         self.received.clear()
         self.failed.clear()
@@ -203,6 +212,9 @@ class FakeUpstream:
         self.stats["in_flight"] += 1
         self.stats["peak_in_flight"] = max(self.stats["peak_in_flight"], self.stats["in_flight"])
         try:
+            refusal = self._refusal(request, body)
+            if refusal is not None:
+                return refusal
             if self.fault is not None:
                 outcome = self.fault(Received(request, body, knobs))
                 if inspect.isawaitable(outcome):
@@ -325,16 +337,49 @@ class FakeUpstream:
         }
         return _json_answer(answer, knobs)
 
+    def _refusal(self, request: web.Request, body: Json | None) -> web.Response | None:
+        """OpenAI's 401 for a key it does not accept, and its 404 for a model it does not serve
+        (the bodies as api.openai.com words them)."""
+        if self.keys is not None:
+            key = request.headers.get("Authorization", "").removeprefix("Bearer ")
+            if key not in self.keys:
+                shown = f"{key[:3]}***{key[-4:]}" if len(key) > 8 else "***"
+                return _openai_error(
+                    401,
+                    f"Incorrect API key provided: {shown}. You can find your API key at "
+                    "https://platform.openai.com/account/api-keys.",
+                    "invalid_api_key",
+                )
+        model = None if body is None else body.get("model")
+        if self.served_models is not None and body is not None and model not in self.served_models:
+            return _openai_error(
+                404,
+                f"The model `{model}` does not exist or you do not have access to it.",
+                "model_not_found",
+            )
+        return None
+
     async def _models(self, request: web.Request) -> web.Response:
+        refusal = self._refusal(request, None)
+        if refusal is not None:
+            return refusal
+        names = self.served_models if self.served_models is not None else ["fake-model"]
         return web.json_response(
             {
                 "object": "list",
-                "data": [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}],
+                "data": [
+                    {"id": name, "object": "model", "created": 0, "owned_by": "fake"}
+                    for name in names
+                ],
             }
         )
 
     async def _configure(self, request: web.Request) -> web.Response:
         data = await request.json()
+        if "keys" in data:
+            self.keys = data["keys"]
+        if "served_models" in data:
+            self.served_models = data["served_models"]
         if "defaults" in data:
             self.defaults = Knobs.model_validate(data["defaults"])
         for name, knobs in (data.get("models") or {}).items():
@@ -363,6 +408,11 @@ class FakeUpstream:
                 update={name: getattr(override, name) for name in override.model_fields_set}
             )
         return body, knobs
+
+
+def _openai_error(status: int, message: str, code: str) -> web.Response:
+    error = {"message": message, "type": "invalid_request_error", "param": None, "code": code}
+    return web.json_response({"error": error}, status=status)
 
 
 # --- reply construction ---------------------------------------------------------------------

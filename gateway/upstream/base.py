@@ -67,5 +67,11 @@ class Provider(ABC):
             code="native_unsupported",
         )
 
+    async def listed_models(self) -> list[str] | None:
+        """The model ids the provider lists (a cheap call with the configured key, to probe
+        its health: upstream/health.py), or None when it lists none. Raises a GatewayError as
+        `chat` does, so a rejected key or a wrong address shows."""
+        return None
+
     async def close(self) -> None:  # noqa: B027 - optional hook; most adapters hold nothing
         """Release connections. In-flight requests on a shared session finish first."""

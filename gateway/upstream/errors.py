@@ -1,24 +1,41 @@
 """Map what an upstream says (an HTTP status and body, or a network failure) to GatewayErrors.
 
 The rules, in one place: the client's mistakes (4xx) keep their status and the upstream's
-message; 429 keeps its Retry-After; the gateway's own credential problem (401/403 from the
-upstream) is a 502, because the caller's key was fine, unless the key was the caller's own
-provider key (bring your own key): then it is the caller's 401; 5xx and network failures are 502,
-timeouts 504. Messages never carry provider keys or HTML.
+message; 429 keeps its Retry-After; 5xx and network failures are 502, timeouts 504. Faults of
+the gateway's own configuration are `ProviderMisconfigured` (502, no retry, the fix in the
+message): the provider rejects the configured key (401/403; with the caller's own provider key,
+bring your own key, that is the caller's 401 instead), does not know the deployment's model or
+path (404, or a 400 that says the model does not exist), or cannot be connected to and has
+never answered. Messages never carry provider keys or HTML.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
 
-from gateway.errors import GatewayError, InvalidUpstreamAnswer, UpstreamError, UpstreamTimeout
+from gateway.errors import (
+    GatewayError,
+    InvalidUpstreamAnswer,
+    ProviderMisconfigured,
+    UpstreamError,
+    UpstreamTimeout,
+)
 
 _MAX_MESSAGE = 500
+# How providers say a model does not exist: OpenAI's code, and the words of vLLM, Ollama,
+# DeepSeek ("Model Not Exist"), LiteLLM-style proxies and others, in 400s and 404s alike.
+_UNKNOWN_MODEL = re.compile(
+    r"\bmodel\b.{0,80}\b(not exist|does not exist|not found)\b|\b(unknown|invalid|no such) model\b",
+    re.IGNORECASE | re.DOTALL,
+)
 
 
 def from_response(
@@ -29,7 +46,11 @@ def from_response(
     secrets: list[str],
     *,
     callers_key: bool = False,
+    model: str | None = None,
+    key_env: str | None = None,
 ) -> GatewayError:
+    """`model`: the model the request named upstream; `key_env`: the variable holding the
+    configured key. Both go into the fix a configuration fault's message gives."""
     message, type_, code, param = _error_fields(raw, secrets)
     if status == 429:
         retry_after = headers.get("Retry-After")
@@ -49,11 +70,15 @@ def from_response(
             code="provider_key_rejected",
         )
     if status in (401, 403):
-        return UpstreamError(
-            f"provider '{provider}' rejected the gateway's credentials (HTTP {status}); "
-            "check its api_key_env",
+        where = f"the key in {key_env}" if key_env else "its api_key_env"
+        return ProviderMisconfigured(
+            f"provider '{provider}' rejected the gateway's key (HTTP {status}): check {where} "
+            f"(providers.{provider}.api_key_env)",
             code="upstream_auth_failed",
+            provider=provider,
         )
+    if status == 404 or (status == 400 and _names_unknown_model(code, message)):
+        return _unknown_model(provider, status, model, code, message)
     if status in (408, 504):
         return UpstreamTimeout(f"provider '{provider}' timed out (HTTP {status})")
     if 400 <= status < 500:
@@ -84,9 +109,37 @@ def error_in_200(provider: str, data: dict[str, Any], secrets: list[str]) -> Gat
     )
 
 
+def _names_unknown_model(code: str | None, message: str | None) -> bool:
+    return code == "model_not_found" or bool(message and _UNKNOWN_MODEL.search(message))
+
+
+def _unknown_model(
+    provider: str, status: int, model: str | None, code: str | None, message: str | None
+) -> ProviderMisconfigured:
+    said = f": {message}" if message else ""
+    if _names_unknown_model(code, message) or status == 400:
+        return ProviderMisconfigured(
+            f"provider '{provider}' does not know the model {model!r} (HTTP {status}{said}): "
+            "check the model a deployment of config.yaml's models names for it",
+            code="upstream_model_unknown",
+            provider=provider,
+        )
+    return ProviderMisconfigured(
+        f"provider '{provider}' answered HTTP 404 for model {model!r}{said}: check "
+        f"providers.{provider}.base_url (an OpenAI-compatible one usually ends in /v1) and the "
+        "deployment's model",
+        code="upstream_not_found",
+        provider=provider,
+    )
+
+
 @contextmanager
-def network_errors(provider: str) -> Iterator[None]:
-    """Turn aiohttp/asyncio failures into 502/504 GatewayErrors."""
+def network_errors(
+    provider: str, *, base_url: str | None = None, never_answered: bool = False
+) -> Iterator[None]:
+    """Turn aiohttp/asyncio failures into 502/504 GatewayErrors. A provider that cannot be
+    connected to and has `never_answered` is a configuration fault (a wrong host or port),
+    not an outage."""
     try:
         yield
     except TimeoutError:  # aiohttp's timeouts subclass it
@@ -97,7 +150,15 @@ def network_errors(provider: str) -> Iterator[None]:
         ) from None
     except aiohttp.ClientPayloadError:
         raise UpstreamError(f"provider '{provider}' broke off its response") from None
-    except aiohttp.ClientConnectorError:
+    except aiohttp.ClientConnectorError as exc:
+        if never_answered:
+            raise ProviderMisconfigured(
+                f"cannot connect to provider '{provider}' at {_address(base_url)} "
+                f"({_reason(exc)}), and it has not answered since it was configured: check "
+                f"providers.{provider}.base_url",
+                code="upstream_unreachable",
+                provider=provider,
+            ) from None
         raise UpstreamError(
             f"cannot connect to provider '{provider}'", code="upstream_unreachable"
         ) from None
@@ -105,6 +166,28 @@ def network_errors(provider: str) -> Iterator[None]:
         raise UpstreamError(
             f"connection to provider '{provider}' failed ({type(exc).__name__})"
         ) from None
+
+
+def _address(base_url: str | None) -> str:
+    """host:port of a base URL, without credentials or path (messages are shown and logged)."""
+    parts = urlsplit(base_url or "")
+    if not parts.hostname:
+        return "its base_url"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.hostname}:{port}"
+
+
+def _reason(exc: aiohttp.ClientConnectorError) -> str:
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return "the host name does not resolve"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return "its TLS certificate is not accepted"
+    if isinstance(exc, aiohttp.ClientConnectorSSLError):
+        return "the TLS handshake failed: is it http rather than https?"
+    error = exc.os_error
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused"  # asyncio's strerror reads "Connect call failed (...)"
+    return (os.strerror(error.errno) if error.errno else type(error).__name__).lower()
 
 
 def parse_json(provider: str, raw: bytes) -> dict[str, Any]:

@@ -7,7 +7,7 @@ them all.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -31,6 +31,7 @@ from gateway.upstream.shapes import (
 from gateway.util import offload
 
 _MAX_ERROR_BODY = 64 * 1024
+_PROBE_TIMEOUT = aiohttp.ClientTimeout(total=10)  # a health probe, not a request's call
 
 
 class OpenAICompatible(Provider):
@@ -44,6 +45,9 @@ class OpenAICompatible(Provider):
         if settings.api_key:
             headers["Authorization"] = f"Bearer {settings.api_key.get_secret_value()}"
         self._headers = headers
+        # Whether any HTTP answer came since this provider was configured: until one has, a
+        # refused connection is a wrong base_url (a configuration fault), not an outage.
+        self.answered = False
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -59,6 +63,22 @@ class OpenAICompatible(Provider):
     async def embeddings(self, body: Json, key: SecretStr | None = None) -> Json:
         data = await self._post_json("/embeddings", body, key)
         return self._shaped(data, embeddings_problem, key, field="data")
+
+    async def listed_models(self) -> list[str] | None:
+        with self._network_errors():
+            async with self.session.get(
+                self._base_url + "/models", headers=self._headers, timeout=_PROBE_TIMEOUT
+            ) as resp:
+                self.answered = True
+                if resp.status == 404:
+                    return None  # serves no list (or the base_url is wrong: chat will tell)
+                if resp.status >= 400:
+                    raise await self._error(resp, {}, None)
+                data = errors.parse_json(self.name, await resp.read())
+        listed = data.get("data")
+        if not isinstance(listed, list):
+            return None
+        return [str(m["id"]) for m in listed if isinstance(m, dict) and "id" in m]
 
     async def stream(self, body: Json, key: SecretStr | None = None) -> AsyncIterator[list[Json]]:
         async with self._event_stream("/chat/completions", body, key) as resp:
@@ -169,12 +189,13 @@ class OpenAICompatible(Provider):
         """The upstream's answer to a streamed request, once it is known to be an event stream
         (an error status or another content type raises); network failures while it is read
         are mapped too."""
-        with errors.network_errors(self.name):
+        with self._network_errors():
             async with self.session.post(
                 self._base_url + path, data=await _encode(body), headers=self._headers_with(key)
             ) as resp:
+                self.answered = True
                 if resp.status >= 400:
-                    raise await self._error(resp, key)
+                    raise await self._error(resp, body, key)
                 if not resp.headers.get("Content-Type", "").startswith("text/event-stream"):
                     raise InvalidUpstreamAnswer(
                         f"provider '{self.name}' did not answer with an event stream",
@@ -187,12 +208,13 @@ class OpenAICompatible(Provider):
             await self._session.close()
 
     async def _post_json(self, path: str, body: Json, key: SecretStr | None) -> Json:
-        with errors.network_errors(self.name):
+        with self._network_errors():
             async with self.session.post(
                 self._base_url + path, data=await _encode(body), headers=self._headers_with(key)
             ) as resp:
+                self.answered = True
                 if resp.status >= 400:
-                    raise await self._error(resp, key)
+                    raise await self._error(resp, body, key)
                 content_type = resp.headers.get("Content-Type", "")
                 if not shapes.is_json_type(content_type):
                     raise InvalidUpstreamAnswer(
@@ -208,7 +230,14 @@ class OpenAICompatible(Provider):
             return self._headers
         return {**self._headers, "Authorization": f"Bearer {key.get_secret_value()}"}
 
-    async def _error(self, resp: aiohttp.ClientResponse, key: SecretStr | None) -> Exception:
+    def _network_errors(self) -> AbstractContextManager[None]:
+        return errors.network_errors(
+            self.name, base_url=self._base_url, never_answered=not self.answered
+        )
+
+    async def _error(
+        self, resp: aiohttp.ClientResponse, body: Json, key: SecretStr | None
+    ) -> Exception:
         raw = await resp.content.read(_MAX_ERROR_BODY)
         return errors.from_response(
             self.name,
@@ -217,6 +246,8 @@ class OpenAICompatible(Provider):
             resp.headers,
             self._secrets_with(key),
             callers_key=key is not None,
+            model=body.get("model"),
+            key_env=self.settings.api_key_env,
         )
 
     def _batch(

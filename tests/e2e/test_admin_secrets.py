@@ -364,7 +364,7 @@ def exercise(gw: Secured, fake: FakeUpstream, retriever: FakeRetriever) -> None:
     refused(404, key=GATEWAY_KEY, body={**chat, "model": "nope"})
     refused(400, key=GATEWAY_KEY, body=b"{not json")
     refused(400, key=GATEWAY_KEY, body={"model": "chat"})
-    refused(503, key=GATEWAY_KEY, body={**chat, "model": "vault-model"})  # unreachable
+    refused(502, key=GATEWAY_KEY, body={**chat, "model": "vault-model"})  # never answered
 
     # The upstream quotes the credentials it was sent, in every way it can answer.
     echoed = f"key {SECRETS['provider key']} with token {SECRETS['provider header']} refused"

@@ -23,7 +23,6 @@ from gateway.testing.fake_upstream import FakeUpstream, Knobs, Received
 from gateway.testing.harness.fake_settings import settings_of
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from gateway.testing.harness.metrics import scrape
-from gateway.testing.harness.process import free_port
 from tests.clients import sdk_client
 from tests.e2e.helpers import (
     assert_conforms,
@@ -41,8 +40,8 @@ UNAVAILABLE = "Down for a moment, retry soon."
 CHAT = "/v1/chat/completions"
 
 
-def completions_config(fake_url: str) -> Json:
-    dead = f"http://127.0.0.1:{free_port()}/v1"
+def completions_config(fake_url: str, dead: str) -> Json:
+    """`dead`: the URL of a provider in an outage."""
 
     def native(name: str, **more: Any) -> Json:
         return {"name": name, "provider": "native", "upstream_model": f"{name}-up", **more}
@@ -80,8 +79,11 @@ def completions_config(fake_url: str) -> Json:
 
 
 @pytest.fixture(scope="module")
-def cgw_server(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
-    with running_gateway(server_thread, settings_of(completions_config(fake.url))) as server:
+def cgw_server(
+    server_thread: ServerThread, fake: FakeUpstream, down: FakeUpstream
+) -> Iterator[GatewayServer]:
+    settings = settings_of(completions_config(fake.url, down.url))
+    with running_gateway(server_thread, settings) as server:
         yield server
 
 
@@ -471,10 +473,13 @@ POLICIES: dict[str, Json] = {
 
 @pytest.fixture(scope="module")
 def keyed(
-    server_thread: ServerThread, fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+    server_thread: ServerThread,
+    fake: FakeUpstream,
+    down: FakeUpstream,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[GatewayServer]:
     keys = [{"env": f"CMPL_{t.upper()}", "tenant": t} for t in TENANT_KEYS]
-    config = {**completions_config(fake.url), "auth": {"keys": keys}}
+    config = {**completions_config(fake.url, down.url), "auth": {"keys": keys}}
     environ = {f"CMPL_{t.upper()}": key for t, key in TENANT_KEYS.items()}
     root = tmp_path_factory.mktemp("completions-keyed")
     settings = settings_from_files(root, config, POLICIES, environ)

@@ -154,7 +154,7 @@ ERROR_CASES: dict[str, tuple[str, str, Json | bytes | None, int]] = {
         chat_body("fake-text", fake={"status": 500, "error_body": "html"}),
         503,
     ),
-    "upstream-401": ("POST", CHAT, chat_body("fake-text", fake={"status": 401}), 503),
+    "upstream-401": ("POST", CHAT, chat_body("fake-text", fake={"status": 401}), 502),
     "malformed": ("POST", CHAT, chat_body("fake-text", fake={"malformed": True}), 503),
     "too-large": ("POST", CHAT, b"x" * 70_000, 413),
     "unknown-endpoint": ("GET", "/v1/nowhere", None, 404),

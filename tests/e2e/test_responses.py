@@ -20,14 +20,12 @@ from gateway.http.keys import CACHE as CACHE_KEY
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.harness.fake_settings import settings_for
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
-from gateway.testing.harness.process import free_port
 from tests.clients import sdk_client
 from tests.e2e.helpers import (
     RawResponse,
     assert_conforms,
     assert_raw_error,
     parse_sse,
-    reconfigure_provider,
     request,
     sse_json,
     stream_text,
@@ -636,14 +634,10 @@ def test_a_call_the_model_will_not_fix_is_stripped(
 
 
 @pytest.fixture(scope="module")
-def down_gateway(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
-    """Level 4 answers on: the only provider points at a closed port."""
+def down_gateway(server_thread: ServerThread, down: FakeUpstream) -> Iterator[GatewayServer]:
+    """Level 4 answers on: the only provider is in an outage."""
     degradation = {"unavailable": {"mode": "answer", "message": {"en": UNAVAILABLE}}}
-    settings = reconfigure_provider(
-        settings_for(fake.url, {"degradation": degradation}),
-        "fake",
-        base_url=f"http://127.0.0.1:{free_port()}/v1",
-    )
+    settings = settings_for(down.url, {"degradation": degradation})
     with running_gateway(server_thread, settings) as server:
         yield server
 

@@ -14,7 +14,6 @@ import pytest
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.harness.fake_settings import settings_of
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
-from gateway.testing.harness.process import free_port
 from tests.clients import sdk_client
 from tests.e2e.helpers import assert_conforms, request, upstream_requests
 
@@ -24,8 +23,8 @@ SEARCH = [{"type": "web_search"}]
 RESPONSES = "/v1/responses"
 
 
-def native_config(fake_url: str) -> Json:
-    dead = f"http://127.0.0.1:{free_port()}/v1"
+def native_config(fake_url: str, dead: str) -> Json:
+    """`dead`: the URL of a provider in an outage."""
     return {
         "server": {"access_log": False},
         "providers": {
@@ -48,8 +47,10 @@ def native_config(fake_url: str) -> Json:
 
 
 @pytest.fixture(scope="module")
-def native_server(server_thread: ServerThread, fake: FakeUpstream) -> Iterator[GatewayServer]:
-    with running_gateway(server_thread, settings_of(native_config(fake.url))) as server:
+def native_server(
+    server_thread: ServerThread, fake: FakeUpstream, down: FakeUpstream
+) -> Iterator[GatewayServer]:
+    with running_gateway(server_thread, settings_of(native_config(fake.url, down.url))) as server:
         yield server
 
 

@@ -438,16 +438,17 @@ def test_upstream_non_json_error_bodies_stay_out(
 
 
 @pytest.mark.parametrize("status", [401, 403])
-def test_upstream_credential_failure_is_503_without_key(
+def test_upstream_credential_failure_is_a_502_configuration_fault_without_key(
     sdk: Sdk, gw: GatewayServer, status: int
 ) -> None:
     key = provider_key(gw.settings)
     err = status_error(
         lambda: sdk.chat(**ask(fake={"status": status, "error_message": f"bad key {key}"})),
         openai.InternalServerError,
-        503,
+        502,
         code="upstream_auth_failed",
     )
+    assert err.response.headers["x-should-retry"] == "false"
     assert key not in err.response.text
     assert key[-6:] not in err.response.text
 
@@ -513,11 +514,11 @@ def test_upstream_silence_mid_stream_is_a_timeout_event(
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
-def test_connection_refused_is_503(
+def test_connection_refused_by_a_provider_that_never_answered_is_a_502_fault(
     sdk_factory: SdkFactory, unreachable_gateway: GatewayServer, streamed: bool
 ) -> None:
     sdk = sdk_factory(unreachable_gateway.url)
-    _assert_refused_before_any_chunk(sdk, streamed, 503, "upstream_unreachable")
+    _assert_refused_before_any_chunk(sdk, streamed, 502, "upstream_unreachable")
     assert sdk.chat(**ask(model="demo")).choices[0].message.content, "other providers still work"
 
 
@@ -540,7 +541,7 @@ def test_gateway_key_is_checked(sdk_factory: SdkFactory, keyed_gateway: GatewayS
         ({"status": 500}, 503, openai.InternalServerError),
         ({"status": 400}, 400, openai.BadRequestError),
         ({"status": 429, "retry_after": "3"}, 503, openai.InternalServerError),
-        ({"status": 401}, 503, openai.InternalServerError),
+        ({"status": 401}, 502, openai.InternalServerError),
     ],
     ids=["500", "400", "429", "401"],
 )

@@ -30,7 +30,6 @@ from gateway.testing.fake_retriever import FakeRetriever
 from gateway.testing.fake_upstream import FakeUpstream, Knobs
 from gateway.testing.harness.configs import dump_yaml, openai_provider
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
-from gateway.testing.harness.process import free_port
 from gateway.testing.harness.prometheus import (
     Prometheus,
     prometheus_path,
@@ -69,7 +68,6 @@ def gateway_config(fake_url: str, retriever_url: str) -> Json:
     def model(name: str, **more: Any) -> Json:
         return {"name": name, "provider": "fake", "upstream_model": f"{name}-up", **more}
 
-    dead = f"http://127.0.0.1:{free_port()}/v1"
     compression = {
         "enabled": True,
         "max_turns": 8,
@@ -89,7 +87,8 @@ def gateway_config(fake_url: str, retriever_url: str) -> Json:
         "rate_limits": {"tenants": {"tiny": {"requests_per_second": 0.1, "burst": 1}}},
         "providers": {
             "fake": openai_provider(fake_url, (1, 5, 10)),
-            "dead": openai_provider(dead, (0.5, 1, 2)),
+            # in an outage: the fake answers its model with 503 (see `observed`)
+            "dead": openai_provider(fake_url, (0.5, 1, 2)),
         },
         "models": [
             model(
@@ -258,6 +257,7 @@ def observed(
     """Prometheus scraping a gateway that has had two rounds of traffic."""
     fake.reset()
     fake.per_model["flaky-up"] = Knobs(status=500)
+    fake.per_model["broken"] = Knobs(status=503)
     retriever = server_thread.call(FakeRetriever().start())
     text = dump_yaml(gateway_config(fake.url, retriever.url))
     settings = build_settings(parse_config(text), "<t>", ENV)

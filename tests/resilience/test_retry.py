@@ -9,7 +9,13 @@ from email.utils import formatdate
 import pytest
 
 from gateway.config import Deployment, RetryConfig
-from gateway.errors import GatewayError, InvalidRequest, UpstreamError, UpstreamTimeout
+from gateway.errors import (
+    GatewayError,
+    InvalidRequest,
+    ProviderMisconfigured,
+    UpstreamError,
+    UpstreamTimeout,
+)
 from gateway.resilience.executor import _weighted_order
 from gateway.resilience.retry import (
     Backoff,
@@ -25,6 +31,10 @@ def rate_limited(retry_after: str | None = None) -> GatewayError:
     return GatewayError("slow down", status=429, headers=headers)
 
 
+def misconfigured(code: str) -> ProviderMisconfigured:
+    return ProviderMisconfigured("x", code=code, provider="p")
+
+
 @pytest.mark.parametrize(
     ("err", "outcome", "reason"),
     [
@@ -33,7 +43,10 @@ def rate_limited(retry_after: str | None = None) -> GatewayError:
         (rate_limited(), Outcome.RETRY, "rate_limited"),
         (UpstreamError("x", code="upstream_unreachable"), Outcome.RETRY, "unreachable"),
         (UpstreamError("x", code="upstream_invalid_response"), Outcome.RETRY, "invalid_response"),
-        (UpstreamError("x", code="upstream_auth_failed"), Outcome.MOVE_ON, "auth_failed"),
+        (misconfigured("upstream_auth_failed"), Outcome.MOVE_ON, "auth_failed"),
+        (misconfigured("upstream_model_unknown"), Outcome.MOVE_ON, "model_unknown"),
+        (misconfigured("upstream_not_found"), Outcome.MOVE_ON, "not_found"),
+        (misconfigured("upstream_unreachable"), Outcome.MOVE_ON, "unreachable"),
         (InvalidRequest("bad"), Outcome.GIVE_UP, "client_error"),
         (GatewayError("gone", status=404), Outcome.GIVE_UP, "client_error"),
     ],
@@ -68,7 +81,7 @@ def test_backoff_stops_at_the_attempt_limit_and_for_client_errors() -> None:
     assert backoff.delay(2, UpstreamError("boom")) is not None
     assert backoff.delay(3, UpstreamError("boom")) is None
     assert backoff.delay(1, InvalidRequest("bad")) is None
-    assert backoff.delay(1, UpstreamError("x", code="upstream_auth_failed")) is None
+    assert backoff.delay(1, misconfigured("upstream_auth_failed")) is None
 
 
 def test_retry_after_is_obeyed_up_to_the_configured_maximum() -> None:
