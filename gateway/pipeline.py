@@ -308,18 +308,21 @@ class Pipeline:
         route = self.settings.routes.get(model)
         if route is not None and route.kind == kind and route.disabled_reason is None:
             return route
-        served = self.settings.served_models(kind)
+        # what a client may ask for instead: the models, and for chat the routed aliases
+        served = [r.name for r in self.settings.served_models(kind)]
+        if kind == "chat":
+            served += self.settings.served_aliases()
         if route is None:
             raise ModelNotFound(
                 f"The model {echo(model)} does not exist. Available models: "
-                + ", ".join(sorted(r.name for r in served)),
+                + ", ".join(sorted(served)),
                 param="model",
             )
         if route.kind != kind:
             raise InvalidRequest(
                 f"The model '{model}' is {_article(route.kind)} {route.kind} model and cannot "
                 "serve this endpoint. "
-                f"Models for it: " + ", ".join(sorted(r.name for r in served)),
+                f"Models for it: " + ", ".join(sorted(served)),
                 param="model",
                 code="model_not_supported",
             )

@@ -45,6 +45,22 @@ def test_unknown_model_lists_what_exists(pipeline: Pipeline) -> None:
     assert info.value.param == "model"
 
 
+def test_unknown_model_lists_the_routed_aliases_too() -> None:
+    config = CONFIG + """
+routing:
+  aliases:
+    smart-auto: {tiers: [{model: demo}]}
+"""
+    settings = build_settings(parse_config(config), "<t>", {})
+    pipeline = Runtime.build(settings, Breakers(BreakerConfig())).pipeline
+    with pytest.raises(ModelNotFound) as info:
+        pipeline.resolve("gpt-5", "chat")
+    assert info.value.message.endswith("Available models: cheap, demo, smart-auto")
+    with pytest.raises(InvalidRequest) as wrong:
+        pipeline.resolve("demo", "embedding")
+    assert "smart-auto" not in wrong.value.message, "an alias serves chat only"
+
+
 def test_wrong_kind_is_a_400(pipeline: Pipeline) -> None:
     with pytest.raises(InvalidRequest, match=r"is an? embedding model"):
         pipeline.resolve("demo-embedding", "chat")
