@@ -90,7 +90,8 @@ def answer(
         tool, name, arguments = _mistaken(order, functions, budget)
         if order.repair == "stubborn" and arguments is not None:
             return _call_message(name, arguments, messages, index)
-        fixed = _corrected(order, tool, _feedback_text(messages), budget)
+        mistake = _changed(_valid(order, tool, budget), arguments)
+        fixed = _corrected(order, tool, _feedback_text(messages), mistake, budget)
         return _call_message(tool["name"], fixed, messages, index)
     if last.get("role") == "tool":
         previous = _previous_call(messages)
@@ -267,14 +268,25 @@ def _folded(name: str) -> str:
 # --- the repair --------------------------------------------------------------------------------
 
 
-def _corrected(order: _Order, function: Json, feedback: str, budget: Budget) -> Json:
-    """Valid arguments, keeping the ones set by hand that the feedback does not name; an
-    argument it names is built again, within what the feedback says."""
+def _changed(valid: Json, arguments: Any) -> set[str]:
+    """The arguments a mistake changed (none for text: the feedback names no argument)."""
+    if not isinstance(arguments, dict):
+        return set()
+    return {k for k in {*valid, *arguments} if valid.get(k, ...) != arguments.get(k, ...)}
+
+
+def _corrected(
+    order: _Order, function: Json, feedback: str, mistake: set[str], budget: Budget
+) -> Json:
+    """Valid arguments, keeping the ones set by hand unless the feedback blames them (not the
+    mistake); an argument blamed is built again, within what the feedback says."""
     schema = _parameters(function)
     declared = dict(_properties(schema))
     kept = {k: v for k, v in order.settings.items() if k in declared or not declared}
     hints: dict[str, Json] = {}
     for name, message in _PROBLEM.findall(feedback):
+        if name in mistake:
+            continue
         kept.pop(name, None)
         hints.setdefault(name, {}).update(_hint(message))
     fixed = _valid(replace(order, settings=kept), function, budget)

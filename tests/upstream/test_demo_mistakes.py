@@ -110,6 +110,13 @@ def test_each_mistake_is_caught_and_the_repair_fixes_it(prompt: str, kind: str, 
     assert name == "get_weather" and json.loads(arguments)["city"] == "Weather in Paris?"
 
 
+def test_a_value_set_by_hand_survives_the_mistake_made_on_it() -> None:
+    assert call_of(ask("Weather? city=Paris wrong-type")) == ("get_weather", '{"city":42}')
+    settled, _ = guarded("Weather? city=Paris wrong-type")
+    assert settled.outcome == "repaired"
+    assert json.loads(call_of(settled.message)[1]) == {"city": "Paris"}
+
+
 def test_the_same_request_makes_the_same_mistake() -> None:
     assert ask("Weather in Paris? wrong-type") == ask("Weather in Paris? wrong-type")
     assert call_of(ask("Weather in Paris? wrong-type")) == ("get_weather", '{"city":42}')
