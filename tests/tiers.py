@@ -170,6 +170,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "test_a_failing_disk_refuses_store_true_and_answers_everything_else": ("slow",),
     "tests/e2e/test_demo.py::test_langchain_with_structured_output": ("slow",),
     "tests/e2e/test_readme.py": ("slow",),  # every Quickstart snippet, embeddings included
+    "tests/e2e/test_guards_docs.py": ("process", "slow"),  # curl in bash; policy reloads
     "tests/e2e/test_sdk.py::test_first_chunk_is_not_buffered": ("slow",),
     "tests/e2e/test_sdk.py::test_upstream_timeout_is_503": ("slow",),
     "tests/e2e/test_sdk.py::test_upstream_silence_mid_stream_is_a_timeout_event": ("slow",),
