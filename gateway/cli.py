@@ -76,7 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     cache.add_argument(
         "--url",
         help="ask a running gateway (e.g. http://127.0.0.1:8080) for its stats, verification "
-        "included, with the admin key from auth.admin_key_env",
+        "included: GET /admin/cache/stats, which needs that gateway's admin key, read from the "
+        "variable the config's auth.admin_key_env names (GATEWAY_ADMIN_KEY as shipped) or "
+        "from --admin-key-env",
+    )
+    cache.add_argument(
+        "--admin-key-env",
+        metavar="NAME",
+        help="with --url: the environment variable holding the admin key (default: the "
+        "config's auth.admin_key_env); a variable, so the key stays out of the process list",
     )
 
     kb = commands.add_parser("kb", help="build embedded knowledge bases")
@@ -93,18 +101,37 @@ def main(argv: list[str] | None = None) -> int:
         "route", help="explain how a prompt would be routed, or what an alias's thresholds mean"
     )
     route.add_argument("prompt", nargs="?", help="the prompt to explain")
-    route.add_argument("--alias", help="a routing alias (default: the first configured)")
     route.add_argument(
+        "--request",
+        type=Path,
+        metavar="FILE",
+        help="instead of a prompt: a chat request body as a client sends it (JSON; - for "
+        "stdin), scored as the gateway scores it (system prompt, history, tools included)",
+    )
+    route.add_argument(
+        "--alias", help="a routing alias (default: the request's model, else the first)"
+    )
+    route.add_argument(
+        "--tenant",
+        help="whose policies apply, and tenant escalation (default: auth.anonymous_tenant "
+        "with no keys, else config.yaml's aliases)",
+    )
+    route.add_argument(
+        "--explain",
         "--explain-alias",
+        dest="explain_alias",
+        nargs="?",
+        const="",
         metavar="ALIAS",
-        help="instead of a prompt: each tier's score cut per scoring variant, with the share "
-        "and quality kept it gives on the calibration's reference data",
+        help="with an alias, instead of a prompt: each tier's score cut per scoring variant, "
+        "with the share and quality kept it gives on the calibration's reference data (with a "
+        "prompt and no alias: the prompt's explanation, as without it)",
     )
     route.add_argument(
         "--prompts",
         type=Path,
         metavar="FILE",
-        help="with --explain-alias: the share of these prompts each tier takes (one a line, "
+        help="with --explain ALIAS: the share of these prompts each tier takes (one a line, "
         'or JSON Lines with a "prompt" field), scored with the configured embedder',
     )
     route.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH)
@@ -126,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "cache" and args.action == "explain":
         return _cache_explain(cache, settings, args.texts)
     if args.command == "cache":
-        return _cache_stats(settings, args.url)
+        if args.admin_key_env is not None and args.url is None:
+            cache.error("--admin-key-env goes with --url")
+        return _cache_stats(settings, args.url, args.admin_key_env)
     if args.command == "policy":
         resolved = settings.policies.resolve(args.tenant, args.model)
         print(json.dumps(resolved.explain(), indent=2, ensure_ascii=False))
@@ -134,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "route" and args.explain_alias is not None:
         return _explain_alias(settings, args.explain_alias, args.prompts)
     if args.command == "route":
-        return _route(settings, args.prompt, args.alias)
+        return _route(settings, args)
     if args.command == "kb":
         return _kb_ingest(settings, args.name, args.path, quiet=args.quiet)
     return _serve(settings, args.host, args.port)
@@ -173,6 +202,7 @@ def _check(settings: Settings, *, require_env: bool = False) -> int:
         )
     _check_embedder(settings)
     _check_knowledge_bases(settings)
+    _check_base_urls(settings)
     return 0
 
 
@@ -187,6 +217,13 @@ def _check_embedder(settings: Settings) -> None:
             file=sys.stderr,
             flush=True,
         )
+
+
+def _check_base_urls(settings: Settings) -> None:
+    """A warning, not a failure: the URL may be right for a server of another shape."""
+    for name, provider in settings.file.providers.items():
+        if problem := provider.unversioned_base_url():
+            print(f"  warning: providers.{name}: {problem}", file=sys.stderr, flush=True)
 
 
 def _print_unset(settings: Settings, unset: list[UnsetVariable], every: str = "") -> None:
@@ -283,12 +320,19 @@ def _check_knowledge_bases(settings: Settings) -> None:
 
 
 def _check_route_arguments(route: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.explain_alias is None and args.prompt is None:
-        route.error("give a prompt, or --explain-alias ALIAS")
-    if args.explain_alias is not None and (args.prompt is not None or args.alias is not None):
-        route.error("--explain-alias takes no prompt and no --alias (--prompts FILE instead)")
+    if args.explain_alias == "":  # --explain alone: a prompt's explanation, what route gives
+        if args.prompt is None and args.request is None:
+            route.error("--explain takes an ALIAS (its thresholds), or goes with a prompt")
+        args.explain_alias = None
+    asked = args.prompt is not None or args.request is not None
+    if args.explain_alias is None and not asked:
+        route.error("give a prompt, --request FILE, or --explain ALIAS")
+    if args.prompt is not None and args.request is not None:
+        route.error("give a prompt or --request FILE, not both")
+    if args.explain_alias is not None and (asked or args.alias or args.tenant):
+        route.error("--explain ALIAS takes no prompt, --alias or --tenant (--prompts FILE instead)")
     if args.prompts is not None and args.explain_alias is None:
-        route.error("--prompts goes with --explain-alias ALIAS")
+        route.error("--prompts goes with --explain ALIAS")
 
 
 def _explain_alias(settings: Settings, alias: str, prompts: Path | None) -> int:
@@ -297,7 +341,8 @@ def _explain_alias(settings: Settings, alias: str, prompts: Path | None) -> int:
     aliases = settings.routing.aliases
     if alias not in aliases:
         known = ", ".join(aliases) or "none configured (routing.aliases)"
-        print(f"unknown routing alias {alias!r}; aliases: {known}", file=sys.stderr)
+        hint = ' (to explain a prompt: gateway route "PROMPT")' if " " in alias else ""
+        print(f"unknown routing alias {alias!r}; aliases: {known}{hint}", file=sys.stderr)
         return 2
     try:
         print(asyncio.run(explain_alias(settings, alias, prompts)))
@@ -310,16 +355,35 @@ def _explain_alias(settings: Settings, alias: str, prompts: Path | None) -> int:
     return 0
 
 
-def _route(settings: Settings, prompt: str, alias: str | None) -> int:
+def _route(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.routing.explain import explain
 
+    request: str | dict[str, object] = args.prompt
+    if args.request is not None:
+        try:
+            text = sys.stdin.read() if str(args.request) == "-" else args.request.read_text()
+            request = json.loads(text)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            print(f"gateway: --request {args.request}: {exc}", file=sys.stderr)
+            return 2
+        if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
+            print(
+                f"gateway: --request {args.request}: not a chat request body (an object with "
+                '"messages")',
+                file=sys.stderr,
+            )
+            return 2
     aliases = settings.routing.aliases
-    name = alias or next(iter(aliases), None)
+    model = request.get("model") if isinstance(request, dict) else None
+    name = args.alias or (model if model in aliases else next(iter(aliases), None))
     if name is None or name not in aliases:
         known = ", ".join(aliases) or "none configured (routing.aliases)"
-        print(f"unknown routing alias {alias!r}; aliases: {known}", file=sys.stderr)
+        print(f"unknown routing alias {args.alias!r}; aliases: {known}", file=sys.stderr)
         return 2
-    print(asyncio.run(explain(settings, prompt, name)))
+    tenant = args.tenant
+    if tenant is None and not settings.file.auth.keys:  # every caller is this tenant
+        tenant = settings.file.auth.anonymous_tenant
+    print(asyncio.run(explain(settings, request, name, tenant)))
     return 0
 
 
@@ -334,11 +398,11 @@ def _cache_explain(parser: argparse.ArgumentParser, settings: Settings, texts: l
     return 0
 
 
-def _cache_stats(settings: Settings, url: str | None) -> int:
+def _cache_stats(settings: Settings, url: str | None, key_env: str | None = None) -> int:
     from gateway.cache.embedded_store import file_stats
 
     if url is not None:
-        return _running_cache_stats(settings, url)
+        return _running_cache_stats(settings, url, key_env)
     store = settings.file.cache.store
     if store.type != "sqlite":
         print(
@@ -357,24 +421,37 @@ def _cache_stats(settings: Settings, url: str | None) -> int:
     return 0
 
 
-def _running_cache_stats(settings: Settings, url: str) -> int:
-    """GET /admin/cache/stats of a running gateway: its entries, then verification per model."""
+def _running_cache_stats(settings: Settings, url: str, key_env: str | None) -> int:
+    """GET /admin/cache/stats of a running gateway: its entries, then verification per model.
+    The admin API needs the admin key: when it is missing or refused, say which and how."""
     import os
     import urllib.error
     import urllib.request
 
     from gateway.cache.stats_text import verification_lines
 
-    admin_env = settings.file.auth.admin_key_env
-    key = os.environ.get(admin_env) if admin_env else None
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
     target = url.rstrip("/") + "/admin/cache/stats"
+    variable = key_env or settings.file.auth.admin_key_env
+    key = os.environ.get(variable) if variable else None
+    if not key:
+        print(
+            f"gateway: {target} needs the admin key: {_admin_key_fix(settings, variable)}",
+            file=sys.stderr,
+        )
+        return 1
+    headers = {"Authorization": f"Bearer {key}"}
     try:
         with urllib.request.urlopen(urllib.request.Request(target, headers=headers)) as resp:
             stats = json.loads(resp.read())
     except urllib.error.HTTPError as err:
         body = err.read().decode(errors="replace")
-        print(f"gateway: {target} answered {err.code}: {body}", file=sys.stderr)
+        if err.code in (401, 403):
+            print(
+                f"gateway: {target} answered {err.code}: {_refusal(body, variable)}",
+                file=sys.stderr,
+            )
+        else:
+            print(f"gateway: {target} answered {err.code}: {body}", file=sys.stderr)
         return 1
     except (urllib.error.URLError, OSError, ValueError) as err:
         print(f"gateway: could not read {target}: {err}", file=sys.stderr)
@@ -383,6 +460,36 @@ def _running_cache_stats(settings: Settings, url: str) -> int:
     print(json.dumps(stats, indent=2))
     print("\n".join(verification_lines(verification)))
     return 0
+
+
+def _admin_key_fix(settings: Settings, variable: str | None) -> str:
+    """How to give `cache stats --url` the admin key, when none was found."""
+    if variable is None:
+        return (
+            f"{settings.source} names no auth.admin_key_env; put that gateway's admin key in a "
+            "variable and name it with --admin-key-env NAME"
+        )
+    return (
+        f"set {variable} to that gateway's admin key (the value of the variable its "
+        "auth.admin_key_env names), or name another variable with --admin-key-env NAME"
+    )
+
+
+def _refusal(body: str, variable: str | None) -> str:
+    """What a 401/403 from the admin API means for the key we sent."""
+    try:
+        code = json.loads(body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        code = None
+    if code == "admin_disabled":
+        return (
+            "that gateway's admin API is off (the variable its auth.admin_key_env names is "
+            "unset where it runs): set it there and restart, then pass the same key here"
+        )
+    return (
+        f"the key in {variable} is not that gateway's admin key; set {variable} to it, or "
+        "name the variable that holds it with --admin-key-env NAME"
+    )
 
 
 _SKIPPED_SHOWN = 20

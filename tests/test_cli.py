@@ -242,3 +242,59 @@ def test_cache_explain_takes_two_texts() -> None:
     result = _gateway("cache", "explain", "only one")
     assert result.returncode == 2
     assert "two texts" in result.stderr
+
+
+def test_cache_stats_url_says_which_admin_key_it_needs_and_how_to_pass_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served = {
+        **DEMO,
+        "auth": {"admin_key_env": "CLI_TEST_ADMIN"},
+        "cache": {
+            "store": {"type": "memory"},
+            "embedder": {"type": "hash"},
+            "defaults": {"enabled": True},
+        },
+    }
+    config = str(write_config(tmp_path, served))
+    with start_gateway(tmp_path, Path(config), env={"CLI_TEST_ADMIN": "sk-admin-right"}) as gw:
+        ask = ("cache", "stats", "--config", config, "--url", gw.url)
+        monkeypatch.delenv("CLI_TEST_ADMIN", raising=False)
+        missing = run_gateway_cli(*ask)
+        assert missing.returncode == 1
+        assert "/admin/cache/stats needs the admin key: set CLI_TEST_ADMIN to that gateway's " in (
+            missing.stderr
+        )
+        assert "--admin-key-env NAME" in missing.stderr
+        monkeypatch.setenv("CLI_TEST_ADMIN", "sk-admin-wrong")
+        wrong = run_gateway_cli(*ask)
+        assert wrong.returncode == 1
+        assert "answered 401: the key in CLI_TEST_ADMIN is not that gateway's admin key" in (
+            wrong.stderr
+        )
+        monkeypatch.setenv("CLI_TEST_OTHER", "sk-admin-right")
+        right = run_gateway_cli(*ask, "--admin-key-env", "CLI_TEST_OTHER")
+        assert right.returncode == 0, right.stderr
+        assert json.loads(right.stdout.split("\nverification", 1)[0])["entries"] == 0
+    help_text = " ".join(run_gateway_cli("cache", "--help").stdout.split())
+    assert "which needs that gateway's admin key" in help_text and "--admin-key-env" in help_text
+    # A gateway whose own admin key variable is unset has the admin API off: said so.
+    with start_gateway(tmp_path, Path(config), name="no-admin", env={"CLI_TEST_ADMIN": ""}) as gw:
+        off = run_gateway_cli("cache", "stats", "--config", config, "--url", gw.url)
+    assert off.returncode == 1 and "that gateway's admin API is off" in off.stderr
+
+
+def test_check_warns_of_a_base_url_without_a_version_and_passes(tmp_path: Path) -> None:
+    providers = {
+        "local": {"type": "openai", "base_url": "http://127.0.0.1:8000"},
+        "ok": {"type": "openai", "base_url": "http://127.0.0.1:8001/v1"},
+    }
+    models = [{"name": "a", "provider": "local"}, {"name": "b", "provider": "ok"}]
+    config = write_config(tmp_path, {"providers": providers, "models": models})
+    result = _gateway("check", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "base_url" in line]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "  warning: providers.local: base_url http://127.0.0.1:8000 has no version segment"
+    )
+    assert "use http://127.0.0.1:8000/v1" in warnings[0]

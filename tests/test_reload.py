@@ -221,3 +221,30 @@ def test_an_edit_that_names_an_unset_tenant_key_says_so(
         "every request meant for it gets 401"
     ) in warnings
     assert not any("RELOAD_TEST_ADMIN" in r.getMessage() for r in caplog.records)  # was set
+
+
+def test_the_reload_log_names_the_policy_files_that_changed(
+    live: GatewayServer, config_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    policies = config_file.parent / "policies"
+    policies.mkdir()
+    source = f"config reloaded from {config_file}"
+
+    def logged(expected: str) -> bool:
+        return any(r.getMessage() == expected for r in caplog.records)
+
+    policy = {"match": {"models": ["fake-model"]}, "cache": {"enabled": True}}
+    with caplog.at_level("WARNING", "gateway"):
+        write(policies / "team.yaml", dump_yaml(policy))
+        assert poll_until(lambda: logged(f"{source} (policies/team.yaml added)"), timeout=5)
+        write(policies / "team.yaml", dump_yaml({**policy, "cache": {"enabled": False}}))
+        assert poll_until(lambda: logged(f"{source} (policies/team.yaml edited)"), timeout=5)
+        write(policies / "other.yaml", "match: {tenants: ['*']}\ncahce: {enabled: true}\n")
+        refused = "config reload refused (policies/other.yaml added), still running"
+        assert poll_until(
+            lambda: any(r.getMessage().startswith(refused) for r in caplog.records), timeout=5
+        )
+        (policies / "other.yaml").unlink()
+        (policies / "team.yaml").unlink()
+        # other.yaml never ran: only team.yaml's leaving changes the running config
+        assert poll_until(lambda: logged(f"{source} (policies/team.yaml removed)"), timeout=5)

@@ -86,6 +86,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "test_fixed_validation_of_a_multi_tenant_policy_is_deterministic": ("process",),
     "tests/rag/test_kb_cli.py": ("process",),
     "tests/routing/test_explain_alias_cli.py": ("process",),  # gateway route --explain-alias
+    "tests/routing/test_route_cli.py": ("process",),  # gateway route against a served header
     "tests/routing/test_explain_alias_cli.py::"
     "test_prompts_scored_by_minilm_split_between_the_tiers": ("slow",),
     "tests/reliability/test_durability.py": ("process",),
@@ -187,6 +188,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "test_cache_timing_does_not_reveal_another_tenants_prompts": ("slow",),
     "tests/test_reload.py::test_requests_in_flight_finish_on_their_runtime": ("slow",),
     "tests/test_reload.py::test_an_edit_is_picked_up": ("slow",),
+    "tests/test_reload.py::test_the_reload_log_names_the_policy_files_that_changed": ("slow",),
 }
 
 # Fixtures (used directly or through other fixtures) that make a test of a kind.

@@ -15,6 +15,7 @@ from gateway.config.file import ConfigFile
 from gateway.config.paths import config_dir, resolve_paths
 from gateway.config.policy_set import Policy, PolicyProblem, PolicySet, validate_policy
 from gateway.config.settings import Settings, build_settings
+from gateway.config.suggest import did_you_mean
 
 DEFAULT_CONFIG_PATH = Path("config.yaml")
 log = logging.getLogger("gateway.config")
@@ -201,6 +202,8 @@ def _describe(err: Any, root: yaml.Node | None) -> str:
     hint = ""
     if "[key]" in loc and err["type"] == "string_type":
         hint = " (YAML reads unquoted yes/no/on/off as booleans: quote the name)"
+    if err["type"] == "extra_forbidden":
+        hint = did_you_mean(ConfigFile, loc)
     return f"{where}: {message}{hint}"
 
 

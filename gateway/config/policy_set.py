@@ -13,6 +13,7 @@ among every tenant and model config.yaml names plus an example name for every pa
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Protocol
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from gateway.config.base import Strict
 from gateway.config.cache import CachePolicy, CachePolicyOverride
@@ -42,6 +43,7 @@ from gateway.config.policy_file import (
 from gateway.config.rate_limits import RateLimitConfig
 from gateway.config.responses import StorageQuotaConfig
 from gateway.config.routing import RoutingConfig
+from gateway.config.suggest import did_you_mean
 from gateway.util.merge import deep_merge
 
 log = logging.getLogger("gateway.policies")
@@ -252,7 +254,7 @@ class PolicySet:
         except ValidationError as err:
             first = err.errors()[0]
             where = ".".join(str(p) for p in (name, *first["loc"]))
-            raise PolicyProblem(where, _message(first["msg"])) from None
+            raise PolicyProblem(where, _message(first, SECTIONS[name])) from None
 
     def _default(self, name: str, tenant: str) -> Strict:
         if name == "routing":
@@ -369,15 +371,17 @@ def validate_policy(name: str, source: str, data: Any, file: ConfigFile) -> Poli
     allowed = {"description", "match", *SECTIONS}
     unknown = sorted(set(data) - allowed)
     if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(allowed), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         raise PolicyProblem(
-            unknown[0], f"not a policy field; allowed: {', '.join(sorted(allowed))}"
+            unknown[0], f"not a policy field; {hint}allowed: {', '.join(sorted(allowed))}"
         )
     try:
         match = PolicyMatch.model_validate(data.get("match") or {})
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in ("match", *first["loc"]))
-        raise PolicyProblem(where, _message(first["msg"])) from None
+        raise PolicyProblem(where, _message(first, PolicyMatch)) from None
     overlay = {}
     for section in SECTIONS:
         if section not in data:
@@ -419,8 +423,10 @@ def _renamed(name: str, data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _message(msg: str) -> str:
-    return msg.removeprefix("Value error, ")
+def _message(error: Any, model: type[BaseModel]) -> str:
+    """A validation error's message; for an unknown field, the allowed name nearest it."""
+    hint = did_you_mean(model, error["loc"]) if error["type"] == "extra_forbidden" else ""
+    return str(error["msg"]).removeprefix("Value error, ") + hint
 
 
 def _check_references(resolved: Resolved, overlay: Mapping[str, Json], file: ConfigFile) -> None:

@@ -139,3 +139,18 @@ def _memo_key(text: str, embedder: Embedder) -> str:
     """What the exact model reads of a text: two texts alike after normalizing share a vector."""
     max_chars = getattr(embedder, "max_chars", None)
     return normalize_text(text, max_chars) if max_chars else text
+
+
+def exact_stage(embedder: Embedder | TwoStageEmbedder) -> Embedder:
+    """The model's own vectors: a two-stage embedder's exact stage, any other as it is. For
+    vectors a process keeps (the routing exemplars), so that they do not depend on whether the
+    quick stage had loaded when they were made, and `gateway route` makes the same ones."""
+    return embedder.exact if isinstance(embedder, TwoStageEmbedder) else embedder
+
+
+async def settled(embedder: Embedder | TwoStageEmbedder) -> None:
+    """Until `embedder` embeds as a running gateway's does once started: a two-stage one with
+    its quick stage loaded (or failed to). For one-shot work that must score as requests are
+    scored (`gateway route`)."""
+    if isinstance(embedder, TwoStageEmbedder):
+        await embedder.wait_quick()

@@ -10,7 +10,8 @@ What a repair answers is read for its tool calls only: the client gets the first
 (already sent, in a stream) with the settled calls, never the model's reply to the guard's
 feedback. A repair that answers with no tool call at all (prose, an apology, an echo of the
 feedback) has failed, and the policy applies to the last attempt that made calls, as when
-repairs run out; only under `tool_choice: none` is an answer without calls the fix.
+repairs run out; only under `tool_choice: none` is an answer without calls the fix (unless it
+repeats the feedback).
 
 The checks run on the offload thread unless the catalog and the arguments are small
 (`inline`); when the catalog's budget runs out, the answer goes on as it is, `unchecked`, and
@@ -19,7 +20,7 @@ no more repairs are asked for.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -78,7 +79,7 @@ async def settle(
     checked: list[CheckedCall] = []
     problems: list[Problem] = []
     while True:
-        if repairs and not _calls(current) and tool_choice != "none":
+        if repairs and not _calls(current) and (tool_choice != "none" or _echoes(current)):
             # No call to judge: the repair failed; the policy applies to the last attempt.
             return await _give_up(
                 message, attempt, checked, problems, config, repairs, catalog, inline
@@ -155,6 +156,13 @@ def _arguments_size(call: Json) -> int:
     return len(arguments) if isinstance(arguments, str) else SMALL_BYTES  # odd: off the loop
 
 
+def _echoes(message: Json) -> bool:
+    """Whether the text repeats the guard's feedback (a model that parrots its input)."""
+    content = message.get("content")
+    text = content if isinstance(content, str) else str(content or "")
+    return any(words in text for words in (CALL_ERROR, CALL_SKIPPED, RULES_BROKEN))
+
+
 def _calls(message: Json) -> list[Json]:
     calls = message.get("tool_calls")
     return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
@@ -178,12 +186,24 @@ async def _give_up(
         return Settled(message, "failed", problems, repairs)
     small = inline and sum(_arguments_size(dict(c.call)) for c in checked) < SMALL_BYTES
     kept = await offload.run(small, _kept, checked, catalog)
-    # A call whose second check ran out of time is not known to be valid: it goes too.
-    valid = [c for c in kept if c is not None and c.ok and not c.unchecked]
+    # A call whose second check ran out of time is not known to be valid: it goes too, as
+    # does one `tool_choice` refuses (by name; all of them when it names none: 'none').
+    refused = {p.tool for p in problems if p.kind == "tool_choice"}
+    valid = [
+        c
+        for c in kept
+        if c is not None and c.ok and not c.unchecked and not {None, _name(c.call)} & refused
+    ]
     stripped = _with_calls(message, [c.call for c in valid])
     if not valid and not (stripped.get("content") or "").strip():
         stripped["content"] = STRIPPED_TEXT
     return Settled(stripped, "stripped", problems, repairs, _reasons(valid))
+
+
+def _name(call: Any) -> str | None:
+    function = call.get("function") if isinstance(call, Mapping) else None
+    name = function.get("name") if isinstance(function, Mapping) else None
+    return name if isinstance(name, str) else None
 
 
 def _kept(checked: list[CheckedCall], catalog: ToolCatalog) -> list[CheckedCall | None]:

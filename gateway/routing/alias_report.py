@@ -1,4 +1,4 @@
-"""`gateway route --explain-alias ALIAS [--prompts FILE]`: what an alias's thresholds mean.
+"""`gateway route --explain ALIAS [--prompts FILE]`: what an alias's thresholds mean.
 For each tier, how its cut is set, the score cut that gives for each scoring variant, and the
 share of the calibration's reference prompts it would send there with the quality kept; with
 `--prompts`, the share of your own prompts each tier would take, scored as the gateway would

@@ -2,20 +2,27 @@
 policy: the predicted quality loss, the log-odds terms that make it (largest first, with the
 counts behind them), the exemplars that voted, and the tier with its cuts. Breakers and
 stickiness are left out: this is about the prompt; a tier whose provider is disabled is not,
-since a request would not go there either."""
+since a request would not go there either.
+
+The score is the one a running gateway gives the same request (its `x-gateway-route`): the
+same features of the same body, the turn the router embeds, embedded by the stage that embeds
+requests (a two-stage embedder's quick one, once loaded), against exemplars embedded as the
+router embeds them, and the escalation the alias's rules give."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 from gateway.config import AliasConfig, Settings
 from gateway.routing.calibration import EVERYTHING, NOTHING, Calibration
 from gateway.routing.features import SCORED, Features, extract
 from gateway.routing.model import FEATURES_ONLY, VOTE_ONLY
-from gateway.routing.router import available_tier, tier_for
+from gateway.routing.router import available_tier, escalation_floor, tier_for
 from gateway.routing.scorer import ComplexityScorer, Score
 from gateway.routing.thresholds import Thresholds
 from gateway.util.maths import logistic
+from gateway.wire import last_user_text
 
 MEANING = (
     "  the chance that the cheap model answers wrong where the strong one answers right, "
@@ -27,31 +34,53 @@ FEATURES_ONLY_TEXT = (
 TEXT = 70  # characters of an exemplar's text shown
 
 
-async def explain(settings: Settings, prompt: str, alias: str) -> str:
+async def explain(
+    settings: Settings, request: str | dict[str, Any], alias: str, tenant: str | None = None
+) -> str:
+    """`request`: a prompt (a request of that one user turn), or a chat request body as a
+    client sends it. `tenant`: whose policies apply (None: config.yaml's alias)."""
     from gateway.cache.factory import new_embedder
+    from gateway.embedding.two_stage import TwoStageEmbedder, settled
 
-    config = settings.routing.aliases[alias]
-    body = {"model": alias, "messages": [{"role": "user", "content": prompt}]}
+    body = request if isinstance(request, dict) else _one_turn(alias, request)
+    aliases = settings.routing.aliases
+    if tenant is not None:
+        aliases = settings.policies.resolve(tenant, alias).routing.aliases
+    config = aliases[alias]
     features = extract(body)
+    text = last_user_text(body)
     scorer = ComplexityScorer(settings.routing.scoring)
     embedder = new_embedder(settings.file.cache.embedder)
     try:
+        await embedder.start()
+        await settled(embedder)  # as a started gateway embeds: the quick stage, if any
         await scorer.prepare(embedder)
-        score = scorer.score(features, await embedder.embed(prompt))
+        score = scorer.score(features, None if text is None else await embedder.embed(text))
+        stage = embedder.quick_state if isinstance(embedder, TwoStageEmbedder) else None
     finally:
         await embedder.close()
     thresholds = Thresholds(scorer.calibration)
     variant = score.variant
     tier = tier_for(config, score, thresholds)
+    floor, why = escalation_floor(config, features, tenant)
     lines = [f"score: {score.value:.3f}, the predicted quality loss:", MEANING]
     lines += _rank(score.value, scorer.calibration(variant))
     lines.append(f"scored by: {variant}, {_variant(variant)}")
+    if stage is not None:
+        quick = "its int8 quick stage" if stage == "on" else "the model alone (no quick stage)"
+        lines.append(f"  the last user turn embedded by {embedder.name}: {quick}, as requests are")
     lines += _terms(score, features)
     lines += _voters(score)
     lines.append(_cuts(config, thresholds.cuts(config, variant), variant))
-    lines.append(f"{alias} -> tier {tier}: {config.tiers[tier].model}")
+    escalated = f" (escalated from tier {tier}: {why})" if floor > tier else ""
+    tier = max(tier, floor)
+    lines.append(f"{alias} -> tier {tier}: {config.tiers[tier].model}{escalated}")
     lines += _served(settings, alias, tier)
     return "\n".join(lines)
+
+
+def _one_turn(alias: str, prompt: str) -> dict[str, Any]:
+    return {"model": alias, "messages": [{"role": "user", "content": prompt}]}
 
 
 def _variant(name: str) -> str:

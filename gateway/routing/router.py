@@ -83,6 +83,10 @@ class Router:
     async def _prepare(self) -> None:
         assert self._embedder is not None
         try:
+            # Started here too, not only by the cache: requests are embedded by the same stage
+            # (a two-stage embedder's quick one, once loaded) whether the cache is on or off,
+            # which is what `gateway route` assumes.
+            await self._embedder.start()
             await self.scorer.prepare(self._embedder)
             self._ready = True
         except Exception:
@@ -100,7 +104,7 @@ class Router:
         score = self.scorer.score(features, await self._vector(ctx, body))
         tier = tier_for(config, score, self.thresholds)
         reason = "score"
-        floor, why = self._floor(config, features, ctx.tenant)
+        floor, why = escalation_floor(config, features, ctx.tenant)
         if floor > tier:
             tier, reason = floor, f"escalated:{why}"
         if key is not None and self._sticky.get(key, 0) > tier:
@@ -135,22 +139,6 @@ class Router:
         ctx.embedding = await self._embedder.embed(text)
         ctx.embed_seconds = time.perf_counter() - started
         return ctx.embedding
-
-    def _floor(
-        self, config: AliasConfig, features: Features, tenant: str | None
-    ) -> tuple[int, str]:
-        rules = config.escalate
-        floors: list[tuple[int, str]] = [(0, "")]
-        if rules.tools is not None and features.tools:
-            floors.append((rules.tools, "tools"))
-        if rules.images is not None and features.images:
-            floors.append((rules.images, "images"))
-        limit = rules.long_context_tokens
-        if limit is not None and features.total_tokens > limit:
-            floors.append((rules.long_context_tier, "long_context"))
-        if tenant is not None and tenant in rules.tenants:
-            floors.append((rules.tenants[tenant], "tenant"))
-        return max(floors)
 
     def _available(self, config: AliasConfig, tier: int) -> tuple[int, str | None]:
         return available_tier(config, tier, self.settings.routes, self._can_answer)
@@ -200,6 +188,25 @@ def unserved(alias: str, config: AliasConfig, settings: Settings) -> str:
     if others:
         message += f" Routed aliases served: {', '.join(others)}."
     return message
+
+
+def escalation_floor(
+    config: AliasConfig, features: Features, tenant: str | None
+) -> tuple[int, str]:
+    """The lowest tier the request may go to (tools, images, a long context, the tenant) and
+    why; (0, "") when nothing escalates it."""
+    rules = config.escalate
+    floors: list[tuple[int, str]] = [(0, "")]
+    if rules.tools is not None and features.tools:
+        floors.append((rules.tools, "tools"))
+    if rules.images is not None and features.images:
+        floors.append((rules.images, "images"))
+    limit = rules.long_context_tokens
+    if limit is not None and features.total_tokens > limit:
+        floors.append((rules.long_context_tier, "long_context"))
+    if tenant is not None and tenant in rules.tenants:
+        floors.append((rules.tenants[tenant], "tenant"))
+    return max(floors)
 
 
 def tier_for(config: AliasConfig, score: Score, thresholds: Thresholds) -> int:

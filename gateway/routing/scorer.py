@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gateway.config.routing import ScoringConfig
+from gateway.embedding.two_stage import exact_stage
 from gateway.routing.calibration import Calibration
 from gateway.routing.exemplars import Exemplar, load_exemplars
 from gateway.routing.features import SCORED, Features
@@ -157,11 +158,12 @@ class ComplexityScorer:
 
     async def prepare(self, embedder: Embedder) -> None:
         """Take the variant for `embedder`'s vectors (model.variant_for), and embed the
-        exemplars with it."""
+        exemplars with it: with its exact stage, whichever stage embeds requests (the same
+        vectors at every start, in every process)."""
         variant = self.model.variant_for(embedder.name)
         if variant.name == FEATURES_ONLY:
             return
-        vectors = await embedder.embed_many([e.text for e in self.exemplars])
+        vectors = await exact_stage(embedder).embed_many([e.text for e in self.exemplars])
         self._matrix = np.ascontiguousarray(vectors, dtype=np.float32)
         self._embedded = _terms(variant, self.overrides)
 

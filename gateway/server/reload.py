@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,7 @@ class Reloader:
         self._on_result = on_result
         self._lock = asyncio.Lock()
         self._digest = _digest(ref.current.settings)
+        self._running = self._digest  # the files the running config was read from
         self._closing: set[asyncio.Task[None]] = set()
         # The address `gateway serve` listens on when other machines reach it (server/exposure.py):
         # there, a config without keys needs auth.anonymous, at a reload as at the start.
@@ -86,16 +88,24 @@ class Reloader:
             settings = await asyncio.to_thread(load_settings, path)
         except ConfigError as err:
             self._digest = digest  # do not retry the same bad content every second
-            log.error("config reload refused, still running the previous config: %s", err)
+            log.error(
+                "config reload refused%s, still running the previous config: %s",
+                _changed(self._running, digest, path),
+                err,
+            )
             return ReloadOutcome("invalid", str(path), tuple(err.problems))
         if self.public_host is not None:
             problem = open_to_anyone(settings.file.auth, self.public_host)
             if problem:
                 self._digest = digest
-                log.error("config reload refused, still running the previous config: %s", problem)
+                log.error(
+                    "config reload refused%s, still running the previous config: %s",
+                    _changed(self._running, digest, path),
+                    problem,
+                )
                 return ReloadOutcome("invalid", str(path), (problem,))
         if _same(settings, self.ref.current.settings):
-            self._digest = _digest(settings)
+            self._digest = self._running = _digest(settings)
             return ReloadOutcome("unchanged", str(path))
         old = self.ref.current
         _warn_about_restart_only_changes(old.settings, settings)
@@ -111,11 +121,12 @@ class Reloader:
             log.exception("config reload failed, still running the previous config")
             return ReloadOutcome("failed", str(path), (f"{type(exc).__name__}: {exc}",))
         self.ref.current = new
-        self._digest = _digest(settings)
+        before, self._digest = self._running, _digest(settings)
+        self._running = self._digest
         task = asyncio.get_running_loop().create_task(_close_when_idle(old))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
-        log.warning("config reloaded from %s", path)
+        log.warning("config reloaded from %s%s", path, _changed(before, self._digest, path))
         _warn_about_new_unset_variables(old.settings, settings)
         return ReloadOutcome("reloaded", str(path))
 
@@ -133,18 +144,39 @@ async def _close_when_idle(runtime: Runtime) -> None:
     await runtime.close()
 
 
-def _digest(settings: Settings) -> str:
-    """Of the config file and every policy file of the directory it names (a file added,
-    removed or edited changes it)."""
+Digest = dict[str, str]  # each watched file -> a hash of its content ("missing": unreadable)
+
+
+def _digest(settings: Settings) -> Digest:
+    """Of the config file and every policy file of the directory it names, file by file (a
+    file added, removed or edited changes it, and says which)."""
     path = Path(settings.source)
-    digest = hashlib.sha256()
+    found = {}
     for file in (path, *policy_files(path, settings.file)):
-        digest.update(str(file).encode() + b"\0")
         try:
-            digest.update(file.read_bytes())
+            found[str(file)] = hashlib.sha256(file.read_bytes()).hexdigest()
         except OSError:
-            digest.update(b"\0missing")
-    return digest.hexdigest()
+            found[str(file)] = "missing"
+    return found
+
+
+def _changed(before: Digest, after: Digest, config: Path) -> str:
+    """' (FILE edited, FILE added, ...)': the files whose content differs from what the running
+    config was read from, named relative to the config's directory; '' when none does (a
+    SIGHUP or POST /admin/reload with nothing edited)."""
+    changes = []
+    for file in sorted(before.keys() | after.keys()):
+        was, now = before.get(file, "missing"), after.get(file, "missing")
+        if was != now:
+            what = "added" if was == "missing" else "removed" if now == "missing" else "edited"
+            changes.append(f"{_shown(Path(file), config)} {what}")
+    return f" ({', '.join(changes)})" if changes else ""
+
+
+def _shown(file: Path, config: Path) -> str:
+    base = Path(os.path.abspath(config)).parent
+    absolute = Path(os.path.abspath(file))
+    return str(absolute.relative_to(base)) if absolute.is_relative_to(base) else str(file)
 
 
 def _same(a: Settings, b: Settings) -> bool:

@@ -322,7 +322,7 @@ def test_error_answers_502_when_the_repair_is_text(
             stream=streamed,
             extra_body={"fake": {"replies": [{"tool_calls": [BAD_ARGS]}, {"content": ECHO}]}},
         )
-        for _ in stream if streamed else ():  # type: ignore[union-attr]
+        for _ in stream if streamed else ():
             pass
     assert getattr(info.value, "code", None) == "invalid_tool_call"
     assert "GBP" in info.value.message and "not executed" not in info.value.message
@@ -354,3 +354,19 @@ def test_the_responses_api_never_gets_the_repairs_text(
     assert headers["x-gateway-tool-guard"] == "repaired"
     assert [c["name"] for c in function_calls(response)] == ["transfer"]
     assert PROSE not in json.dumps(response)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize(
+    "tool_choice",
+    ["none", {"type": "function", "function": {"name": "balance"}}],
+    ids=["none", "named"],
+)
+def test_strip_drops_calls_tool_choice_refuses_even_when_valid(
+    sdk: Sdk, fake_upstream: FakeUpstream, streamed: bool, tool_choice: Any
+) -> None:
+    content, calls = ask(sdk, [{"tool_calls": [GOOD]}], streamed, tool_choice=tool_choice)
+    assert calls == [] and content == STRIPPED_TEXT
+    echo = {"content": "Your answer does not follow the rules: tool_choice is 'none'."}
+    content, calls = ask(sdk, [{"tool_calls": [GOOD]}, echo], streamed, tool_choice="none")
+    assert calls == [] and content == STRIPPED_TEXT, "an echo of the feedback is no fix"

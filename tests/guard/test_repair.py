@@ -118,3 +118,25 @@ def test_renames_and_enum_case_are_cleanings_under_every_policy_but_allow() -> N
     settled, _ = run(sloppy, [GOOD], undeclared_parameters="allow")
     # allow: `Location` is taken as it is, so `location` is missing and the model repairs it
     assert settled.outcome == "repaired" and sent(settled) == [{"location": "Oslo"}]
+
+
+def test_a_repair_without_calls_fails_but_under_tool_choice_none_it_is_the_fix() -> None:
+    prose = {"role": "assistant", "content": "Oslo is sunny today."}
+    settled, asked = run(EXTRA, [prose])
+    assert settled.outcome == "stripped" and len(asked) == 1
+    assert settled.message["content"] is None, "the repair's prose is not sent"
+    assert sent(settled) == [{"location": "Oslo"}], "strip applies to the last call made"
+    guard = ToolGuardConfig()
+    catalog = ToolCatalog.from_request(TOOLS, {}, guard.clean)
+
+    async def reply_with(answer: Json) -> Settled:
+        async def ask_again(extra: list[Json]) -> Json:
+            return answer
+
+        return await settle(GOOD, catalog, "none", guard, ask_again)
+
+    fixed = asyncio.run(reply_with(prose))
+    assert fixed.outcome == "repaired" and fixed.message == prose
+    echo = {"role": "assistant", "content": "Your answer does not follow the rules: tool_choice"}
+    parrot = asyncio.run(reply_with(echo))
+    assert parrot.outcome == "stripped" and parrot.message["content"] == STRIPPED_TEXT

@@ -119,7 +119,8 @@ BAD = [
         "unknown-top-level-field",
         {"a.yaml": "match: {tenants: [acme]}\ncaches: {enabled: true}\n"},
         [
-            "<dir>/a.yaml: caches (line 2): not a policy field; allowed: byok, cache, "
+            "<dir>/a.yaml: caches (line 2): not a policy field; did you mean 'cache'? allowed: "
+            "byok, cache, "
             "degradation, description, guard, knowledge_base, match, metrics, overload, "
             "rate_limits, routing, storage"
         ],
@@ -127,7 +128,10 @@ BAD = [
     (
         "unknown-match-field",
         {"a.yaml": "match:\n  tenants: [acme]\n  model: [big]\ncache: {enabled: true}\n"},
-        ["<dir>/a.yaml: match.model (line 3): Extra inputs are not permitted"],
+        [
+            "<dir>/a.yaml: match.model (line 3): Extra inputs are not permitted (did you mean "
+            "'models'?)"
+        ],
     ),
     (
         "match-empty-list",

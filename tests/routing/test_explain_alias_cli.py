@@ -107,13 +107,33 @@ def test_prompts_scored_by_minilm_split_between_the_tiers(tmp_path: Path) -> Non
     assert sum(counts) == 5 and len(counts) == 2, out
 
 
+def test_explain_and_explain_alias_are_one_option(tmp_path: Path) -> None:
+    path = str(config(tmp_path, [{"model": "small", "keep_quality": 0.95}, {"model": "large"}]))
+    short = run_gateway_cli("route", "--explain", "auto", "--config", path)
+    long = run_gateway_cli("route", "--explain-alias", "auto", "--config", path)
+    assert short.returncode == 0, short.stderr
+    assert short.stdout == long.stdout and "  tier 0 small: keep_quality 0.95" in short.stdout
+    # After a prompt, --explain asks for what `route PROMPT` prints anyway.
+    flagged = run_gateway_cli("route", "what is 2+2?", "--explain", "--config", path)
+    plain = run_gateway_cli("route", "what is 2+2?", "--config", path)
+    assert flagged.returncode == 0, flagged.stderr
+    assert flagged.stdout == plain.stdout and flagged.stdout.startswith("score: ")
+    # A prompt given where the alias goes: said, with the way to explain a prompt.
+    prompt = run_gateway_cli("route", "--explain", "what is 2+2?", "--config", path)
+    assert prompt.returncode == 2 and 'to explain a prompt: gateway route "PROMPT"' in prompt.stderr
+
+
 def test_bad_arguments_and_files_are_refused(tmp_path: Path) -> None:
     nothing = run_gateway_cli("route")
-    assert nothing.returncode == 2 and "give a prompt, or --explain-alias ALIAS" in nothing.stderr
+    assert nothing.returncode == 2 and "give a prompt, --request FILE, or --explain ALIAS" in (
+        nothing.stderr
+    )
+    bare = run_gateway_cli("route", "--explain")
+    assert bare.returncode == 2 and "--explain takes an ALIAS" in bare.stderr
     both = run_gateway_cli("route", "hi", "--explain-alias", "demo-auto")
     assert both.returncode == 2 and "takes no prompt" in both.stderr
     loose = run_gateway_cli("route", "hi", "--prompts", "x.txt")
-    assert loose.returncode == 2 and "--prompts goes with --explain-alias" in loose.stderr
+    assert loose.returncode == 2 and "--prompts goes with --explain ALIAS" in loose.stderr
     unknown = run_gateway_cli("route", "--explain-alias", "nope")
     assert unknown.returncode == 2 and "unknown routing alias 'nope'" in unknown.stderr
     bad = tmp_path / "p.jsonl"
