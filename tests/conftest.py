@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 
@@ -108,3 +108,33 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
     """A test that starts a program says so in tests/tiers.py, or fails."""
     with tiers.refusing_unmarked_processes(item):
         return (yield)
+
+
+# A test that imports torch (or another package of the sentence-transformers extra) says so in
+# tests/tiers.py, or fails: in the phase that imported it, or, for an import at module level,
+# at collection.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with tiers.refusing_unmarked_torch(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with tiers.refusing_unmarked_torch(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    with tiers.refusing_unmarked_torch(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    before = tiers.loaded_torch_modules()
+    report = yield
+    return tiers.refusing_torch_at_collection(collector, report, before)
