@@ -210,7 +210,17 @@ def _check(settings: Settings, *, require_env: bool = False, probe: bool = False
     _check_embedder(settings)
     _check_knowledge_bases(settings)
     _check_base_urls(settings)
+    _check_exposure(settings)
     return _probe_providers(settings) if probe else 0
+
+
+def _check_exposure(settings: Settings) -> None:
+    """What `serve` would refuse on the configured host (--host may still choose another)."""
+    from gateway.server.exposure import open_to_anyone, reaches_other_machines
+
+    host = settings.server.host
+    if reaches_other_machines(host) and (problem := open_to_anyone(settings.file.auth, host)):
+        print(f"  warning: server.host: serve would be {problem}", file=sys.stderr, flush=True)
 
 
 def _probe_providers(settings: Settings) -> int:

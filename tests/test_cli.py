@@ -298,3 +298,16 @@ def test_check_warns_of_a_base_url_without_a_version_and_passes(tmp_path: Path) 
         "  warning: providers.local: base_url http://127.0.0.1:8000 has no version segment"
     )
     assert "use http://127.0.0.1:8000/v1" in warnings[0]
+
+
+def test_check_warns_of_a_public_host_without_keys_and_passes(tmp_path: Path) -> None:
+    """`serve` refuses 0.0.0.0 without keys (gateway/server/exposure.py); `check` says so
+    ahead, as a warning: `serve --host 127.0.0.1` may still run the same file."""
+    demo = {"providers": {"demo": {"type": "demo"}}, "models": [{"name": "d", "provider": "demo"}]}
+    public = write_config(tmp_path, {**demo, "server": {"host": "0.0.0.0"}}, name="public.yaml")
+    result = _gateway("check", "--config", str(public))
+    assert result.returncode == 0, result.stderr
+    assert "warning: server.host: serve would be refusing to serve 0.0.0.0" in result.stderr
+    opted = {**demo, "server": {"host": "0.0.0.0"}, "auth": {"anonymous": True}}
+    quiet = _gateway("check", "--config", str(write_config(tmp_path, opted, name="opted.yaml")))
+    assert quiet.returncode == 0 and "server.host" not in quiet.stderr, quiet.stderr
