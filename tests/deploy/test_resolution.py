@@ -2,12 +2,14 @@
 local wheels or indexes: this machine's CPU-only torch would hide the problem), with
 `--dry-run --report`. The default install pulls no torch, no CUDA library and none of the
 heavy packages that came with sentence-transformers, which the sentence-transformers extra
-names. Needs PyPI (tests/tiers.py: process, slow)."""
+names; nor does README's test command (the tests that need torch are marked: tests/tiers.py).
+Needs PyPI (tests/tiers.py: process, slow)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,8 +27,9 @@ def _plain_pypi_env() -> dict[str, str]:
     return env | {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
-def resolve(tmp_path: Path) -> list[dict[str, Any]]:
-    """pip's report of every package `pip install .` would install on an empty Python."""
+def resolve(tmp_path: Path, extras: str = "") -> list[dict[str, Any]]:
+    """pip's report of every package `pip install -c constraints.txt .[extras]` would install on
+    an empty Python."""
     # pip 23 downloads every wheel to read its metadata (~30 s for the default install). The
     # project's metadata alone (pyproject.toml, its readme): nothing built here.
     project = tmp_path / "project"
@@ -36,7 +39,8 @@ def resolve(tmp_path: Path) -> list[dict[str, Any]]:
         shutil.copy(ROOT / name, project / name)
     report = tmp_path / "report.json"
     command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed"]
-    command += ["--quiet", "--report", str(report), str(project)]
+    command += ["--quiet", "--report", str(report), "-c", str(ROOT / "constraints.txt")]
+    command.append(f"{project}[{extras}]" if extras else str(project))
     done = subprocess.run(
         command, capture_output=True, text=True, env=_plain_pypi_env(), timeout=600
     )
@@ -63,3 +67,17 @@ def test_the_default_install_pulls_no_torch_and_the_extra_does(tmp_path: Path) -
         r for r in ours["metadata"]["requires_dist"] if 'extra == "sentence-transformers"' in r
     ]
     assert any(r.startswith("sentence-transformers") for r in extra), extra
+
+
+def test_the_readme_test_command_pulls_no_torch(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    quickstart = readme.split("## Quickstart", 1)[1].split("```", 2)[1]
+    test_command = next(line for line in quickstart.splitlines() if "python -m pytest" in line)
+    extras = re.search(r"-e '\.\[([^]]+)\]'", test_command)
+    assert extras, test_command
+    # The other step installs tests/requirements-no-deps.txt without dependencies: nothing more.
+    installs = resolve(tmp_path, extras[1])
+    names = {_name(item) for item in installs}
+    assert {"pytest", "openai-agents", "llama-index-core"} <= names
+    assert names & HEAVY == set()
+    assert [n for n in names if n.startswith(("nvidia-", "cuda-"))] == []
