@@ -129,6 +129,14 @@ PLACES: dict[str, tuple[str, ...]] = {
     "tests/observability/test_prometheus.py": ("prometheus",),
     # slow: seconds each
     "tests/cache/traps/": ("slow",),
+    # half a second to two each in the fast tier (measured 0.9-1.8 s): out of the edit-test loop
+    "tests/e2e/test_tool_guard_limits.py::"
+    "test_one_tenants_schema_flood_leaves_anothers_validators_cached": ("slow",),
+    "tests/guard/test_limits.py::test_measuring_is_linear_in_the_size_of_the_tools": ("slow",),
+    "tests/e2e/test_cache.py::test_a_hit_through_an_alias_says_which_tier_answered": ("slow",),
+    "tests/e2e/test_policies.py::test_overload_sheds_the_verification_of_a_cache_hit_not_the_hit": (
+        "slow",
+    ),
     "tests/e2e/test_cache.py::test_no_tenant_or_marker_ever_gets_another_ones_answer": ("slow",),
     "tests/e2e/test_cache_verification.py": ("slow",),  # the real MiniLM, verdicts awaited
     # 52 requests and their shadow calls, each verdict awaited (~0.7 s)
