@@ -5,20 +5,17 @@ provider), and one on the shipped config.yaml."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
-import yaml
 
 from gateway.http.keys import RUNTIME_REF
 from gateway.testing.fake_upstream import FakeUpstream
 from gateway.testing.harness.fake_settings import settings_for, settings_of
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from gateway.testing.harness.process import free_port
-from tests.e2e.helpers import poll_until, reconfigure_provider
+from tests.e2e.helpers import poll_until, reconfigure_provider, shipped_config_apart
 from tests.e2e.sdk import Sdk, make_sdk
 
-ROOT = Path(__file__).resolve().parents[2]
 GATEWAY_KEY = "sk-gw-team-a-0123456789"
 GATEWAY_KEY_ENV = "E2E_GATEWAY_KEY_TEAM_A"
 KEYED = {"auth": {"keys": [{"env": GATEWAY_KEY_ENV, "tenant": "team-a"}]}}
@@ -87,12 +84,7 @@ def shipped_gateway(
     """The gateway on the shipped config.yaml with no key in its environment, as a new user
     starts it; only what would write files beside the test run (the stores, the knowledge
     base) is elsewhere. Ready when the routing exemplars are embedded."""
-    config = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
-    config["cache"]["store"] = {"type": "memory"}
-    config["responses"]["store"] = {"type": "memory"}
-    config["server"]["access_log"] = False
-    for base in config.get("knowledge_bases", {}).values():
-        base["path"] = str(tmp_path_factory.mktemp("kb"))
+    config = shipped_config_apart(tmp_path_factory)
     with running_gateway(server_thread, settings_of(config, environ={})) as server:
         router = server.app[RUNTIME_REF].current.router
         assert poll_until(lambda: router.ready, timeout=60), "exemplars embedded"

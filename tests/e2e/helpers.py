@@ -317,3 +317,19 @@ def settings_from_files(
         for name, value in (environ or {}).items():
             patch.setenv(name, value)
         return load_settings(path)
+
+
+def shipped_config_apart(tmp_path_factory: pytest.TempPathFactory) -> Json:
+    """The shipped config.yaml as a new user has it, except what would write files beside the
+    test run: the stores in memory, each knowledge base in a temporary directory, no access
+    log."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    config: Json = yaml.safe_load((root / "config.yaml").read_text(encoding="utf-8"))
+    config["cache"]["store"] = {"type": "memory"}
+    config["responses"]["store"] = {"type": "memory"}
+    config["server"]["access_log"] = False
+    for base in config.get("knowledge_bases", {}).values():
+        base["path"] = str(tmp_path_factory.mktemp("kb"))
+    return config

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-import yaml
 
 from gateway.config import load_settings
 from gateway.guard.repair import STRIPPED_TEXT
@@ -22,9 +20,9 @@ from gateway.testing.harness.configs import write_config
 from gateway.testing.harness.inprocess import GatewayServer, ServerThread, running_gateway
 from gateway.upstream.demo_mistakes import CHATTY_TEXT
 from tests.clients import sdk_client
+from tests.e2e.helpers import shipped_config_apart
 
 Json = dict[str, Any]
-ROOT = Path(__file__).resolve().parents[2]
 WEATHER: Any = {
     "type": "function",
     "function": {
@@ -222,12 +220,7 @@ def policy_gateway(
     server_thread: ServerThread, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayServer]:
     """The shipped config with the policies above, and two more names for demo-misbehave."""
-    config = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
-    config["cache"]["store"] = {"type": "memory"}
-    config["responses"]["store"] = {"type": "memory"}
-    config["server"]["access_log"] = False
-    for base in config.get("knowledge_bases", {}).values():
-        base["path"] = str(tmp_path_factory.mktemp("kb"))
+    config = shipped_config_apart(tmp_path_factory)
     directory = tmp_path_factory.mktemp("policy-gateway")
     config["policies"]["dir"] = str(directory / "policies")
     config["models"] += [
