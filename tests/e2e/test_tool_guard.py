@@ -185,15 +185,21 @@ def _client(gw: GatewayServer) -> openai.OpenAI:
     return sdk_client(gw.url, "k")
 
 
+def _raw(gw: GatewayServer, replies: list[Json], question: str = "x") -> Any:
+    """The raw SDK response to `question` with TOOLS, the fake upstream answering `replies`
+    (the first answer, then each repair's)."""
+    return _client(gw).chat.completions.with_raw_response.create(
+        model="fake-model",
+        messages=[{"role": "user", "content": question}],
+        tools=TOOLS,
+        extra_body={"fake": {"replies": replies}},
+    )
+
+
 def test_the_pass_policy_forwards_with_a_warning(
     pass_gw: GatewayServer, fake_upstream: FakeUpstream
 ) -> None:
-    raw = _client(pass_gw).chat.completions.with_raw_response.create(
-        model="fake-model",
-        messages=[{"role": "user", "content": "x"}],
-        tools=TOOLS,
-        extra_body={"fake": {"replies": [{"tool_calls": [HALLUCINATED]}]}},
-    )
+    raw = _raw(pass_gw, [{"tool_calls": [HALLUCINATED]}])
     assert raw.headers["x-gateway-tool-guard"] == "passed"
     assert "transfer_money" in raw.headers["x-gateway-tool-problems"]
     assert raw.parse().choices[0].message.tool_calls[0].function.name == "transfer_money"
@@ -244,12 +250,7 @@ def test_a_repair_answered_with_text_is_a_failed_repair(
 def test_a_failed_text_repair_is_reported_as_stripped(
     gw: GatewayServer, fake_upstream: FakeUpstream
 ) -> None:
-    raw = _client(gw).chat.completions.with_raw_response.create(
-        model="fake-model",
-        messages=[{"role": "user", "content": "Send Bob 10 euros."}],
-        tools=TOOLS,
-        extra_body={"fake": {"replies": [{"tool_calls": [BAD_ARGS]}, {"content": ECHO}]}},
-    )
+    raw = _raw(gw, [{"tool_calls": [BAD_ARGS]}, {"content": ECHO}], "Send Bob 10 euros.")
     assert raw.headers["x-gateway-tool-guard"] == "stripped"
     message = raw.parse().choices[0]
     assert message.message.content == STRIPPED_TEXT and message.finish_reason == "stop"
@@ -291,12 +292,7 @@ def test_under_tool_choice_none_an_answer_without_calls_is_the_fix(
 def test_pass_forwards_the_last_calls_made_not_the_repairs_text(
     pass_gw: GatewayServer, fake_upstream: FakeUpstream
 ) -> None:
-    raw = _client(pass_gw).chat.completions.with_raw_response.create(
-        model="fake-model",
-        messages=[{"role": "user", "content": "x"}],
-        tools=TOOLS,
-        extra_body={"fake": {"replies": [{"tool_calls": [HALLUCINATED]}, {"content": ECHO}]}},
-    )
+    raw = _raw(pass_gw, [{"tool_calls": [HALLUCINATED]}, {"content": ECHO}])
     assert raw.headers["x-gateway-tool-guard"] == "passed"
     message = raw.parse().choices[0].message
     assert message.content is None
