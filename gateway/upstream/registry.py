@@ -75,7 +75,12 @@ class Upstreams:
     async def watch(self, interval: float) -> None:
         """Probe every provider now and then every `interval` seconds, until cancelled."""
         while True:
-            await asyncio.gather(*(self.probe(name) for name in self._providers))
+            found = await asyncio.gather(
+                *(self.probe(name) for name in self._providers), return_exceptions=True
+            )
+            for name, outcome in zip(self._providers, found, strict=True):
+                if isinstance(outcome, Exception):  # a bug, not a provider's fault: keep going
+                    log.warning("health probe of provider %s failed: %r", name, outcome)
             await asyncio.sleep(interval)
 
     closed: bool = False
