@@ -121,17 +121,32 @@ class FuzzGateway:
     baseline_rss_kib: int = 0
     sent: int = 0  # requests sent to the gateway, warm-up included
     by_test: dict[str, int] = field(default_factory=dict)
+    log_from: int = 0  # where this module's part of the gateway's output begins
 
     @property
     def port(self) -> int:
         return self.gateway.port
 
+    def for_module(self) -> FuzzGateway:
+        """The same processes, with the counts and the RSS baseline started afresh: each fuzz
+        module measures its own requests and growth on the gateway they share (starting one
+        per module cost ~6 s each)."""
+        self.baseline_rss_kib = self.gateway.rss_kib()
+        self.sent, self.by_test = 0, {}
+        self.log_from = len(self.gateway.output())
+        return self
+
+    def module_log(self) -> str:
+        """What the gateway logged since this module began."""
+        return self.gateway.output()[self.log_from :]
+
 
 @contextmanager
 def running_fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzGateway]:
     """The fake upstream and the gateway, each its own process, warmed up: the baseline RSS
-    is read after a warm-up of every kind of request. Test modules wrap it in a fixture of
-    their own (this is not a conftest.py: other suites share this folder)."""
+    is read after a warm-up of every kind of request. The fuzz modules share one through the
+    session fixture `shared_fuzz_gateway` (tests/reliability/conftest.py: started only when a
+    test asks for it), each from `FuzzGateway.for_module`."""
     from tests.reliability.warmup import warm_up
 
     directory = tmp_path_factory.mktemp("fuzz")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any, get_args
 
 import pytest
@@ -27,7 +26,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from gateway.testing.fake_shapes import Shape
-from tests.reliability.fuzz_target import FuzzGateway, running_fuzz_gateway
+from tests.reliability.fuzz_target import FuzzGateway
 from tests.reliability.fuzzing import fuzz_settings
 from tests.reliability.jsonfuzz import TEXT, dumps, plain_value
 from tests.reliability.outcomes import assert_survived
@@ -94,9 +93,8 @@ KNOBS = st.fixed_dictionaries(
 
 
 @pytest.fixture(scope="module")
-def fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzGateway]:
-    with running_fuzz_gateway(tmp_path_factory) as fuzz:
-        yield fuzz
+def fuzz_gateway(shared_fuzz_gateway: FuzzGateway) -> FuzzGateway:
+    return shared_fuzz_gateway.for_module()
 
 
 def ask(fuzz: FuzzGateway, text: str, stream: bool, knobs: Json) -> Reply:

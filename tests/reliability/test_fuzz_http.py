@@ -23,7 +23,6 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -39,7 +38,6 @@ from tests.reliability.fuzz_target import (
     MAX_BODY,
     TENANT_KEYS,
     FuzzGateway,
-    running_fuzz_gateway,
 )
 from tests.reliability.fuzzing import fuzz_settings
 from tests.reliability.jsonfuzz import (
@@ -84,9 +82,8 @@ RSS_GROWTH_LIMIT_MIB = 30
 
 
 @pytest.fixture(scope="module")
-def fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzGateway]:
-    with running_fuzz_gateway(tmp_path_factory) as fuzz:
-        yield fuzz
+def fuzz_gateway(shared_fuzz_gateway: FuzzGateway) -> FuzzGateway:
+    return shared_fuzz_gateway.for_module()
 
 
 # --- pieces of requests ----------------------------------------------------------------------

@@ -22,7 +22,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -36,7 +36,7 @@ from gateway.guard.schemas import ValidatorCache
 from gateway.guard.tools import CheckedCall, ToolCatalog, check_tool_choice
 from gateway.guard.undeclared import review_parameters
 from gateway.reply import sse
-from tests.reliability.fuzz_target import FuzzGateway, running_fuzz_gateway
+from tests.reliability.fuzz_target import FuzzGateway
 from tests.reliability.fuzzing import fuzz_settings
 from tests.reliability.jsonfuzz import TEXT, deep_nesting, dumps, plain_value, unicode_value
 from tests.reliability.rawhttp import KNOWN_SEEN, Sent
@@ -44,9 +44,8 @@ from tests.reliability.warmup import CHAT, JSON_TYPE, send, tenant_a
 
 
 @pytest.fixture(scope="module")
-def fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzGateway]:
-    with running_fuzz_gateway(tmp_path_factory) as fuzz:
-        yield fuzz
+def fuzz_gateway(shared_fuzz_gateway: FuzzGateway) -> FuzzGateway:
+    return shared_fuzz_gateway.for_module()
 
 
 # --- the SSE parser -----------------------------------------------------------------------

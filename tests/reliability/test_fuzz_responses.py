@@ -26,7 +26,6 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -46,7 +45,6 @@ from tests.reliability.fuzz_target import (
     NATIVE_MODEL,
     TENANT_KEYS,
     FuzzGateway,
-    running_fuzz_gateway,
 )
 from tests.reliability.fuzzing import fuzz_settings
 from tests.reliability.jsonfuzz import (
@@ -82,9 +80,8 @@ VOLATILE_HEADERS = {"x-request-id", "date"}
 
 
 @pytest.fixture(scope="module")
-def fuzz_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzGateway]:
-    with running_fuzz_gateway(tmp_path_factory) as fuzz:
-        yield fuzz
+def fuzz_gateway(shared_fuzz_gateway: FuzzGateway) -> FuzzGateway:
+    return shared_fuzz_gateway.for_module()
 
 
 @pytest.fixture(scope="module")
@@ -452,7 +449,7 @@ def test_the_gateway_survived_and_kept_its_memory(fuzz_gateway: FuzzGateway) -> 
     # An exception nobody answered for (a background task, a write after the headers) shows
     # only in the log. (test_fuzz_http.py cannot ask this: aiohttp logs the tracebacks of the
     # compressed bodies that do not inflate, which it answers with a 400.)
-    log = fuzz_gateway.gateway.output()
+    log = fuzz_gateway.module_log()
     assert "Traceback" not in log, log[max(0, log.index("Traceback") - 300) :][:4000]
 
 
