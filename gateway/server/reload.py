@@ -116,6 +116,7 @@ class Reloader:
                 settings.resilience.breaker, settings.file.shared_redis().target("breakers")
             )
             new = Runtime.build(settings, self.breakers, self.cache)
+            new.upstreams.inherit(old.upstreams)
             await new.start()
         except Exception as exc:  # a config that validates but cannot run
             log.exception("config reload failed, still running the previous config")

@@ -25,6 +25,9 @@ Json = dict[str, Any]
 class Provider(ABC):
     def __init__(self, settings: ProviderSettings) -> None:
         self.settings = settings
+        # Whether any HTTP answer came since this provider was configured: until one has, a
+        # refused connection is a wrong base_url (a configuration fault), not an outage.
+        self.answered = False
 
     @property
     def name(self) -> str:

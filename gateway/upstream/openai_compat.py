@@ -45,9 +45,6 @@ class OpenAICompatible(Provider):
         if settings.api_key:
             headers["Authorization"] = f"Bearer {settings.api_key.get_secret_value()}"
         self._headers = headers
-        # Whether any HTTP answer came since this provider was configured: until one has, a
-        # refused connection is a wrong base_url (a configuration fault), not an outage.
-        self.answered = False
 
     @property
     def session(self) -> aiohttp.ClientSession:

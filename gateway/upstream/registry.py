@@ -47,6 +47,16 @@ class Upstreams:
     def names(self) -> list[str]:
         return sorted(self._providers)
 
+    def inherit(self, previous: Upstreams) -> None:
+        """What the running config's providers learnt, kept for those a reload configures the
+        same: whether each has answered (so a refused connection stays an outage, not a wrong
+        address) and its last health probe."""
+        for name, provider in self._providers.items():
+            before = previous._providers.get(name)
+            if before is not None and before.settings == provider.settings:
+                provider.answered = before.answered
+                self.health[name] = previous.health[name]
+
     def note_fault(self, err: ProviderMisconfigured) -> None:
         """Log a configuration fault at ERROR the first time it is seen (per provider and
         cause); the requests it fails are counted in the metrics, not logged one by one."""
