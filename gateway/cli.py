@@ -707,6 +707,8 @@ async def _run(settings: Settings, host: str, port: int, *, public: bool = False
         print(f"  warning: {problem}", file=sys.stderr, flush=True)
     models = ", ".join(sorted(r.name for r in settings.served_models()))
     print(f"  serving models: {models}", flush=True)
+    if aliases := settings.served_aliases():
+        print(f"  routed aliases: {', '.join(sorted(aliases))}", flush=True)
     if files := _data_files(settings):
         print(f"  data: {files}", flush=True)
     if settings.server.tune_gc:

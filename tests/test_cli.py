@@ -52,6 +52,7 @@ def test_serve_prints_where_it_listens_serves_and_stops_on_sigterm(tmp_path: Pat
         # The URL comes from its "listening on http://..." line.
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+", server.url), server.output()
         assert poll_until(lambda: "serving models: demo" in server.output(), timeout=5)
+        assert poll_until(lambda: "routed aliases: demo-auto" in server.output(), timeout=5)
         with urllib.request.urlopen(server.url + "/readyz", timeout=10) as response:
             assert json.load(response)["status"] == "ready"
         assert server.stop(timeout=15) == 0  # SIGTERM: a clean exit
