@@ -87,23 +87,11 @@ class Reloader:
         try:
             settings = await asyncio.to_thread(load_settings, path)
         except ConfigError as err:
-            self._digest = digest  # do not retry the same bad content every second
-            log.error(
-                "config reload refused%s, still running the previous config: %s",
-                _changed(self._running, digest, path),
-                err,
-            )
-            return ReloadOutcome("invalid", str(path), tuple(err.problems))
+            return self._refuse(digest, path, str(err), tuple(err.problems))
         if self.public_host is not None:
             problem = open_to_anyone(settings.file.auth, self.public_host)
             if problem:
-                self._digest = digest
-                log.error(
-                    "config reload refused%s, still running the previous config: %s",
-                    _changed(self._running, digest, path),
-                    problem,
-                )
-                return ReloadOutcome("invalid", str(path), (problem,))
+                return self._refuse(digest, path, problem, (problem,))
         if _same(settings, self.ref.current.settings):
             self._digest = self._running = _digest(settings)
             return ReloadOutcome("unchanged", str(path))
@@ -130,6 +118,19 @@ class Reloader:
         log.warning("config reloaded from %s%s", path, _changed(before, self._digest, path))
         _warn_about_new_unset_variables(old.settings, settings)
         return ReloadOutcome("reloaded", str(path))
+
+    def _refuse(
+        self, digest: Digest, path: Path, why: str, problems: tuple[str, ...]
+    ) -> ReloadOutcome:
+        """An edit that cannot run: logged, the running config kept, and its content not read
+        again every second until it changes."""
+        self._digest = digest
+        log.error(
+            "config reload refused%s, still running the previous config: %s",
+            _changed(self._running, digest, path),
+            why,
+        )
+        return ReloadOutcome("invalid", str(path), problems)
 
     async def close(self) -> None:
         for task in list(self._closing):

@@ -18,13 +18,17 @@ OK = "ok"
 @dataclass(frozen=True, slots=True)
 class ProviderHealth:
     """`status`: ok, or what is wrong (auth_failed, unreachable, not_found, model_unknown: the
-    gateway's configuration; timeout, failing: the provider's health). `fix`: one line saying
-    what to do, None when ok. `fault`: whether the configuration is wrong."""
+    gateway's configuration; timeout, failing: the provider's health). `error`: what the probe
+    raised, None when ok."""
 
     status: str
-    fix: str | None
     checked_at: float
-    fault: bool = False
+    error: GatewayError | None = None
+
+    @property
+    def fix(self) -> str | None:
+        """One line saying what is wrong and what to do; None when ok."""
+        return self.error.message if self.error is not None else None
 
     def summary(self) -> dict[str, object]:
         """What `/readyz` shows: no URL, key or provider message (it is unauthenticated)."""
@@ -32,7 +36,7 @@ class ProviderHealth:
 
 
 def unchecked() -> ProviderHealth:
-    return ProviderHealth("unchecked", None, time.time())
+    return ProviderHealth("unchecked", time.time())
 
 
 async def probe(
@@ -50,17 +54,17 @@ async def probe(
                     await _one_call(provider, model, kind)
     except GatewayError as err:
         return failed(err)
-    return ProviderHealth(OK, None, time.time())
+    return ProviderHealth(OK, time.time())
 
 
 def failed(err: GatewayError) -> ProviderHealth:
     if isinstance(err, ProviderMisconfigured):
         status = (err.code or "misconfigured").removeprefix("upstream_")
-        return ProviderHealth(status, err.message, time.time(), fault=True)
-    status = "timeout" if isinstance(err, UpstreamTimeout) else "failing"
-    if err.code == "upstream_unreachable":
+    elif err.code == "upstream_unreachable":
         status = "unreachable"
-    return ProviderHealth(status, err.message, time.time())
+    else:
+        status = "timeout" if isinstance(err, UpstreamTimeout) else "failing"
+    return ProviderHealth(status, time.time(), err)
 
 
 async def _one_call(provider: Provider, model: str, kind: str) -> None:

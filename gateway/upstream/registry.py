@@ -75,11 +75,10 @@ class Upstreams:
         models = self._models.get(name, [])
         found = await health.probe(self._providers[name], models, confirm=confirm)
         self.health[name] = found
-        if found.fix is None:
+        if found.error is None:
             self.note_answer(name)
-        elif found.fault:  # logged as the requests' fault with the same cause would be
-            fault = ProviderMisconfigured(found.fix, code=f"upstream_{found.status}", provider=name)
-            self.note_fault(fault)
+        elif isinstance(found.error, ProviderMisconfigured):  # logged as a request's would be
+            self.note_fault(found.error)
         return found
 
     async def watch(self, interval: float) -> None:

@@ -26,7 +26,7 @@ def _settings(base_url: str, key: str = "sk-registry-test-0001") -> Settings:
 
 def _answered(upstreams: Upstreams) -> Upstreams:
     upstreams.get("remote").answered = True
-    upstreams.health["remote"] = ProviderHealth("ok", None, 1.0)
+    upstreams.health["remote"] = ProviderHealth("ok", 1.0)
     return upstreams
 
 
